@@ -1,0 +1,1 @@
+"""Model/GPU catalog, latency models and the calibration harness (not yet built)."""

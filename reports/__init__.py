@@ -1,0 +1,1 @@
+"""Plots and HTML reports (not yet built)."""

@@ -1,0 +1,1 @@
+"""Engine loop, runs, sweeps, planning and the kvsim CLI."""

@@ -1,0 +1,1 @@
+"""Workload specs, trace readers and arrival processes (not yet built)."""
