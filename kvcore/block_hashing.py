@@ -1,0 +1,180 @@
+"""Chained block hashing for prefix caching.
+
+Mirrors vLLM 0.33.0's ``vllm/utils/hashing.py`` (``sha256``, ``sha256_cbor``,
+``xxhash``, ``xxhash_cbor``) and, from ``vllm/v1/core/kv_cache_utils.py``,
+``init_none_hash``, ``hash_block_tokens``, ``generate_block_hash_extra_keys`` and
+``get_request_block_hasher``.
+
+A block's hash is ``hash_fn((parent_hash or NONE_HASH, tuple(tokens), extra_keys))``
+where ``parent_hash`` is the previous block's hash, so equal hashes mean equal
+prefixes. Unlike vLLM, ``NONE_HASH`` is not a process global: it is computed from a
+seed string and carried by the :class:`BlockHasher` that uses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import cbor2
+import xxhash as _xxhash
+
+if TYPE_CHECKING:
+    from kvcore.request import Request
+
+HashFn = Callable[[Any], bytes]
+
+DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
+"""Seed of NONE_HASH that vLLM uses for sha256* when PYTHONHASHSEED is unset."""
+
+
+def sha256(obj: Any) -> bytes:
+    """SHA-256 of the highest-protocol pickle of ``obj`` (32 bytes)."""
+    return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
+def sha256_cbor(obj: Any) -> bytes:
+    """SHA-256 of the canonical CBOR encoding of ``obj`` (32 bytes)."""
+    return hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
+
+
+def xxhash(obj: Any) -> bytes:
+    """xxh3-128 of the highest-protocol pickle of ``obj`` (16 bytes)."""
+    return _xxhash.xxh3_128_digest(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def xxhash_cbor(obj: Any) -> bytes:
+    """xxh3-128 of the canonical CBOR encoding of ``obj`` (16 bytes)."""
+    return _xxhash.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
+
+
+HASH_FUNCTIONS: dict[str, HashFn] = {
+    "sha256": sha256,
+    "sha256_cbor": sha256_cbor,
+    "xxhash": xxhash,
+    "xxhash_cbor": xxhash_cbor,
+}
+
+
+def get_hash_fn_by_name(name: str) -> HashFn:
+    """The hash function called ``name`` (vLLM's ``--prefix-caching-hash-algo``)."""
+    try:
+        return HASH_FUNCTIONS[name]
+    except KeyError:
+        allowed = ", ".join(HASH_FUNCTIONS)
+        raise ValueError(
+            f"prefix_caching_hash_algo: unknown hash algorithm {name!r}; allowed: {allowed}"
+        ) from None
+
+
+def make_none_hash(hash_fn: HashFn, seed: str = DEFAULT_NONE_HASH_SEED) -> bytes:
+    """The parent hash of every first block: ``hash_fn(seed)`` (``init_none_hash``).
+
+    vLLM uses ``PYTHONHASHSEED`` when set, else ``"vllm-none-hash"`` for sha256* and
+    a random per-process seed for xxhash*; callers choose the seed explicitly here so
+    runs are reproducible.
+    """
+    return hash_fn(seed)
+
+
+def hash_block_tokens(
+    hash_fn: HashFn,
+    none_hash: bytes,
+    parent_block_hash: bytes | None,
+    token_ids: Any,
+    extra_keys: tuple[Any, ...] | None = None,
+) -> bytes:
+    """Hash of one full block chained to its parent (``hash_block_tokens``)."""
+    if not parent_block_hash:
+        parent_block_hash = none_hash
+    return hash_fn((parent_block_hash, tuple(token_ids), extra_keys))
+
+
+def generate_block_hash_extra_keys(
+    request: Request, start_token_idx: int, end_token_idx: int, start_mm_idx: int = 0
+) -> tuple[tuple[Any, ...] | None, int]:
+    """Extra hash keys of the block ``[start_token_idx, end_token_idx)``.
+
+    Order as vLLM: LoRA ``("lora", name, path)``, multimodal
+    ``("mm", identifier, item_offset - block_start)`` for each item overlapping the
+    block, ``("cache_salt", salt)`` on the first block only. Returns ``(keys or None,
+    index of the next multimodal item to consider)``.
+    """
+    keys: list[Any] = []
+    lora = request.lora_request
+    if lora is not None:
+        keys.append(("lora", lora.lora_name, lora.lora_path))
+    mm_idx = start_mm_idx
+    mm_features = request.mm_features
+    while mm_idx < len(mm_features):
+        identifier, offset, length = mm_features[mm_idx]
+        if end_token_idx <= offset:
+            break  # the block ends before this item starts
+        if start_token_idx >= offset + length:
+            mm_idx += 1  # the item ended before this block
+            continue
+        keys.append(("mm", identifier, offset - start_token_idx))
+        if end_token_idx >= offset + length:
+            mm_idx += 1  # the item ends inside this block; the next may start here too
+        else:
+            break
+    if start_token_idx == 0 and request.cache_salt:
+        keys.append(("cache_salt", request.cache_salt))
+    return (tuple(keys) if keys else None), mm_idx
+
+
+class BlockHasher:
+    """Per-request block hasher (mirrors ``get_request_block_hasher``).
+
+    Called with a request, returns the hashes of the full blocks (of
+    ``hash_block_size`` tokens over prompt + outputs) not hashed yet.
+    """
+
+    __slots__ = ("hash_block_size", "hash_fn", "none_hash")
+
+    def __init__(self, hash_block_size: int, hash_fn: HashFn, none_hash: bytes) -> None:
+        if hash_block_size <= 0:
+            raise ValueError(f"block_size must be > 0, got {hash_block_size}")
+        self.hash_block_size = hash_block_size
+        self.hash_fn = hash_fn
+        self.none_hash = none_hash
+
+    @classmethod
+    def from_name(cls, hash_block_size: int, algo: str = "sha256",
+                  none_hash_seed: str = DEFAULT_NONE_HASH_SEED) -> BlockHasher:
+        """A hasher for the named algorithm and NONE_HASH seed."""
+        fn = get_hash_fn_by_name(algo)
+        return cls(hash_block_size, fn, make_none_hash(fn, none_hash_seed))
+
+    def __call__(self, request: Request) -> list[bytes]:
+        bs = self.hash_block_size
+        hashes = request.block_hashes
+        start = len(hashes) * bs
+        tokens = request.all_token_ids
+        num_tokens = len(tokens)
+        if start + bs > num_tokens:
+            return []
+        parent = hashes[-1] if hashes else self.none_hash
+        plain = request.lora_request is None and not request.mm_features
+        salt = request.cache_salt
+        hash_fn = self.hash_fn
+        out = []
+        mm_idx = 0
+        while start + bs <= num_tokens:
+            end = start + bs
+            if plain and not (salt and start == 0):
+                extra = None
+            else:
+                extra, mm_idx = generate_block_hash_extra_keys(request, start, end, mm_idx)
+            parent = hash_fn((parent, tuple(tokens[start:end]), extra))
+            out.append(parent)
+            start = end
+        return out
+
+
+def external_block_hash(block_hash: bytes) -> int:
+    """A block hash as KV events publish it: its low 64 bits as an int
+    (``maybe_convert_block_hash`` with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1``)."""
+    return int.from_bytes(block_hash, "big") & ((1 << 64) - 1)

@@ -1,0 +1,248 @@
+"""The pool of KV cache blocks: allocation, prefix-cache registration, eviction.
+
+Mirrors ``BlockPool`` and ``BlockHashToBlockMap`` of ``vllm/v1/core/block_pool.py``
+(vLLM 0.33.0), for the case ``hash_block_size == block_size`` (no sub-block hits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from kvcore.block_hashing import external_block_hash
+from kvcore.kv_cache_block import FreeKVCacheBlockQueue, KVCacheBlock
+from kvcore.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+
+if TYPE_CHECKING:
+    from kvcore.request import Request
+
+
+def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> bytes:
+    """Prefix-cache key: the block hash followed by the group id as 4 big-endian bytes."""
+    return block_hash + group_id.to_bytes(4, "big")
+
+
+class BlockPool:
+    """Owns every ``KVCacheBlock`` and the free queue (mirrors vLLM's ``BlockPool``).
+
+    Block 0 is popped at construction as the null block (a placeholder for blocks
+    skipped by sliding-window / chunked-local attention); it is never freed, evicted
+    or counted. Free blocks sit in the queue in eviction order; a free block may
+    still be cached (have a hash) until it is reused, which evicts it lazily.
+
+    ``cached_block_hash_to_block`` maps a key to one block, or to a dict
+    ``{block_id: block}`` when several blocks hold identical content (vLLM does not
+    deduplicate so that block tables stay append-only).
+    """
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool,
+                 enable_kv_cache_events: bool = False) -> None:
+        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks <= 0:
+            raise ValueError(f"num_gpu_blocks must be a positive int, got {num_gpu_blocks!r}")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block: dict[bytes, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self.kv_event_queue: list[KVCacheEvent] = []
+
+    # -- prefix cache lookups ------------------------------------------------------
+
+    def get_cached_block(self, block_hash: bytes,
+                         kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
+        """One cached block per group for ``block_hash``, or None if any group misses.
+
+        With duplicates, the first block cached under the key is returned.
+        """
+        cache = self.cached_block_hash_to_block
+        out = []
+        for gid in kv_cache_group_ids:
+            hit = cache.get(block_hash + gid.to_bytes(4, "big"))
+            if hit is None:
+                return None
+            if type(hit) is dict:
+                hit = next(iter(hit.values()))
+            out.append(hit)
+        return out
+
+    def cache_full_blocks(self, request: Request, blocks: Sequence[KVCacheBlock],
+                          num_cached_blocks: int, num_full_blocks: int, block_size: int,
+                          kv_cache_group_id: int,
+                          block_mask: Sequence[bool] | None = None) -> None:
+        """Register ``blocks[num_cached_blocks:num_full_blocks]`` in the prefix cache.
+
+        Their hashes come from ``request.block_hashes``; null blocks (and blocks the
+        mask excludes) are skipped. Emits one ``BlockStored`` event per call.
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        block_hashes = request.block_hashes
+        cache = self.cached_block_hash_to_block
+        suffix = kv_cache_group_id.to_bytes(4, "big")
+        events = self.enable_kv_cache_events
+        new_hashes: list[int] = []
+        for i in range(num_cached_blocks, num_full_blocks):
+            blk = blocks[i]
+            if blk.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
+                continue
+            block_hash = block_hashes[i]
+            key = block_hash + suffix
+            if blk.block_hash is not None:
+                raise RuntimeError(f"block {blk.block_id} is already cached")
+            blk.block_hash = key
+            existing = cache.get(key)
+            if existing is None:
+                cache[key] = blk
+            elif type(existing) is dict:
+                existing[blk.block_id] = blk
+            else:
+                cache[key] = {existing.block_id: existing, blk.block_id: blk}
+            if events:
+                new_hashes.append(external_block_hash(block_hash))
+        if events:
+            parent = (external_block_hash(block_hashes[num_cached_blocks - 1])
+                      if num_cached_blocks > 0 else None)
+            lora = request.lora_request
+            self.kv_event_queue.append(BlockStored(
+                block_hashes=new_hashes, parent_block_hash=parent,
+                token_ids=list(request.all_token_ids[num_cached_blocks * block_size:
+                                                     num_full_blocks * block_size]),
+                block_size=block_size,
+                lora_id=lora.lora_int_id if lora is not None else None,
+                group_idx=kv_cache_group_id,
+                lora_name=lora.lora_name if lora is not None else None))
+
+    # -- allocation and release ----------------------------------------------------
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Pop ``num_blocks`` blocks from the queue head, evicting cached ones.
+
+        Raises ValueError when fewer blocks are free (callers check first).
+        """
+        if num_blocks > self.free_block_queue.num_free_blocks:
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        ret = self.free_block_queue.popleft_n(num_blocks)
+        if self.enable_caching:
+            for block in ret:
+                if block.block_hash is not None:
+                    self._evict_cached_block(block)
+                block.ref_cnt += 1
+        else:
+            for block in ret:
+                block.ref_cnt += 1
+        return ret
+
+    def _evict_cached_block(self, block: KVCacheBlock) -> None:
+        """Drop ``block`` from the prefix cache and clear its hash."""
+        key = block.block_hash
+        cache = self.cached_block_hash_to_block
+        hit = cache.get(key)
+        removed = False
+        if hit is block:
+            del cache[key]
+            removed = True
+        elif type(hit) is dict and block.block_id in hit:
+            del hit[block.block_id]
+            if not hit:
+                del cache[key]
+            removed = True
+        block.block_hash = None
+        if removed and self.enable_kv_cache_events:
+            self.kv_event_queue.append(BlockRemoved(
+                block_hashes=[external_block_hash(key[:-4])],
+                group_idx=int.from_bytes(key[-4:], "big")))
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
+        queue = self.free_block_queue
+        for block in blocks:
+            if block.is_null:
+                continue
+            if block.ref_cnt == 0:
+                queue.remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference from each block, in eviction-priority order.
+
+        Blocks reaching zero go to the queue: unhashed ones (or all, with caching
+        off) to the head in the given order, so they are reused first; hashed ones
+        to the tail, so they stay cached as long as possible.
+        """
+        evict_first = []
+        evict_last = []
+        caching = self.enable_caching
+        for block in ordered_blocks:
+            if block.is_null:
+                continue
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                if block.block_hash is None or not caching:
+                    evict_first.append(block)
+                else:
+                    evict_last.append(block)
+        self.free_block_queue.prepend_n(evict_first)
+        self.free_block_queue.append_n(evict_last)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; only possible when no block is in use."""
+        if self.num_gpu_blocks - self.free_block_queue.num_free_blocks != 1:
+            return False
+        self.cached_block_hash_to_block = {}
+        for block in self.blocks:
+            block.block_hash = None
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    # -- accounting ----------------------------------------------------------------
+
+    def get_num_free_blocks(self) -> int:
+        """Blocks in the free queue (including cached-but-unreferenced ones)."""
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """Fraction of usable blocks (all but the null block) not free, in [0, 1]."""
+        total = self.num_gpu_blocks - 1
+        if not total:
+            return 0.0
+        return 1.0 - self.free_block_queue.num_free_blocks / total
+
+    def get_num_cached_blocks(self) -> int:
+        """Blocks that currently carry a prefix-cache hash."""
+        return sum(1 for b in self.blocks if b.block_hash is not None)
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """Return and clear the queued KV cache events."""
+        if not self.enable_kv_cache_events:
+            return []
+        events, self.kv_event_queue = self.kv_event_queue, []
+        return events
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the pool's bookkeeping is inconsistent."""
+        queue = self.free_block_queue.get_all_free_blocks()
+        assert len(queue) == self.free_block_queue.num_free_blocks, (
+            f"free queue holds {len(queue)} blocks but counts {self.free_block_queue.num_free_blocks}")
+        in_queue = {b.block_id for b in queue}
+        assert len(in_queue) == len(queue), "a block appears twice in the free queue"
+        assert self.null_block.block_id not in in_queue, "the null block is in the free queue"
+        assert self.null_block.block_hash is None, "the null block is cached"
+        for b in self.blocks:
+            if b.is_null:
+                continue
+            assert b.ref_cnt >= 0, f"block {b.block_id} has ref_cnt {b.ref_cnt}"
+            assert (b.ref_cnt == 0) == (b.block_id in in_queue), (
+                f"block {b.block_id}: ref_cnt {b.ref_cnt} but in_queue={b.block_id in in_queue}")
+            if b.block_hash is not None:
+                assert self.enable_caching, f"block {b.block_id} cached with caching off"
+                hit = self.cached_block_hash_to_block.get(b.block_hash)
+                assert hit is b or (type(hit) is dict and hit.get(b.block_id) is b), (
+                    f"cached block {b.block_id} missing from the hash map")
+        for key, hit in self.cached_block_hash_to_block.items():
+            for b in (hit.values() if type(hit) is dict else (hit,)):
+                assert b.block_hash == key, f"hash map entry of block {b.block_id} is stale"
+            assert hit, "empty duplicate set in the hash map"

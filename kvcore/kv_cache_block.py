@@ -1,0 +1,177 @@
+"""KV cache block metadata and the free-block queue.
+
+Mirrors ``KVCacheBlock`` and ``FreeKVCacheBlockQueue`` of
+``vllm/v1/core/kv_cache_utils.py`` (vLLM 0.33.0). The queue is an intrusive doubly
+linked list threaded through the blocks themselves, so that removing a block from the
+middle (a prefix-cache hit on a free block) is O(1) and no Python object is
+allocated on any queue operation.
+
+Queue order is eviction order: the head is evicted (reused) first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class KVCacheBlock:
+    """Metadata of one KV cache block (mirrors vLLM's ``KVCacheBlock``).
+
+    ``block_hash`` is the prefix-cache key (block hash bytes + 4-byte big-endian
+    group id) while the block is full and cached, else ``None``.
+    """
+
+    __slots__ = (
+        "block_id",
+        "ref_cnt",
+        "block_hash",
+        "prev_free_block",
+        "next_free_block",
+        "is_null",
+    )
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: bytes | None = None
+        self.prev_free_block: KVCacheBlock | None = None
+        self.next_free_block: KVCacheBlock | None = None
+        self.is_null = False
+
+    def set_block_hash(self, block_hash: bytes) -> None:
+        """Attach a prefix-cache key; a block holds at most one."""
+        if self.block_hash is not None:
+            raise RuntimeError(f"block {self.block_id} already has a hash")
+        self.block_hash = block_hash
+
+    def reset_hash(self) -> None:
+        """Forget the prefix-cache key (on eviction or cache reset)."""
+        self.block_hash = None
+
+    def __repr__(self) -> str:
+        prev_id = self.prev_free_block.block_id if self.prev_free_block else None
+        next_id = self.next_free_block.block_id if self.next_free_block else None
+        return (
+            f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, "
+            f"block_hash={self.block_hash!r}, prev={prev_id}, next={next_id})"
+        )
+
+
+class FreeKVCacheBlockQueue:
+    """Doubly linked list of free blocks in eviction order.
+
+    Mirrors vLLM's ``FreeKVCacheBlockQueue``: initialised in the given order
+    (block id order), with sentinel head and tail blocks so that every real block in
+    the queue has both neighbours. ``num_free_blocks`` is kept as a counter.
+    """
+
+    __slots__ = ("num_free_blocks", "fake_free_list_head", "fake_free_list_tail")
+
+    def __init__(self, blocks: list[KVCacheBlock]) -> None:
+        self.num_free_blocks = len(blocks)
+        head = KVCacheBlock(-1)
+        tail = KVCacheBlock(-1)
+        self.fake_free_list_head = head
+        self.fake_free_list_tail = tail
+        prev = head
+        for block in blocks:
+            prev.next_free_block = block
+            block.prev_free_block = prev
+            prev = block
+        prev.next_free_block = tail
+        tail.prev_free_block = prev
+
+    def popleft(self) -> KVCacheBlock:
+        """Remove and return the head block (ValueError when empty)."""
+        block = self.fake_free_list_head.next_free_block
+        if block is self.fake_free_list_tail:
+            raise ValueError("No free blocks available")
+        nxt = block.next_free_block
+        self.fake_free_list_head.next_free_block = nxt
+        nxt.prev_free_block = self.fake_free_list_head
+        block.prev_free_block = block.next_free_block = None
+        self.num_free_blocks -= 1
+        return block
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        """Remove and return the first ``n`` blocks, head first."""
+        if n == 0:
+            return []
+        if n > self.num_free_blocks:
+            raise ValueError(f"cannot pop {n} blocks from a queue of {self.num_free_blocks}")
+        self.num_free_blocks -= n
+        head = self.fake_free_list_head
+        block = head.next_free_block
+        out = []
+        append = out.append
+        for _ in range(n):
+            append(block)
+            nxt = block.next_free_block
+            block.prev_free_block = block.next_free_block = None
+            block = nxt
+        head.next_free_block = block
+        block.prev_free_block = head
+        return out
+
+    def remove(self, block: KVCacheBlock) -> None:
+        """Unlink ``block`` from anywhere in the queue in O(1)."""
+        prev = block.prev_free_block
+        nxt = block.next_free_block
+        if prev is None or nxt is None:
+            raise RuntimeError(f"remove() of a block not in the free queue: {block}")
+        prev.next_free_block = nxt
+        nxt.prev_free_block = prev
+        block.prev_free_block = block.next_free_block = None
+        self.num_free_blocks -= 1
+
+    def append(self, block: KVCacheBlock) -> None:
+        """Put ``block`` at the tail (evicted last)."""
+        tail = self.fake_free_list_tail
+        last = tail.prev_free_block
+        last.next_free_block = block
+        block.prev_free_block = last
+        block.next_free_block = tail
+        tail.prev_free_block = block
+        self.num_free_blocks += 1
+
+    def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        """Put ``blocks`` at the tail, keeping their order."""
+        if not blocks:
+            return
+        tail = self.fake_free_list_tail
+        prev = tail.prev_free_block
+        for block in blocks:
+            prev.next_free_block = block
+            block.prev_free_block = prev
+            prev = block
+        prev.next_free_block = tail
+        tail.prev_free_block = prev
+        self.num_free_blocks += len(blocks)
+
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        """Put ``blocks`` at the head, keeping their order (``blocks[0]`` is the new head)."""
+        if not blocks:
+            return
+        head = self.fake_free_list_head
+        first = head.next_free_block
+        prev = head
+        for block in blocks:
+            prev.next_free_block = block
+            block.prev_free_block = prev
+            prev = block
+        prev.next_free_block = first
+        first.prev_free_block = prev
+        self.num_free_blocks += len(blocks)
+
+    def get_all_free_blocks(self) -> list[KVCacheBlock]:
+        """All free blocks, head (next evicted) first."""
+        out = []
+        block = self.fake_free_list_head.next_free_block
+        tail = self.fake_free_list_tail
+        while block is not tail:
+            out.append(block)
+            block = block.next_free_block
+        return out
+
+    def __iter__(self) -> Iterable[KVCacheBlock]:
+        return iter(self.get_all_free_blocks())

@@ -1,0 +1,245 @@
+"""The scheduler's interface to the KV cache.
+
+Mirrors ``KVCacheBlocks`` and ``KVCacheManager`` of
+``vllm/v1/core/kv_cache_manager.py`` and ``PrefixCacheStats`` of
+``vllm/v1/metrics/stats.py`` (vLLM 0.33.0), without KV connectors, encoder
+caches or speculative drafts (lookahead slots are supported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvcore.kv_cache_block import KVCacheBlock
+from kvcore.kv_cache_coordinator import get_kv_cache_coordinator
+from kvcore.kv_cache_interface import KVCacheConfig
+from kvcore.kv_events import KVCacheEvent
+from kvcore.request import Request, RequestStatus
+
+
+@dataclass(slots=True)
+class KVCacheBlocks:
+    """Blocks per KV cache group: ``blocks[group][i]`` (mirrors ``KVCacheBlocks``)."""
+
+    blocks: tuple[Sequence[KVCacheBlock], ...]
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        return tuple([b.block_id for b in group] for group in self.blocks)
+
+    def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
+        return KVCacheBlocks(tuple(list(a) + list(b) for a, b in zip(self.blocks, other.blocks)))
+
+
+@dataclass(slots=True)
+class PrefixCacheStats:
+    """Prefix-cache counters since the last ``make_prefix_cache_stats`` (tokens).
+
+    Recorded once per admission after a lookup: ``queries`` are the request's tokens,
+    ``hits`` its locally cached tokens; previously preempted requests count apart.
+    """
+
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+    reset: bool = False
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
+
+
+class KVCacheManager:
+    """Prefix-cache lookup, slot allocation and release for requests.
+
+    ``watermark`` is a fraction of ``num_blocks`` kept free when admitting waiting
+    requests while others run. ``max_in_flight_tokens`` bounds tokens scheduled but
+    not yet processed (sizes sliding-window / chunked-local admission caps).
+    """
+
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        max_model_len: int,
+        enable_caching: bool = True,
+        max_in_flight_tokens: int | None = None,
+        log_stats: bool = True,
+        enable_kv_cache_events: bool = False,
+        watermark: float = 0.0,
+    ) -> None:
+        if watermark < 0.0:
+            raise ValueError(f"watermark must be >= 0, got {watermark}")
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.log_stats = log_stats
+        self.coordinator = get_kv_cache_coordinator(
+            kv_cache_config,
+            max_model_len,
+            max_model_len if max_in_flight_tokens is None else max_in_flight_tokens,
+            enable_caching,
+            enable_kv_cache_events,
+        )
+        self.block_pool = self.coordinator.block_pool
+        self.kv_cache_config = kv_cache_config
+        self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
+        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
+        self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
+        self.empty_kv_cache_blocks = KVCacheBlocks(
+            tuple(() for _ in range(self.num_kv_cache_groups))
+        )
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks in use."""
+        return self.block_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """Return the counters gathered since the last call and start new ones."""
+        if not self.log_stats:
+            return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
+        return stats
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count one admission after a lookup (nothing when lookups are off)."""
+        if not self.log_stats or not self.enable_caching or request.skip_reading_prefix_cache:
+            return
+        self.prefix_cache_stats.record(request.num_tokens, num_hits, request.num_preemptions > 0)
+
+    def get_computed_blocks(
+        self, request: Request, max_cache_hit_length: int | None = None
+    ) -> tuple[KVCacheBlocks, int]:
+        """Cached prefix of the request: (blocks per group, hit length in tokens).
+
+        The last token is never a hit (its logits must be computed), so the default
+        bound is ``num_tokens - 1``. The blocks are not referenced yet.
+        """
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0
+        if max_cache_hit_length is None:
+            max_cache_hit_length = request.num_tokens - 1
+        blocks, hit = self.coordinator.find_longest_cache_hit(
+            request.block_hashes, max_cache_hit_length
+        )
+        return self.create_kv_cache_blocks(blocks), hit
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
+    ) -> KVCacheBlocks | None:
+        """Give the request slots for ``num_new_tokens`` more tokens (plus lookahead).
+
+        Adopts ``new_computed_blocks`` (prefix hits of ``num_new_computed_tokens``
+        tokens) first. Returns the newly allocated blocks per group, or None when the
+        pool cannot serve the request (the only state change then is the release of
+        blocks that left a sliding window). With ``full_sequence_must_fit`` the
+        request's whole current sequence must fit before anything is allocated.
+        Blocks the scheduled tokens fill are registered in the prefix cache here.
+        """
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be > 0 when no computed tokens are adopted")
+        empty = self.empty_kv_cache_blocks.blocks
+        computed_list = new_computed_blocks.blocks if new_computed_blocks is not None else empty
+        coordinator = self.coordinator
+        request_id = request.request_id
+        num_local_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = min(num_local_computed, self.max_model_len)
+        watermark = 0
+        if has_scheduled_reqs and request.status in (
+            RequestStatus.WAITING,
+            RequestStatus.PREEMPTED,
+        ):
+            watermark = self.watermark_blocks
+        free = self.block_pool.free_block_queue
+        if full_sequence_must_fit:
+            full_num_tokens = min(request.num_tokens, self.max_model_len)
+            need = coordinator.get_num_blocks_to_allocate(
+                request_id, full_num_tokens, computed_list, total_computed, apply_admission_cap=True
+            )
+            if need + watermark > free.num_free_blocks:
+                return None
+        num_tokens_main = total_computed + num_new_tokens
+        num_need_slot = min(num_tokens_main + num_lookahead_tokens, self.max_model_len)
+        coordinator.remove_skipped_blocks(
+            request_id, max(0, total_computed - request.num_in_flight_tokens)
+        )
+        need = coordinator.get_num_blocks_to_allocate(
+            request_id, num_need_slot, computed_list, num_local_computed
+        )
+        if need + watermark > free.num_free_blocks - reserved_blocks:
+            return None
+        if computed_list is not empty:
+            coordinator.allocate_new_computed_blocks(request_id, computed_list, num_local_computed)
+        new_blocks = coordinator.allocate_new_blocks(request_id, num_need_slot)
+        if not delay_cache_blocks and self.enable_caching:
+            coordinator.cache_blocks(
+                request, min(total_computed + num_new_tokens, request.num_tokens)
+            )
+        return self.create_kv_cache_blocks(new_blocks)
+
+    def free(self, request: Request) -> None:
+        """Release all of the request's blocks (tail blocks become evictable first)."""
+        self.coordinator.free(request.request_id)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget the prefix cache; fails (False) while any block is in use."""
+        if not self.coordinator.reset_prefix_cache():
+            return False
+        if self.log_stats:
+            self.prefix_cache_stats.reset = True
+        return True
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
+
+    def take_events(self) -> list[KVCacheEvent]:
+        return self.block_pool.take_events()
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return self.create_kv_cache_blocks(self.coordinator.get_blocks(request_id))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
+        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def check_invariants(self) -> None:
+        """Pool invariants plus: every held block referenced once per holder, no block
+        held twice in one table, ref counts equal the number of tables holding a block."""
+        self.block_pool.check_invariants()
+        holders: dict[int, int] = {}
+        for m in self.coordinator.single_type_managers:
+            for rid, blocks in m.req_to_blocks.items():
+                seen = set()
+                for b in blocks:
+                    if b.is_null:
+                        continue
+                    assert b.block_id not in seen, f"request {rid} holds block {b.block_id} twice"
+                    seen.add(b.block_id)
+                    holders[b.block_id] = holders.get(b.block_id, 0) + 1
+                num_cached = m.num_cached_block.get(rid, 0)
+                assert num_cached <= len(blocks), f"request {rid} caches past its table"
+        for b in self.block_pool.blocks:
+            if not b.is_null:
+                assert b.ref_cnt == holders.get(b.block_id, 0), (
+                    f"block {b.block_id}: ref_cnt {b.ref_cnt} but held {holders.get(b.block_id, 0)}x"
+                )

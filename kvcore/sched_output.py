@@ -1,0 +1,43 @@
+"""What one ``Scheduler.schedule()`` call decides and what the model returns.
+
+A slim mirror of ``SchedulerOutput`` (``vllm/v1/core/sched/output.py``) and of the
+parts of ``EngineCoreOutputs`` that scheduling produces (vLLM 0.33.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvcore.kv_cache_manager import PrefixCacheStats
+from kvcore.kv_events import KVCacheEvent
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """One step's plan. Token counts are tokens scheduled in this step."""
+
+    num_scheduled_tokens: dict[str, int]
+    """Request id -> tokens scheduled, in scheduling order (running first)."""
+    total_num_scheduled_tokens: int
+    scheduled_new_reqs: list[str]
+    """Requests scheduled for the first time (block table in ``req_to_new_block_ids``)."""
+    scheduled_resumed_reqs: list[str]
+    """Previously preempted requests admitted again (whole block table)."""
+    scheduled_running_reqs: list[str]
+    req_to_new_block_ids: dict[str, tuple[list[int], ...]]
+    """New and resumed: the whole block table per group; running: only new blocks."""
+    preempted_req_ids: set[str]
+    finished_req_ids: set[str]
+    """Requests that finished since the previous step."""
+    num_preempted_this_step: int = 0
+
+
+@dataclass(slots=True)
+class EngineStepOutput:
+    """What ``update_from_output`` reports for one step."""
+
+    finished_req_ids: list[str] = field(default_factory=list)
+    """Requests that stopped in this step, in scheduling order."""
+    new_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    prefix_cache_stats: PrefixCacheStats | None = None
+    kv_events: list[KVCacheEvent] = field(default_factory=list)

@@ -1,0 +1,306 @@
+"""The V1 scheduler, synchronous mode, without connectors, encoders or drafts.
+
+Mirrors ``Scheduler.schedule``, ``_preempt_request``, ``_update_after_schedule``,
+``update_from_output`` and ``_free_request`` of ``vllm/v1/core/sched/scheduler.py``
+(vLLM 0.33.0). There is no model and no clock: the caller hands sampled tokens to
+``update_from_output`` and arrival times come with each ``Request``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from kvcore.kv_cache_interface import KVCacheConfig
+from kvcore.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from kvcore.request import Request, RequestStatus, check_stop
+from kvcore.request_queue import create_request_queue
+from kvcore.sched_output import EngineStepOutput, SchedulerOutput
+from kvcore.scheduler_config import SchedulerConfig
+from kvcore.utils import cdiv
+
+
+class _StepPlan:
+    """Mutable bookkeeping of one ``schedule()`` call."""
+
+    __slots__ = ("budget", "num_scheduled", "new_blocks", "new", "resumed", "running",
+                 "preempted")
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.num_scheduled: dict[str, int] = {}
+        self.new_blocks: dict[str, KVCacheBlocks] = {}
+        self.new: list[Request] = []
+        self.resumed: list[Request] = []
+        self.running: list[Request] = []
+        self.preempted: list[Request] = []
+
+
+class Scheduler:
+    """Decides, step by step, which requests run and how many tokens each computes.
+
+    Running requests are served first, in admission order; waiting requests are
+    admitted only in steps without preemption, strictly in queue order (the first
+    that does not fit blocks the rest). Preemption is by recompute.
+    """
+
+    def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig,
+                 enable_caching: bool = True, watermark: float = 0.0,
+                 enable_kv_cache_events: bool = False, log_stats: bool = True) -> None:
+        self.scheduler_config = scheduler_config
+        self.max_model_len = scheduler_config.max_model_len
+        self.max_num_running_reqs = scheduler_config.max_num_seqs
+        self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
+        self.policy = scheduler_config.policy
+        self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
+        self.kv_cache_manager = KVCacheManager(
+            kv_cache_config, self.max_model_len, enable_caching=enable_caching,
+            max_in_flight_tokens=scheduler_config.max_num_batched_tokens, log_stats=log_stats,
+            enable_kv_cache_events=enable_kv_cache_events, watermark=watermark)
+        self.block_size = self.kv_cache_manager.coordinator.block_size
+        self.requests: dict[str, Request] = {}
+        self.waiting = create_request_queue(self.policy)
+        self.running: list[Request] = []
+        self.finished_req_ids: set[str] = set()
+        self.reset_preempted_req_ids: set[str] = set()
+
+    # -- requests ------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        """Queue a new request (ids must be unique among unfinished requests)."""
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        self.waiting.add_request(request)
+        self.requests[request.request_id] = request
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def has_requests(self) -> bool:
+        """Unfinished requests, or finished ones not yet reported in a step's output."""
+        return bool(self.waiting) or bool(self.running) or bool(self.finished_req_ids)
+
+    # -- scheduling ----------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        """Plan one step: tokens per request, block allocations, preemptions."""
+        plan = _StepPlan(self.max_num_scheduled_tokens)
+        num_eligible = len(self.running) + len(self.waiting)
+        threshold = (self.scheduler_config.long_prefill_token_threshold
+                     if num_eligible > 1 else 0)
+        self._schedule_running(plan, threshold)
+        if not plan.preempted:
+            self._schedule_waiting(plan, threshold)
+        out = SchedulerOutput(
+            num_scheduled_tokens=plan.num_scheduled,
+            total_num_scheduled_tokens=sum(plan.num_scheduled.values()),
+            scheduled_new_reqs=[r.request_id for r in plan.new],
+            scheduled_resumed_reqs=[r.request_id for r in plan.resumed],
+            scheduled_running_reqs=[r.request_id for r in plan.running],
+            req_to_new_block_ids={rid: b.get_block_ids() for rid, b in plan.new_blocks.items()},
+            preempted_req_ids=self.reset_preempted_req_ids,
+            finished_req_ids=self.finished_req_ids,
+            num_preempted_this_step=len(plan.preempted))
+        self._update_after_schedule(plan.num_scheduled)
+        return out
+
+    def _schedule_running(self, plan: _StepPlan, threshold: int) -> None:
+        running = self.running
+        kvm = self.kv_cache_manager
+        req_index = 0
+        while req_index < len(running) and plan.budget > 0:
+            request = running[req_index]
+            n = (request.num_tokens_with_spec + request.num_output_placeholders
+                 - request.num_computed_tokens)
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, plan.budget, self.max_model_len - request.num_computed_tokens - 1)
+            if n == 0:
+                req_index += 1
+                continue
+            while True:
+                new_blocks = kvm.allocate_slots(request, n,
+                                                num_lookahead_tokens=self.num_lookahead_tokens)
+                if new_blocks is not None:
+                    break
+                victim = self._pick_victim()
+                if self.policy == "priority":
+                    idx = running.index(victim)
+                    del running[idx]
+                    if idx < req_index:
+                        req_index -= 1
+                    if victim.request_id in plan.num_scheduled:
+                        plan.running.remove(victim)
+                        plan.budget += plan.num_scheduled.pop(victim.request_id)
+                        plan.new_blocks.pop(victim.request_id)
+                else:
+                    running.pop()
+                self._preempt_request(victim)
+                plan.preempted.append(victim)
+                if victim is request:
+                    break
+            if new_blocks is None:
+                if self.policy == "priority" and request.status == RequestStatus.PREEMPTED:
+                    continue
+                break
+            plan.running.append(request)
+            plan.new_blocks[request.request_id] = new_blocks
+            plan.num_scheduled[request.request_id] = n
+            plan.budget -= n
+            req_index += 1
+
+    def _pick_victim(self) -> Request:
+        """FCFS: the last admitted; priority: the least important, latest arrival."""
+        if self.policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        return self.running[-1]
+
+    def _schedule_waiting(self, plan: _StepPlan, threshold: int) -> None:
+        kvm = self.kv_cache_manager
+        waiting = self.waiting
+        chunked = self.scheduler_config.enable_chunked_prefill
+        reserve_full = self.scheduler_config.scheduler_reserve_full_isl
+        while plan.budget > 0 and waiting:
+            if len(self.running) >= self.max_num_running_reqs:
+                break
+            request = waiting.peek_request()
+            did_lookup = request.num_computed_tokens == 0
+            if did_lookup:
+                computed_blocks, num_local = kvm.get_computed_blocks(request)
+                num_computed = num_local
+            else:
+                computed_blocks, num_local = kvm.empty_kv_cache_blocks, 0
+                num_computed = request.num_computed_tokens
+            n = request.num_tokens - num_computed
+            if 0 < threshold < n:
+                n = threshold
+            if not chunked and n > plan.budget:
+                break
+            n = min(n, plan.budget)
+            new_blocks = kvm.allocate_slots(
+                request, n, num_new_computed_tokens=num_local,
+                new_computed_blocks=computed_blocks,
+                num_lookahead_tokens=self.num_lookahead_tokens,
+                full_sequence_must_fit=reserve_full, has_scheduled_reqs=bool(self.running))
+            if new_blocks is None:
+                break
+            if did_lookup:
+                kvm.record_prefix_cache_stats(request, num_local)
+                if request.num_cached_tokens < 0:
+                    request.num_cached_tokens = num_local
+            waiting.pop_request()
+            self.running.append(request)
+            if request.status == RequestStatus.WAITING:
+                plan.new.append(request)
+            else:
+                plan.resumed.append(request)
+            plan.new_blocks[request.request_id] = kvm.get_blocks(request.request_id)
+            plan.num_scheduled[request.request_id] = n
+            plan.budget -= n
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_computed
+
+    def _preempt_request(self, request: Request) -> None:
+        """Free all of the request's blocks and send it to the front of the queue."""
+        assert request.status == RequestStatus.RUNNING, "only running requests are preempted"
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_output_placeholders = 0
+        request.num_preemptions += 1
+        self.waiting.prepend_request(request)
+        self.reset_preempted_req_ids.add(request.request_id)
+
+    def _update_after_schedule(self, num_scheduled: Mapping[str, int]) -> None:
+        requests = self.requests
+        for rid, n in num_scheduled.items():
+            request = requests[rid]
+            request.num_computed_tokens += n
+            request.num_in_flight_tokens += n
+            request.is_prefill_chunk = request.num_computed_tokens < (
+                request.num_tokens + request.num_output_placeholders)
+        self.finished_req_ids = set()
+        self.reset_preempted_req_ids = set()
+
+    # -- model output --------------------------------------------------------------
+
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           sampled_token_ids: Mapping[str, Sequence[int]]) -> EngineStepOutput:
+        """Append sampled tokens, stop finished requests and free their blocks."""
+        result = EngineStepOutput()
+        stopped: list[Request] = []
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            request = self.requests.get(rid)
+            if request is None:
+                continue
+            request.num_in_flight_tokens -= n
+            if request.is_finished():
+                continue
+            new_ids = list(sampled_token_ids.get(rid) or ())
+            if not new_ids:
+                continue
+            is_stopped = False
+            for i, token in enumerate(new_ids, 1):
+                request.append_output_token_ids(token)
+                if check_stop(request, self.max_model_len):
+                    request.num_computed_tokens -= len(new_ids) - i
+                    del new_ids[i:]
+                    is_stopped = True
+                    break
+            result.new_token_ids[rid] = new_ids
+            if is_stopped:
+                self._free_request(request)
+                result.finished_req_ids.append(rid)
+                stopped.append(request)
+        if stopped:
+            gone = set(stopped)
+            self.running = [r for r in self.running if r not in gone]
+        result.prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
+        result.kv_events = self.kv_cache_manager.take_events()
+        return result
+
+    def _free_request(self, request: Request) -> None:
+        self.finished_req_ids.add(request.request_id)
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+
+    def finish_requests(self, request_ids: Sequence[str], status: RequestStatus) -> None:
+        """Abort requests from outside (e.g. a client went away)."""
+        assert RequestStatus.is_finished(status)
+        for rid in request_ids:
+            request = self.requests.get(rid)
+            if request is None or request.is_finished():
+                continue
+            if request.status == RequestStatus.RUNNING:
+                self.running.remove(request)
+            else:
+                self.waiting.remove_requests([request])
+            request.status = status
+            self._free_request(request)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.kv_cache_manager.reset_prefix_cache()
+
+    def get_kv_cache_usage(self) -> float:
+        return self.kv_cache_manager.usage
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if scheduler and KV cache state disagree."""
+        self.kv_cache_manager.check_invariants()
+        running_ids = [r.request_id for r in self.running]
+        waiting_ids = [r.request_id for r in self.waiting]
+        assert len(set(running_ids)) == len(running_ids), "a request runs twice"
+        assert not set(running_ids) & set(waiting_ids), "a request is running and waiting"
+        assert set(running_ids) | set(waiting_ids) == set(self.requests), "lost a request"
+        assert len(self.running) <= self.max_num_running_reqs, "too many running requests"
+        coordinator = self.kv_cache_manager.coordinator
+        for r in self.running:
+            assert r.status == RequestStatus.RUNNING, f"{r.request_id} running as {r.status}"
+            assert r.num_computed_tokens <= r.num_tokens + self.num_lookahead_tokens
+            for blocks in coordinator.get_blocks(r.request_id):
+                assert len(blocks) >= cdiv(r.num_computed_tokens, self.block_size), (
+                    f"{r.request_id} has fewer blocks than computed tokens")
+        for r in self.waiting:
+            assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+            assert all(not b for b in coordinator.get_blocks(r.request_id)), (
+                f"waiting request {r.request_id} holds blocks")

@@ -1,0 +1,1 @@
+"""Conformance tooling: drivers that run vLLM's own core as an oracle for kvcore."""

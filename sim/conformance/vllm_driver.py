@@ -1,0 +1,982 @@
+"""Oracle driver: run vLLM 0.33.0's real scheduler and KV-cache core on a CPU.
+
+This script is executed by the interpreter of the oracle virtual environment
+(``.venv-vllm/bin/python``); kvsim never imports it. It uses only the standard
+library and vLLM. It writes JSON lines that ``kvsim replay`` also writes, so the
+two can be diffed line by line.
+
+Modes
+-----
+``steps TRACE --config CFG [--out FILE]``
+    Replay a step-indexed trace through ``vllm.v1.core.sched.scheduler.Scheduler``
+    with a fake model that samples ``sample_token_id`` for every request whose
+    prefill completed in the step. Output: a header line, one ``step`` line per
+    scheduler step, and a summary line.
+``ops OPS --config CFG [--out FILE]``
+    Drive ``KVCacheManager`` op by op (add, get_computed_blocks, allocate_slots,
+    block_hashes, append_tokens, free, reset_prefix_cache, get_block_ids,
+    new_step). One ``op`` line per op, after a header; a summary at the end.
+``sizing CFG [--out FILE]``
+    Print vLLM's own KV-cache sizing (number of blocks, groups, tensors) for a
+    layer list and an amount of memory per worker.
+``batch JOBS``
+    Run many jobs (``[{"mode", "trace"|"ops"|"sizing", "config", "out"}]``) in one
+    process so that vLLM is imported only once.
+
+Request set-up (kvsim must mirror it)
+-------------------------------------
+* Requests are sorted stably by ``arrival_step``; request ``i`` in that order gets
+  ``arrival_time = arrival_step + i * 1e-9``; ``SamplingParams(max_tokens=...,
+  ignore_eos=True)``.
+* ``priority`` (int, default 0) is passed as the request's priority.
+* ``cache_salt`` (str) is passed as the request's ``cache_salt``: vLLM adds the
+  extra key ``("cache_salt", salt)`` to the first block's hash only.
+* ``lora_id`` (int >= 1) becomes ``LoRARequest(lora_name=f"lora{lora_id}",
+  lora_int_id=lora_id, lora_path=f"/lora/{lora_id}")``, so every block hash of
+  the request gets the extra key ``("lora", f"lora{lora_id}", f"/lora/{lora_id}")``
+  (in front of the cache-salt key on block 0). No ``LoRAConfig`` is built, so
+  the scheduler's ``max_loras`` admission limit is not active.
+* NONE_HASH: vLLM derives it as ``hash_fn(seed)`` where the seed is
+  ``PYTHONHASHSEED`` if set, else ``"vllm-none-hash"`` for sha256/sha256_cbor and
+  random bytes for xxhash/xxhash_cbor. To make every algorithm deterministic the
+  driver sets ``PYTHONHASHSEED`` to ``none_hash_seed`` (config knob, default
+  ``"vllm-none-hash"``) just while calling vLLM's ``init_none_hash``. kvsim
+  reproduces it as ``NONE_HASH = hash_fn("vllm-none-hash")`` with the configured
+  algorithm (e.g. ``xxh3_128(pickle.dumps(seed, HIGHEST_PROTOCOL))`` for xxhash);
+  the header records both the seed and the resulting hash in hex.
+* Speculative decoding is not supported (``num_speculative_tokens`` must be 0):
+  its slots only matter with a drafter whose proposals would have to be faked.
+
+Steps config keys (defaults in brackets)
+----------------------------------------
+block_size [16], num_gpu_blocks (required), enable_prefix_caching [true],
+prefix_caching_hash_algo [sha256], max_num_seqs [128], max_num_batched_tokens
+[2048], max_num_scheduled_tokens [= max_num_batched_tokens],
+enable_chunked_prefill [true], long_prefill_token_threshold [0], policy [fcfs],
+watermark [0.0], scheduler_reserve_full_isl [true], max_model_len [null: max of
+prompt + max_tokens], use_v2_model_runner [true], kv_groups [["full"]]
+(``full`` | ``sliding_window`` | ``chunked_local``), sliding_window,
+attention_chunk_size, sample_token_id [7], enable_kv_cache_events [false],
+dump_block_tables [false], num_speculative_tokens [0], none_hash_seed
+[vllm-none-hash]. The header's ``config`` echoes the keys of vLLM's samples only
+(kv_groups and window sizes show up as ``coordinator`` / ``managers``).
+
+Ops config keys: num_gpu_blocks, block_size [16], enable_caching [true],
+hash_algo [sha256], kv_groups, sliding_window, attention_chunk_size,
+enable_kv_cache_events [false], max_model_len [8192], watermark [0.0],
+none_hash_seed.
+
+Sizing config keys: layers (list of {kind, count, num_kv_heads, head_size,
+dtype, sliding_window, attention_chunk_size}; kind full | sliding_window |
+chunked_local | mla; layers are numbered in list order), block_size [16],
+available_bytes (one int, or a list with one value per worker), num_workers
+[1], max_model_len [4096], hybrid_kv_cache_manager [true], kv_cache_layout
+[LBNHC] (both forced as a GPU engine would resolve them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import vllm
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    KVEventsConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+from vllm.lora.request import LoRARequest
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import get_hash_fn_by_name
+from vllm.v1.core import kv_cache_planning, kv_cache_utils
+from vllm.v1.core.kv_cache_manager import KVCacheManager
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+STEPS_DEFAULTS: dict[str, Any] = {
+    "block_size": 16,
+    "num_gpu_blocks": None,
+    "enable_prefix_caching": True,
+    "prefix_caching_hash_algo": "sha256",
+    "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048,
+    "max_num_scheduled_tokens": None,
+    "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0,
+    "policy": "fcfs",
+    "watermark": 0.0,
+    "scheduler_reserve_full_isl": True,
+    "max_model_len": None,
+    "use_v2_model_runner": True,
+    "kv_groups": ["full"],
+    "sliding_window": None,
+    "attention_chunk_size": None,
+    "sample_token_id": 7,
+    "enable_kv_cache_events": False,
+    "dump_block_tables": False,
+    "num_speculative_tokens": 0,
+    "none_hash_seed": kv_cache_utils.DEFAULT_NONE_HASH_SEED,
+}
+
+OPS_DEFAULTS: dict[str, Any] = {
+    "num_gpu_blocks": None,
+    "block_size": 16,
+    "enable_caching": True,
+    "hash_algo": "sha256",
+    "kv_groups": ["full"],
+    "sliding_window": None,
+    "attention_chunk_size": None,
+    "enable_kv_cache_events": False,
+    "max_model_len": 8192,
+    "watermark": 0.0,
+    "none_hash_seed": kv_cache_utils.DEFAULT_NONE_HASH_SEED,
+}
+
+# Accepted spellings of a KV group kind -> (canonical kind, name in ops headers).
+GROUP_KINDS = {
+    "full": ("full", "full"),
+    "sliding_window": ("sliding_window", "sliding"),
+    "sliding": ("sliding_window", "sliding"),
+    "swa": ("sliding_window", "sliding"),
+    "chunked_local": ("chunked_local", "chunked_local"),
+    "chunked": ("chunked_local", "chunked_local"),
+}
+
+TIMING_KEYS = ("build_s", "wall_s", "sched_loop_s", "steps_per_s")
+
+_TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 1 << 22,
+    "torch_dtype": "float32",
+}
+_MODEL_DIR: str | None = None
+
+
+# --------------------------------------------------------------------------- #
+# Shared helpers
+# --------------------------------------------------------------------------- #
+def merged(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """Return the defaults overridden by the config; unknown keys are an error."""
+    unknown = sorted(set(config) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown config keys: {unknown}")
+    out = dict(defaults)
+    out.update(config)
+    return out
+
+
+def model_dir() -> str:
+    """Return a temporary directory holding a tiny Llama config.json (made once)."""
+    global _MODEL_DIR
+    if _MODEL_DIR is None:
+        _MODEL_DIR = tempfile.mkdtemp(prefix="kvsim-oracle-model-")
+        with open(os.path.join(_MODEL_DIR, "config.json"), "w") as f:
+            json.dump(_TINY_LLAMA, f)
+    return _MODEL_DIR
+
+
+def init_none_hash(algo: str, seed: str) -> tuple[Callable[[Any], bytes], bytes]:
+    """Initialise vLLM's global NONE_HASH from a fixed seed; return (hash_fn, hash)."""
+    hash_fn = get_hash_fn_by_name(algo)
+    saved = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = seed
+    try:
+        kv_cache_utils.init_none_hash(hash_fn)
+    finally:
+        if saved is None:
+            del os.environ["PYTHONHASHSEED"]
+        else:
+            os.environ["PYTHONHASHSEED"] = saved
+    return hash_fn, bytes(kv_cache_utils.NONE_HASH)
+
+
+def tiny_spec(kind: str, cfg: dict[str, Any]) -> Any:
+    """A one-head, head-size-1 KV spec of the given kind (only block counts matter)."""
+    common = {
+        "block_size": cfg["block_size"],
+        "num_kv_heads": 1,
+        "head_size": 1,
+        "dtype": torch.float32,
+    }
+    canonical = GROUP_KINDS[kind][0]
+    if canonical == "sliding_window":
+        return SlidingWindowSpec(**common, sliding_window=int(cfg["sliding_window"]))
+    if canonical == "chunked_local":
+        return ChunkedLocalAttentionSpec(
+            **common, attention_chunk_size=int(cfg["attention_chunk_size"])
+        )
+    return FullAttentionSpec(**common)
+
+
+def kv_cache_config_for(cfg: dict[str, Any]) -> KVCacheConfig:
+    """Hand-made KVCacheConfig: one group per entry of kv_groups, one pool."""
+    groups = [
+        KVCacheGroupSpec([f"layer{i}"], tiny_spec(kind, cfg))
+        for i, kind in enumerate(cfg["kv_groups"])
+    ]
+    return KVCacheConfig(
+        num_blocks=int(cfg["num_gpu_blocks"]), kv_cache_tensors=[], kv_cache_groups=groups
+    )
+
+
+def event_to_json(event: Any) -> dict[str, Any]:
+    """Serialise one vLLM KV-cache event to the samples' compact form."""
+    if isinstance(event, BlockStored):
+        return {
+            "type": "BlockStored",
+            "block_hashes": list(event.block_hashes),
+            "parent_block_hash": event.parent_block_hash,
+            "num_tokens": len(event.token_ids),
+            "block_size": event.block_size,
+            "group_idx": event.group_idx,
+        }
+    if isinstance(event, BlockRemoved):
+        return {
+            "type": "BlockRemoved",
+            "block_hashes": list(event.block_hashes),
+            "group_idx": event.group_idx,
+        }
+    if isinstance(event, AllBlocksCleared):
+        return {"type": "AllBlocksCleared"}
+    return {"type": type(event).__name__}
+
+
+def lora_request_for(lora_id: int | None) -> LoRARequest | None:
+    """The LoRARequest used for an integer lora_id (see module docstring)."""
+    if lora_id is None:
+        return None
+    lid = int(lora_id)
+    return LoRARequest(lora_name=f"lora{lid}", lora_int_id=lid, lora_path=f"/lora/{lid}")
+
+
+def make_request(
+    spec: dict[str, Any],
+    arrival_time: float,
+    block_hasher: Callable[[Request], list[Any]],
+    max_tokens: int,
+) -> Request:
+    """Build a vLLM Request from a trace or op entry."""
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    return Request(
+        request_id=str(spec["request_id"]),
+        prompt_token_ids=list(spec["prompt_token_ids"]),
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=arrival_time,
+        lora_request=lora_request_for(spec.get("lora_id")),
+        cache_salt=spec.get("cache_salt"),
+        priority=int(spec.get("priority", 0)),
+        block_hasher=block_hasher,
+    )
+
+
+def rounded(x: float) -> float:
+    """Round a ratio to 6 decimals as the samples do."""
+    return round(float(x), 6)
+
+
+def load_json(value: Any) -> Any:
+    """A JSON document given inline, or as a path to a file."""
+    if isinstance(value, str):
+        with open(value) as f:
+            return json.load(f)
+    return value
+
+
+def source_name(value: Any) -> str:
+    """File name recorded in headers for a trace given as path or inline."""
+    return os.path.basename(value) if isinstance(value, str) else "<inline>"
+
+
+# --------------------------------------------------------------------------- #
+# steps mode
+# --------------------------------------------------------------------------- #
+class _EventSink:
+    """Stands in for vLLM's event publisher and keeps the events of one step."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def publish(self, batch: Any) -> None:
+        """Collect a KVEventBatch."""
+        self.events.extend(batch.events)
+
+    def take(self) -> list[Any]:
+        """Return and clear the collected events."""
+        out, self.events = self.events, []
+        return out
+
+    def shutdown(self) -> None:
+        """Nothing to release."""
+
+
+def resolve_max_model_len(cfg: dict[str, Any], trace: list[dict[str, Any]]) -> int:
+    """max_model_len from the config, or the longest prompt + max_tokens."""
+    if cfg["max_model_len"] is not None:
+        return int(cfg["max_model_len"])
+    return max(len(r["prompt_token_ids"]) + int(r["max_tokens"]) for r in trace)
+
+
+def build_vllm_config(cfg: dict[str, Any], max_model_len: int) -> VllmConfig:
+    """VllmConfig for a CPU-only scheduler over a tiny offline model directory."""
+    path = model_dir()
+    model = ModelConfig(
+        model=path,
+        tokenizer=path,
+        skip_tokenizer_init=True,
+        dtype="float32",
+        seed=0,
+        max_model_len=max_model_len,
+    )
+    sched_kwargs: dict[str, Any] = {
+        "max_num_seqs": int(cfg["max_num_seqs"]),
+        "max_num_batched_tokens": int(cfg["max_num_batched_tokens"]),
+        "max_model_len": max_model_len,
+        "enable_chunked_prefill": bool(cfg["enable_chunked_prefill"]),
+        "long_prefill_token_threshold": int(cfg["long_prefill_token_threshold"]),
+        "policy": cfg["policy"],
+        "watermark": float(cfg["watermark"]),
+        "scheduler_reserve_full_isl": bool(cfg["scheduler_reserve_full_isl"]),
+        "async_scheduling": False,
+        "is_encoder_decoder": False,
+    }
+    if cfg["max_num_scheduled_tokens"] is not None:
+        sched_kwargs["max_num_scheduled_tokens"] = int(cfg["max_num_scheduled_tokens"])
+    cache = CacheConfig(
+        block_size=int(cfg["block_size"]),
+        enable_prefix_caching=bool(cfg["enable_prefix_caching"]),
+        prefix_caching_hash_algo=cfg["prefix_caching_hash_algo"],
+    )
+    cache.num_gpu_blocks = int(cfg["num_gpu_blocks"])
+    events = None
+    if cfg["enable_kv_cache_events"]:
+        events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+    return VllmConfig(
+        model_config=model,
+        scheduler_config=SchedulerConfig(**sched_kwargs),
+        cache_config=cache,
+        device_config=DeviceConfig(device="cpu"),
+        kv_events_config=events,
+    )
+
+
+def build_scheduler(cfg: dict[str, Any], max_model_len: int) -> tuple[Scheduler, _EventSink]:
+    """Build vLLM's Scheduler from the knobs; returns it with its event sink."""
+    if int(cfg["num_speculative_tokens"] or 0) != 0:
+        raise ValueError("num_speculative_tokens is not supported by the oracle driver")
+    vllm_config = build_vllm_config(cfg, max_model_len)
+    register_all_kvcache_specs(vllm_config)
+    sched = Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config_for(cfg),
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=int(cfg["block_size"]),
+        log_stats=True,
+    )
+    sched.use_v2_model_runner = bool(cfg["use_v2_model_runner"])
+    sink = _EventSink()
+    sched.kv_event_publisher = sink
+    return sched, sink
+
+
+def header_config(sched: Scheduler, cfg: dict[str, Any], max_model_len: int) -> dict[str, Any]:
+    """The header's config block, in the samples' key order."""
+    sc = sched.scheduler_config
+    coordinator = sched.kv_cache_manager.coordinator
+    return {
+        "block_size": int(cfg["block_size"]),
+        "num_gpu_blocks": int(cfg["num_gpu_blocks"]),
+        "enable_prefix_caching": bool(sched.cache_config.enable_prefix_caching),
+        "prefix_caching_hash_algo": sched.cache_config.prefix_caching_hash_algo,
+        "max_num_seqs": sc.max_num_seqs,
+        "max_num_batched_tokens": sc.max_num_batched_tokens,
+        "max_num_scheduled_tokens": sched.max_num_scheduled_tokens,
+        "enable_chunked_prefill": sc.enable_chunked_prefill,
+        "long_prefill_token_threshold": sc.long_prefill_token_threshold,
+        "policy": str(sc.policy),
+        "watermark": sc.watermark,
+        "scheduler_reserve_full_isl": sched.scheduler_reserve_full_isl,
+        "max_model_len": max_model_len,
+        "use_v2_model_runner": bool(sched.use_v2_model_runner),
+        "coordinator": type(coordinator).__name__,
+        "managers": [type(m).__name__ for m in coordinator.single_type_managers],
+    }
+
+
+def ordered_trace(trace: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]]]:
+    """Requests sorted stably by arrival step, each with its arrival time."""
+    reqs = sorted(trace, key=lambda r: int(r["arrival_step"]))
+    return [(int(r["arrival_step"]) + i * 1e-9, r) for i, r in enumerate(reqs)]
+
+
+def fake_model_output(sched: Scheduler, out: Any, token: int) -> ModelRunnerOutput:
+    """Sample `token` for each scheduled request whose prefill is now complete."""
+    req_ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for rid in req_ids:
+        req = sched.requests[rid]
+        done = req.num_computed_tokens >= req.num_tokens
+        sampled.append([token] if done else [])
+    return ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+    )
+
+
+def new_blocks_by_request(out: Any) -> dict[str, list[list[int]]]:
+    """Block ids that the scheduler output reports for each scheduled request."""
+    blocks: dict[str, list[list[int]]] = {}
+    for data in out.scheduled_new_reqs:
+        blocks[data.req_id] = [list(g) for g in data.block_ids]
+    cached = out.scheduled_cached_reqs
+    for rid, ids in zip(cached.req_ids, cached.new_block_ids):
+        blocks[rid] = [] if ids is None else [list(g) for g in ids]
+    return blocks
+
+
+def prefix_stats_json(engine_outputs: dict[int, Any]) -> dict[str, int]:
+    """Per-step prefix-cache counters from the EngineCoreOutputs' scheduler stats."""
+    keys = ("requests", "queries", "hits", "preempted_requests", "preempted_queries")
+    keys += ("preempted_hits",)
+    stats = None
+    for eco in engine_outputs.values():
+        if eco.scheduler_stats is not None:
+            stats = eco.scheduler_stats.prefix_cache_stats
+    return {k: int(getattr(stats, k, 0)) if stats else 0 for k in keys}
+
+
+def finished_ids(engine_outputs: dict[int, Any]) -> list[str]:
+    """Ids of requests that finished in this step, in output order."""
+    return [
+        o.request_id
+        for eco in engine_outputs.values()
+        for o in eco.outputs
+        if o.finish_reason is not None
+    ]
+
+
+class StepReplay:
+    """Replays one trace through a Scheduler and yields the JSON lines."""
+
+    def __init__(self, trace: list[dict[str, Any]], cfg: dict[str, Any], name: str) -> None:
+        self.trace = trace
+        self.cfg = cfg
+        self.name = name
+        self.seen: set[str] = set()
+        self.resuming: set[str] = set()
+
+    def build(self) -> dict[str, Any]:
+        """Build the scheduler and return the header line."""
+        t0 = time.perf_counter()
+        cfg = self.cfg
+        self.max_model_len = resolve_max_model_len(cfg, self.trace)
+        hash_fn, none_hash = init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
+        self.block_hasher = kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
+        self.sched, self.sink = build_scheduler(cfg, self.max_model_len)
+        return {
+            "type": "header",
+            "vllm_version": vllm.__version__,
+            "trace": self.name,
+            "num_requests": len(self.trace),
+            "sample_token_id": int(cfg["sample_token_id"]),
+            "build_s": round(time.perf_counter() - t0, 3),
+            "config": header_config(self.sched, cfg, self.max_model_len),
+            "none_hash_seed": cfg["none_hash_seed"],
+            "none_hash": none_hash.hex(),
+        }
+
+    def scheduled_entry(self, rid: str, n: int, blocks: list[list[int]]) -> dict[str, Any]:
+        """The per-request record of one step (before model output)."""
+        if rid not in self.seen:
+            kind = "new"
+            self.seen.add(rid)
+        elif rid in self.resuming:
+            kind = "resumed"
+            self.resuming.discard(rid)
+        else:
+            kind = "running"
+        return {"id": rid, "kind": kind, "n": n, "new_block_ids": blocks}
+
+    def finish_entry(self, entry: dict[str, Any], sampled: bool) -> None:
+        """Add the post-output fields of a scheduled request (if it still exists)."""
+        entry["sampled"] = sampled
+        req = self.sched.requests.get(entry["id"])
+        if req is None:
+            return
+        entry["computed_after"] = req.num_computed_tokens
+        entry["num_tokens"] = req.num_tokens
+        if self.cfg["dump_block_tables"]:
+            ids = self.sched.kv_cache_manager.get_block_ids(entry["id"])
+            entry["block_table"] = [list(g) for g in ids]
+
+    def step(self, index: int) -> dict[str, Any]:
+        """Run one schedule() / fake model / update_from_output() round."""
+        sched = self.sched
+        pool = sched.kv_cache_manager.block_pool
+        out = sched.schedule()
+        free_after_schedule = pool.get_num_free_blocks()
+        blocks = new_blocks_by_request(out)
+        entries = [
+            self.scheduled_entry(rid, n, blocks.get(rid, []))
+            for rid, n in out.num_scheduled_tokens.items()
+        ]
+        mro = fake_model_output(sched, out, int(self.cfg["sample_token_id"]))
+        engine_outputs = sched.update_from_output(out, mro)
+        for entry, tokens in zip(entries, mro.sampled_token_ids):
+            self.finish_entry(entry, bool(tokens))
+        preempted = sorted(out.preempted_req_ids or ())
+        self.resuming.update(preempted)
+        num_running, num_waiting = sched.get_request_counts()
+        line: dict[str, Any] = {
+            "type": "step",
+            "step": index,
+            "scheduled": entries,
+            "total_scheduled_tokens": out.total_num_scheduled_tokens,
+            "preempted": preempted,
+            "finished": finished_ids(engine_outputs),
+            "free_blocks_after_schedule": free_after_schedule,
+            "free_blocks": pool.get_num_free_blocks(),
+            "num_running": num_running,
+            "num_waiting": num_waiting,
+            "kv_cache_usage": rounded(sched.get_kv_cache_usage()),
+            "prefix_cache": prefix_stats_json(engine_outputs),
+        }
+        if self.cfg["enable_kv_cache_events"]:
+            line["kv_events"] = [event_to_json(e) for e in self.sink.take()]
+        return line
+
+    def run(self) -> Iterable[dict[str, Any]]:
+        """Yield the header, every step line and the summary."""
+        t_start = time.perf_counter()
+        yield self.build()
+        pending = ordered_trace(self.trace)
+        nxt, step, loop_s = 0, 0, 0.0
+        totals = {"finished": 0, "preempted": 0, "tokens": 0}
+        while True:
+            while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
+                arrival, spec = pending[nxt]
+                req = make_request(spec, arrival, self.block_hasher, int(spec["max_tokens"]))
+                self.sched.add_request(req)
+                nxt += 1
+            if nxt == len(pending) and not self.sched.has_requests():
+                break
+            t0 = time.perf_counter()
+            line = self.step(step)
+            loop_s += time.perf_counter() - t0
+            totals["finished"] += len(line["finished"])
+            totals["preempted"] += len(line["preempted"])
+            totals["tokens"] += line["total_scheduled_tokens"]
+            yield line
+            step += 1
+        yield {
+            "type": "summary",
+            "steps": step,
+            "finished": totals["finished"],
+            "num_requests": len(self.trace),
+            "total_preemption_events": totals["preempted"],
+            "total_scheduled_tokens": totals["tokens"],
+            "free_blocks_end": self.sched.kv_cache_manager.block_pool.get_num_free_blocks(),
+            "wall_s": round(time.perf_counter() - t_start, 3),
+            "sched_loop_s": round(loop_s, 3),
+            "steps_per_s": round(step / loop_s, 1) if loop_s > 0 else 0.0,
+        }
+
+
+def run_steps(trace: Any, config: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """Replay a trace (path or list) with the given knobs."""
+    cfg = merged(STEPS_DEFAULTS, config)
+    return StepReplay(load_json(trace), cfg, source_name(trace)).run()
+
+
+# --------------------------------------------------------------------------- #
+# ops mode
+# --------------------------------------------------------------------------- #
+class OpsReplay:
+    """Drives a KVCacheManager op by op."""
+
+    def __init__(self, ops: list[dict[str, Any]], cfg: dict[str, Any]) -> None:
+        self.ops = ops
+        self.cfg = cfg
+        self.requests: dict[str, Request] = {}
+        self.lookups: dict[str, tuple[Any, int]] = {}
+
+    def build(self) -> dict[str, Any]:
+        """Build the manager and return the header line."""
+        cfg = self.cfg
+        hash_fn, none_hash = init_none_hash(cfg["hash_algo"], cfg["none_hash_seed"])
+        bs = int(cfg["block_size"])
+        self.block_hasher = kv_cache_utils.get_request_block_hasher(bs, hash_fn)
+        vllm_config = build_vllm_config(ops_as_steps_config(cfg), int(cfg["max_model_len"]))
+        register_all_kvcache_specs(vllm_config)
+        self.manager = KVCacheManager(
+            kv_cache_config=kv_cache_config_for(cfg),
+            max_model_len=int(cfg["max_model_len"]),
+            scheduler_block_size=bs,
+            hash_block_size=bs,
+            enable_caching=bool(cfg["enable_caching"]),
+            log_stats=True,
+            enable_kv_cache_events=bool(cfg["enable_kv_cache_events"]),
+            watermark=float(cfg["watermark"]),
+        )
+        return {
+            "type": "header",
+            "vllm_version": vllm.__version__,
+            "num_gpu_blocks": int(cfg["num_gpu_blocks"]),
+            "block_size": bs,
+            "enable_caching": bool(cfg["enable_caching"]),
+            "kv_groups": ",".join(GROUP_KINDS[k][1] for k in cfg["kv_groups"]),
+            "coordinator": type(self.manager.coordinator).__name__,
+            "hash_algo": cfg["hash_algo"],
+            "none_hash_seed": cfg["none_hash_seed"],
+            "none_hash": none_hash.hex(),
+        }
+
+    def state(self) -> dict[str, Any]:
+        """Pool state appended to every op line."""
+        pool = self.manager.block_pool
+        cached: set[int] = set()
+        for value in pool.cached_block_hash_to_block._cache.values():
+            group = value.values() if isinstance(value, dict) else [value]
+            cached.update(b.block_id for b in group)
+        state = {
+            "num_free_blocks": pool.get_num_free_blocks(),
+            "usage": rounded(self.manager.usage),
+            "free_queue": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
+            "cached_block_ids": sorted(cached),
+        }
+        if self.cfg["enable_kv_cache_events"]:
+            state["kv_events"] = [type(e).__name__ for e in self.manager.take_events()]
+        return state
+
+    def op_add(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Create a request (hashes its full blocks)."""
+        arrival = float(op.get("arrival_time", len(self.requests)))
+        req = make_request(op, arrival, self.block_hasher, int(op.get("max_tokens", 1 << 20)))
+        self.requests[req.request_id] = req
+        return {"num_block_hashes": len(req.block_hashes)}
+
+    def op_get_computed_blocks(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Prefix-cache lookup; the hit is kept for the next allocate_slots."""
+        req = self.requests[op["request_id"]]
+        blocks, hits, boundary = self.manager.get_computed_blocks(
+            req, op.get("max_cache_hit_length")
+        )
+        req.shared_prefix_boundary = boundary
+        self.lookups[req.request_id] = (blocks, hits)
+        return {"block_ids": [list(g) for g in blocks.get_block_ids()], "num_computed_tokens": hits}
+
+    def op_allocate_slots(self, op: dict[str, Any]) -> dict[str, Any]:
+        """allocate_slots with the pending lookup's hit; 'rest' = all remaining tokens."""
+        req = self.requests[op["request_id"]]
+        lookup = self.lookups.pop(req.request_id, None)
+        blocks, hits = lookup if lookup else (None, 0)
+        n = op["num_new_tokens"]
+        if n == "rest":
+            n = req.num_tokens - req.num_computed_tokens - hits
+        new = self.manager.allocate_slots(
+            req,
+            int(n),
+            num_new_computed_tokens=hits,
+            new_computed_blocks=blocks,
+            num_lookahead_tokens=int(op.get("num_lookahead_tokens", 0)),
+            full_sequence_must_fit=bool(op.get("full_sequence_must_fit", False)),
+        )
+        if new is None:
+            return {
+                "num_new_tokens": n,
+                "new_block_ids": None,
+                "num_computed_tokens": req.num_computed_tokens,
+            }
+        if lookup is not None:
+            self.manager.record_prefix_cache_stats(req, hits)
+        req.num_computed_tokens += hits + int(n)
+        return {
+            "num_new_tokens": n,
+            "new_block_ids": [list(g) for g in new.get_block_ids()],
+            "num_computed_tokens": req.num_computed_tokens,
+        }
+
+    def op_block_hashes(self, op: dict[str, Any]) -> dict[str, Any]:
+        """The request's block hashes, hex."""
+        req = self.requests[op["request_id"]]
+        return {"block_hashes": [bytes(h).hex() for h in req.block_hashes]}
+
+    def op_append_tokens(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Append output tokens (as the model would); new full blocks get hashed."""
+        req = self.requests[op["request_id"]]
+        req.append_output_token_ids(list(op["token_ids"]))
+        return {"num_tokens": req.num_tokens, "num_block_hashes": len(req.block_hashes)}
+
+    def op_free(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Release every block of the request."""
+        self.manager.free(self.requests[op["request_id"]])
+        return {}
+
+    def op_reset_prefix_cache(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Drop the prefix cache (only works when nothing is allocated)."""
+        return {"ok": bool(self.manager.reset_prefix_cache())}
+
+    def op_get_block_ids(self, op: dict[str, Any]) -> dict[str, Any]:
+        """The request's current block table."""
+        ids = self.manager.get_block_ids(op["request_id"])
+        return {"block_ids": [list(g) for g in ids]}
+
+    def op_new_step(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Tell the manager a scheduler step begins."""
+        self.manager.new_step_starts()
+        return {}
+
+    def run(self) -> Iterable[dict[str, Any]]:
+        """Yield the header, one line per op and the summary."""
+        yield self.build()
+        for i, op in enumerate(self.ops):
+            handler = getattr(self, "op_" + op["op"], None)
+            if handler is None:
+                raise ValueError(f"unknown op {op['op']!r}")
+            line: dict[str, Any] = {"type": "op", "i": i, "op": op["op"]}
+            if "request_id" in op:
+                line["request_id"] = op["request_id"]
+            line.update(handler(op))
+            line.update(self.state())
+            yield line
+        stats = self.manager.make_prefix_cache_stats()
+        yield {
+            "type": "summary",
+            "prefix_cache": {
+                "requests": stats.requests if stats else 0,
+                "queries": stats.queries if stats else 0,
+                "hits": stats.hits if stats else 0,
+            },
+        }
+
+
+def ops_as_steps_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A steps-mode config carrying the ops knobs (to build a VllmConfig)."""
+    steps = dict(STEPS_DEFAULTS)
+    steps.update(
+        block_size=cfg["block_size"],
+        num_gpu_blocks=cfg["num_gpu_blocks"],
+        enable_prefix_caching=cfg["enable_caching"],
+        prefix_caching_hash_algo=cfg["hash_algo"],
+        max_num_batched_tokens=max(2048, int(cfg["max_model_len"])),
+    )
+    return steps
+
+
+def run_ops(ops: Any, config: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """Drive a KVCacheManager from an op list (path or list)."""
+    cfg = merged(OPS_DEFAULTS, config)
+    return OpsReplay(load_json(ops), cfg).run()
+
+
+# --------------------------------------------------------------------------- #
+# sizing mode
+# --------------------------------------------------------------------------- #
+DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "fp8": torch.float8_e4m3fn,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+}
+
+
+def layer_spec(layer: dict[str, Any], block_size: int) -> Any:
+    """A real-sized KV spec for one layer description."""
+    kind = layer.get("kind", "full")
+    common = {
+        "block_size": block_size,
+        "num_kv_heads": int(layer.get("num_kv_heads", 1)),
+        "head_size": int(layer["head_size"]),
+        "dtype": DTYPES[layer.get("dtype", "bfloat16")],
+    }
+    if kind == "mla":
+        return MLAAttentionSpec(**common)
+    canonical = GROUP_KINDS[kind][0]
+    if canonical == "sliding_window":
+        return SlidingWindowSpec(**common, sliding_window=int(layer["sliding_window"]))
+    if canonical == "chunked_local":
+        return ChunkedLocalAttentionSpec(
+            **common, attention_chunk_size=int(layer["attention_chunk_size"])
+        )
+    return FullAttentionSpec(**common)
+
+
+def sizing_layers(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Layer name -> spec, with layers numbered in the order given."""
+    specs: dict[str, Any] = {}
+    block_size = int(cfg.get("block_size", 16))
+    for layer in cfg["layers"]:
+        for _ in range(int(layer.get("count", 1))):
+            specs[f"model.layers.{len(specs)}.attn"] = layer_spec(layer, block_size)
+    return specs
+
+
+def run_sizing(config: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """vLLM's num_blocks and group structure for a layer list and memory budget."""
+    workers = int(config.get("num_workers", 1))
+    avail = config["available_bytes"]
+    memory = [int(a) for a in avail] if isinstance(avail, list) else [int(avail)] * workers
+    steps_cfg = dict(STEPS_DEFAULTS)
+    steps_cfg.update(block_size=int(config.get("block_size", 16)), num_gpu_blocks=1)
+    vllm_config = build_vllm_config(steps_cfg, int(config.get("max_model_len", 4096)))
+    # A GPU engine resolves these at start-up; a CPU-only build would disable HMA.
+    hybrid = bool(config.get("hybrid_kv_cache_manager", True))
+    vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = not hybrid
+    vllm_config.cache_config.kv_cache_layout = config.get("kv_cache_layout", "LBNHC")
+    register_all_kvcache_specs(vllm_config)
+    specs = [sizing_layers(config) for _ in memory]
+    groups = kv_cache_planning.get_global_kv_cache_groups(vllm_config, specs)
+    kv_cfg = kv_cache_planning.get_kv_cache_configs(vllm_config, specs, memory, groups)[0]
+    yield {
+        "vllm_version": vllm.__version__,
+        "available_bytes": memory[0] if len(set(memory)) == 1 else memory,
+        "kv_cache_layout": kv_cfg.kv_cache_layout or vllm_config.cache_config.kv_cache_layout,
+        "hybrid_kv_cache_manager": not vllm_config.scheduler_config.disable_hybrid_kv_cache_manager,
+        "num_blocks": kv_cfg.num_blocks,
+        "groups": [group_json(g) for g in kv_cfg.kv_cache_groups],
+        "kv_cache_tensors": [
+            {"size": t.size, "num_layers": len(t.layers)} for t in kv_cfg.kv_cache_tensors
+        ],
+    }
+
+
+def group_json(group: KVCacheGroupSpec) -> dict[str, Any]:
+    """One KV-cache group of a sizing result."""
+    spec = group.kv_cache_spec
+    return {
+        "spec": type(spec).__name__,
+        "num_layers": len(group.layer_names),
+        "block_size": spec.block_size,
+        "page_size_bytes": spec.page_size_bytes,
+        "sliding_window": getattr(spec, "sliding_window", None),
+    }
+
+
+# --------------------------------------------------------------------------- #
+# output and CLI
+# --------------------------------------------------------------------------- #
+def write_lines(lines: Iterable[dict[str, Any]], out: str | None) -> None:
+    """Write JSON lines to a file, or to stdout when out is None."""
+    if out is None:
+        for line in lines:
+            sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+
+
+def write_sizing(config: dict[str, Any], out: str | None) -> None:
+    """Write the sizing result as indented JSON (like kvcfg_*.json)."""
+    (result,) = list(run_sizing(config))
+    text = json.dumps(result, indent=1) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    with open(out, "w") as f:
+        f.write(text)
+
+
+def run_job(job: dict[str, Any]) -> None:
+    """Run one batch job and write its output."""
+    mode = job["mode"]
+    config = load_json(job.get("config", {}))
+    out = job.get("out")
+    if mode == "steps":
+        write_lines(run_steps(job["trace"], config), out)
+    elif mode == "ops":
+        write_lines(run_ops(job["ops"], config), out)
+    elif mode == "sizing":
+        write_sizing(config, out)
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+
+
+def run_batch(jobs: list[dict[str, Any]], keep_going: bool) -> int:
+    """Run every job in this process; returns the number of failed jobs."""
+    failures = 0
+    for i, job in enumerate(jobs):
+        t0 = time.perf_counter()
+        try:
+            run_job(job)
+        except Exception as exc:
+            failures += 1
+            print(f"job {i} ({job.get('out')}): {type(exc).__name__}: {exc}", file=sys.stderr)
+            if not keep_going:
+                raise
+        else:
+            print(f"job {i} done in {time.perf_counter() - t0:.3f}s", file=sys.stderr)
+    return failures
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line interface."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    for mode, what in (("steps", "trace"), ("ops", "op list")):
+        s = sub.add_parser(mode, help=f"replay a {what}")
+        s.add_argument("input", help=f"{what} JSON file")
+        s.add_argument("--config", required=True, help="config JSON file")
+        s.add_argument("--out", help="output JSONL file (default stdout)")
+    s = sub.add_parser("sizing", help="vLLM's KV-cache sizing")
+    s.add_argument("config", help="sizing config JSON file")
+    s.add_argument("--out", help="output JSON file (default stdout)")
+    s = sub.add_parser("batch", help="run many jobs in one process")
+    s.add_argument("jobs", help="JSON file listing jobs")
+    s.add_argument("--keep-going", action="store_true", help="continue after a failed job")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = parse_args(argv)
+    if args.mode == "steps":
+        write_lines(run_steps(args.input, load_json(args.config)), args.out)
+    elif args.mode == "ops":
+        write_lines(run_ops(args.input, load_json(args.config)), args.out)
+    elif args.mode == "sizing":
+        write_sizing(load_json(args.config), args.out)
+    else:
+        return 1 if run_batch(load_json(args.jobs), args.keep_going) else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
