@@ -12,9 +12,8 @@ Also runnable as ``python -m kvcore.replay TRACE [knobs]`` (same flags as
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvcore import VLLM_VERSION, __version__
@@ -62,8 +61,7 @@ class ReplayConfig:
     num_lookahead_tokens: int = 0
     enable_kv_cache_events: bool = False
     dump_block_tables: bool = False
-    none_hash_seed: str = field(
-        default_factory=lambda: os.environ.get("PYTHONHASHSEED", DEFAULT_NONE_HASH_SEED))
+    none_hash_seed: str = DEFAULT_NONE_HASH_SEED
 
     def __post_init__(self) -> None:
         checks = [("block_size", self.block_size, 1), ("num_gpu_blocks", self.num_gpu_blocks, 2),

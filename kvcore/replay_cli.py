@@ -55,6 +55,9 @@ def build_parser(prog: str = "kvsim replay") -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=None,
                    help="default: largest prompt + max_tokens of the trace")
     p.add_argument("--sample-token-id", type=int, default=d.sample_token_id)
+    p.add_argument("--none-hash-seed", default=d.none_hash_seed,
+                   help="seed of the first block's parent hash (vLLM: PYTHONHASHSEED or "
+                   "'vllm-none-hash')")
     p.add_argument("--num-lookahead-tokens", type=int, default=0,
                    help="speculative lookahead slots reserved per step")
     _bool_flag(p, "kv-events", False, "add KV cache events to each step")
@@ -75,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> ReplayConfig:
         attention_chunk_size=args.attention_chunk_size,
         prefix_caching_hash_algo=args.prefix_caching_hash_algo, max_model_len=args.max_model_len,
         sample_token_id=args.sample_token_id, num_lookahead_tokens=args.num_lookahead_tokens,
-        enable_kv_cache_events=args.kv_events, dump_block_tables=args.dump_block_tables)
+        enable_kv_cache_events=args.kv_events, dump_block_tables=args.dump_block_tables,
+        none_hash_seed=args.none_hash_seed)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m kvcore.replay") -> int:

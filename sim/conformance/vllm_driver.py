@@ -61,6 +61,14 @@ dump_block_tables [false], num_speculative_tokens [0], none_hash_seed
 [vllm-none-hash]. The header's ``config`` echoes the keys of vLLM's samples only
 (kv_groups and window sizes show up as ``coordinator`` / ``managers``).
 
+Ops: ``add`` takes request_id, prompt_token_ids and optional max_tokens,
+priority, cache_salt, lora_id, arrival_time; ``allocate_slots`` takes
+num_new_tokens (int, or "rest" = num_tokens - num_computed - pending hit) and
+optional num_lookahead_tokens / full_sequence_must_fit, uses the hit of the
+request's last ``get_computed_blocks``, records prefix-cache stats on success
+when a lookup preceded it, advances num_computed_tokens by hit + new tokens,
+and reports ``new_block_ids: null`` when vLLM refuses the allocation.
+
 Ops config keys: num_gpu_blocks, block_size [16], enable_caching [true],
 hash_algo [sha256], kv_groups, sliding_window, attention_chunk_size,
 enable_kv_cache_events [false], max_model_len [8192], watermark [0.0],
