@@ -56,8 +56,15 @@ def make_cases(num_cases: int, seed: int) -> list[dict[str, Any]]:
                     layer["attention_chunk_size"] = rng.choice([2048, 8192])
                 layers.append(layer)
         if not layers:
-            layers.append({"kind": "full", "block_size": block_size, "dtype": dtype,
-                           "num_kv_heads": 8, "head_size": 128})  # fmt: skip
+            layers.append(
+                {
+                    "kind": "full",
+                    "block_size": block_size,
+                    "dtype": dtype,
+                    "num_kv_heads": 8,
+                    "head_size": 128,
+                }
+            )
         # Uniform windows per kind inside one model (as real models have).
         for key in ("sliding_window", "attention_chunk_size"):
             first = next((la[key] for la in layers if key in la), None)
@@ -73,8 +80,10 @@ def make_cases(num_cases: int, seed: int) -> list[dict[str, Any]]:
             workers = [names[:cut], names[cut:]] if len(layers) > 1 else [names, names]
         else:
             workers = [names] * num_workers
-        memory = [int(rng.choice([0.25, 1, 4, 10, 40, 70]) * GiB) + rng.randrange(0, 1 << 20)
-                  for _ in workers]  # fmt: skip
+        memory = [
+            int(rng.choice([0.25, 1, 4, 10, 40, 70]) * GiB) + rng.randrange(0, 1 << 20)
+            for _ in workers
+        ]
         cases.append(
             {
                 "index": index,
@@ -163,19 +172,39 @@ def _vllm_config(tmpdir: str) -> Any:
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
 
     llama = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-        "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 131072,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 131072,
         "torch_dtype": "bfloat16",
-    }  # fmt: skip
+    }
     with open(os.path.join(tmpdir, "config.json"), "w") as f:
         json.dump(llama, f)
-    model = ModelConfig(model=tmpdir, tokenizer=None, skip_tokenizer_init=True,
-                        max_model_len=131072, dtype="bfloat16")  # fmt: skip
-    sched = SchedulerConfig(max_model_len=131072, max_num_batched_tokens=2048, max_num_seqs=128,
-                            is_encoder_decoder=False, async_scheduling=False)  # fmt: skip
-    config = VllmConfig(model_config=model, cache_config=CacheConfig(block_size=16),
-                        scheduler_config=sched, device_config=DeviceConfig(device="cpu"))  # fmt: skip
+    model = ModelConfig(
+        model=tmpdir,
+        tokenizer=None,
+        skip_tokenizer_init=True,
+        max_model_len=131072,
+        dtype="bfloat16",
+    )
+    sched = SchedulerConfig(
+        max_model_len=131072,
+        max_num_batched_tokens=2048,
+        max_num_seqs=128,
+        is_encoder_decoder=False,
+        async_scheduling=False,
+    )
+    config = VllmConfig(
+        model_config=model,
+        cache_config=CacheConfig(block_size=16),
+        scheduler_config=sched,
+        device_config=DeviceConfig(device="cpu"),
+    )
     config.cache_config.kv_cache_layout = "LBNHC"
     return config
 
@@ -193,10 +222,19 @@ def run_vllm(case: dict[str, Any], config: Any) -> dict[str, Any]:
         SlidingWindowSpec,
     )
 
-    torch_dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16,
-                    "float32": torch.float32, "fp8": torch.uint8, "fp8_e5m2": torch.uint8}  # fmt: skip
-    classes = {"full": FullAttentionSpec, "sliding_window": SlidingWindowSpec,
-               "chunked_local": ChunkedLocalAttentionSpec, "mla": MLAAttentionSpec}  # fmt: skip
+    torch_dtypes = {
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+        "float32": torch.float32,
+        "fp8": torch.uint8,
+        "fp8_e5m2": torch.uint8,
+    }
+    classes = {
+        "full": FullAttentionSpec,
+        "sliding_window": SlidingWindowSpec,
+        "chunked_local": ChunkedLocalAttentionSpec,
+        "mla": MLAAttentionSpec,
+    }
     specs = {}
     for name, layer in case["layers"].items():
         kwargs = {k: v for k, v in layer.items() if k != "kind"}
@@ -217,8 +255,10 @@ def run_vllm(case: dict[str, Any], config: Any) -> dict[str, Any]:
         configs = kp.get_kv_cache_configs(config, workers, list(case["available_memory"]), groups)
     except Exception as exc:  # noqa: BLE001 - the error kind is the result
         match = re.search(r"estimated maximum model length is (\d+)", str(exc))
-        return {"error": _error_kind(exc),
-                "estimated_max_model_len": int(match.group(1)) if match else None}  # fmt: skip
+        return {
+            "error": _error_kind(exc),
+            "estimated_max_model_len": int(match.group(1)) if match else None,
+        }
     concurrency = get_max_concurrency_for_kv_cache_config(config, configs[0])
     return _summarize(configs, concurrency, lambda s: type(s).__name__)
 
