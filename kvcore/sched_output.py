@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from kvcore.kv_cache_manager import PrefixCacheStats
 from kvcore.kv_events import KVCacheEvent
+from kvcore.request import Request
 
 
 @dataclass(slots=True)
@@ -38,6 +39,8 @@ class EngineStepOutput:
 
     finished_req_ids: list[str] = field(default_factory=list)
     """Requests that stopped in this step, in scheduling order."""
+    finished_requests: list[Request] = field(default_factory=list)
+    """The same requests (already released by the scheduler)."""
     new_token_ids: dict[str, list[int]] = field(default_factory=dict)
     prefix_cache_stats: PrefixCacheStats | None = None
     kv_events: list[KVCacheEvent] = field(default_factory=list)

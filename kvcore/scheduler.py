@@ -251,6 +251,7 @@ class Scheduler:
             if is_stopped:
                 self._free_request(request)
                 result.finished_req_ids.append(rid)
+                result.finished_requests.append(request)
                 stopped.append(request)
         if stopped:
             gone = set(stopped)

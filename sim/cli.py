@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from kvcore import VLLM_VERSION, __version__
+from sim.conformance import DEFAULT_SEED
 
 app = typer.Typer(
     name="kvsim", no_args_is_help=True, add_completion=False,
@@ -31,6 +32,22 @@ def replay(ctx: typer.Context) -> None:
     from kvcore.replay_cli import main as replay_main
 
     raise typer.Exit(replay_main(list(ctx.args), prog="kvsim replay"))
+
+
+@app.command()
+def conformance(
+    vllm_python: str = typer.Option(None, "--vllm-python", help="interpreter of an environment "
+                                    "with vLLM installed [default: .venv-vllm/bin/python]"),
+    traces: int = typer.Option(200, "--traces", help="random step traces to compare"),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="seed of the random cases"),
+    out_dir: str = typer.Option("conformance-failures", "--out-dir",
+                                help="where mismatching cases are written"),
+) -> None:
+    """Compare kvcore with an installed vLLM on random traces, op sequences and sizing
+    cases; a table of traces, steps and mismatches (exit 1 on any mismatch)."""
+    from sim.conformance.cli import run_conformance
+
+    raise typer.Exit(run_conformance(vllm_python, traces, seed, out_dir))
 
 
 @app.command()

@@ -13,6 +13,7 @@ from kvcore.kv_cache_interface import (
 )
 from kvcore.kv_cache_manager import KVCacheManager
 from kvcore.request import Request, RequestStatus
+from sim.conformance.ops import run_ops
 
 
 def make_manager(num_blocks, groups=("full",), window=32, block_size=16, **kw):
@@ -24,68 +25,19 @@ def make_manager(num_blocks, groups=("full",), window=32, block_size=16, **kw):
     return KVCacheManager(cfg, enable_caching=kw.pop("enable_caching", True), **kw)
 
 
-def run_ops(manager, ops, block_size=16):
-    """Drive the manager op by op as the oracle did; yield one record per op."""
-    hasher = BlockHasher.from_name(block_size, "sha256")
-    pool = manager.block_pool
-    reqs, hits = {}, {}
-    for i, op in enumerate(ops):
-        rec = {"type": "op", "i": i, "op": op["op"]}
-        rid = op.get("request_id")
-        if rid is not None:
-            rec["request_id"] = rid
-        kind = op["op"]
-        if kind == "add":
-            reqs[rid] = Request(rid, op["prompt_token_ids"], 1000, block_hasher=hasher)
-            rec["num_block_hashes"] = len(reqs[rid].block_hashes)
-        elif kind == "get_computed_blocks":
-            blocks, n = manager.get_computed_blocks(reqs[rid])
-            hits[rid] = (blocks, n)
-            rec["block_ids"] = [list(b) for b in blocks.get_block_ids()]
-            rec["num_computed_tokens"] = n
-        elif kind == "allocate_slots":
-            req = reqs[rid]
-            blocks, hit = hits.pop(rid, (None, 0))
-            n = op["num_new_tokens"]
-            if n == "rest":
-                n = req.num_tokens - req.num_computed_tokens - hit
-            new = manager.allocate_slots(req, n, num_new_computed_tokens=hit,
-                                         new_computed_blocks=blocks)
-            req.num_computed_tokens += hit + n
-            rec["num_new_tokens"] = n
-            rec["new_block_ids"] = [list(b) for b in new.get_block_ids()]
-            rec["num_computed_tokens"] = req.num_computed_tokens
-        elif kind == "block_hashes":
-            rec["block_hashes"] = [h.hex() for h in reqs[rid].block_hashes]
-        elif kind == "append_tokens":
-            reqs[rid].append_output_token_ids(op["token_ids"])
-            rec["num_tokens"] = reqs[rid].num_tokens
-            rec["num_block_hashes"] = len(reqs[rid].block_hashes)
-        elif kind == "free":
-            manager.free(reqs[rid])
-        elif kind == "reset_prefix_cache":
-            rec["ok"] = manager.reset_prefix_cache()
-        manager.check_invariants()
-        rec.update(num_free_blocks=pool.get_num_free_blocks(), usage=round(manager.usage, 6),
-                   free_queue=[b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-                   cached_block_ids=sorted(b.block_id for b in pool.blocks
-                                           if b.block_hash is not None))
-        yield rec
-
-
-@pytest.mark.parametrize("sample,groups", [("ops_example.jsonl", ("full",)),
-                                           ("ops_example_hybrid_swa32.jsonl", ("full", "sliding"))])
+@pytest.mark.parametrize("sample,groups", [("ops_example.jsonl", ["full"]),
+                                           ("ops_example_hybrid_swa32.jsonl", ["full", "sliding"])])
 def test_reproduces_vllm_op_samples(data_dir, sample, groups):
     ops = json.loads((data_dir / "ops_example.json").read_text())
     expected = [json.loads(line) for line in (data_dir / sample).open()]
     header = expected[0]
-    manager = make_manager(header["num_gpu_blocks"], groups)
-    got = list(run_ops(manager, ops))
-    want = [e for e in expected if e["type"] == "op"]
+    config = {"num_gpu_blocks": header["num_gpu_blocks"], "kv_groups": groups,
+              "sliding_window": 32, "enable_kv_cache_events": "kv_events" in expected[1]}
+    got = list(run_ops(ops, config, check_invariants=True))
+    want = expected[1:]
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        w = {k: v for k, v in w.items() if k != "kv_events"}
-        assert g == w, f"op {w['i']} ({w['op']}) differs"
+        assert g == w, f"op {w.get('i')} ({w.get('op')}) differs"
 
 
 def test_seed_scenario_shared_prefix_hits_exactly_two_blocks():
