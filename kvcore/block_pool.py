@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from kvcore.request import Request
 
 
+_NUM_SUFFIXES = 64
+_GROUP_SUFFIXES = tuple(i.to_bytes(4, "big") for i in range(_NUM_SUFFIXES))
+"""Precomputed 4-byte big-endian group-id suffixes of prefix-cache keys."""
+
+
 def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> bytes:
     """Prefix-cache key: the block hash followed by the group id as 4 big-endian bytes."""
     return block_hash + group_id.to_bytes(4, "big")
@@ -58,6 +63,15 @@ class BlockPool:
         With duplicates, the first block cached under the key is returned.
         """
         cache = self.cached_block_hash_to_block
+        if len(kv_cache_group_ids) == 1:  # the common case, without the loop
+            gid = kv_cache_group_ids[0]
+            hit = cache.get(block_hash + (_GROUP_SUFFIXES[gid] if gid < _NUM_SUFFIXES
+                                          else gid.to_bytes(4, "big")))
+            if hit is None:
+                return None
+            if type(hit) is dict:
+                hit = next(iter(hit.values()))
+            return [hit]
         out = []
         for gid in kv_cache_group_ids:
             hit = cache.get(block_hash + gid.to_bytes(4, "big"))
@@ -81,8 +95,28 @@ class BlockPool:
             return
         block_hashes = request.block_hashes
         cache = self.cached_block_hash_to_block
-        suffix = kv_cache_group_id.to_bytes(4, "big")
+        suffix = (_GROUP_SUFFIXES[kv_cache_group_id] if 0 <= kv_cache_group_id < _NUM_SUFFIXES
+                  else kv_cache_group_id.to_bytes(4, "big"))
         events = self.enable_kv_cache_events
+        if block_mask is None and not events:
+            # Fast path (no mask, no events): same effect as the general loop below.
+            block_hashes[num_full_blocks - 1]  # IndexError if too few, as the loop below
+            setdefault = cache.setdefault
+            for blk, block_hash in zip(blocks[num_cached_blocks:num_full_blocks],
+                                       block_hashes[num_cached_blocks:num_full_blocks]):
+                if blk.is_null:
+                    continue
+                if blk.block_hash is not None:
+                    raise RuntimeError(f"block {blk.block_id} is already cached")
+                key = block_hash + suffix
+                blk.block_hash = key
+                existing = setdefault(key, blk)
+                if existing is not blk:
+                    if type(existing) is dict:
+                        existing[blk.block_id] = blk
+                    else:
+                        cache[key] = {existing.block_id: existing, blk.block_id: blk}
+            return
         new_hashes: list[int] = []
         for i in range(num_cached_blocks, num_full_blocks):
             blk = blocks[i]
@@ -122,17 +156,42 @@ class BlockPool:
 
         Raises ValueError when fewer blocks are free (callers check first).
         """
-        if num_blocks > self.free_block_queue.num_free_blocks:
+        queue = self.free_block_queue
+        if num_blocks > queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        ret = self.free_block_queue.popleft_n(num_blocks)
+        if num_blocks <= 0:
+            return []
+        # popleft_n and the eviction / ref-count loop fused into one pass.
+        queue.num_free_blocks -= num_blocks
+        head = queue.fake_free_list_head
+        block = head.next_free_block
+        ret = []
+        append = ret.append
         if self.enable_caching:
-            for block in ret:
-                if block.block_hash is not None:
-                    self._evict_cached_block(block)
+            cache = self.cached_block_hash_to_block
+            events = self.enable_kv_cache_events
+            for _ in range(num_blocks):
+                append(block)
+                nxt = block.next_free_block
+                block.prev_free_block = block.next_free_block = None
+                key = block.block_hash
+                if key is not None:
+                    if not events and cache.get(key) is block:
+                        del cache[key]
+                        block.block_hash = None
+                    else:
+                        self._evict_cached_block(block)
                 block.ref_cnt += 1
+                block = nxt
         else:
-            for block in ret:
+            for _ in range(num_blocks):
+                append(block)
+                nxt = block.next_free_block
+                block.prev_free_block = block.next_free_block = None
                 block.ref_cnt += 1
+                block = nxt
+        head.next_free_block = block
+        block.prev_free_block = head
         return ret
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
@@ -162,7 +221,15 @@ class BlockPool:
             if block.is_null:
                 continue
             if block.ref_cnt == 0:
-                queue.remove(block)
+                # queue.remove(block), inlined
+                prev = block.prev_free_block
+                nxt = block.next_free_block
+                if prev is None or nxt is None:
+                    raise RuntimeError(f"remove() of a block not in the free queue: {block}")
+                prev.next_free_block = nxt
+                nxt.prev_free_block = prev
+                block.prev_free_block = block.next_free_block = None
+                queue.num_free_blocks -= 1
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
@@ -170,22 +237,37 @@ class BlockPool:
 
         Blocks reaching zero go to the queue: unhashed ones (or all, with caching
         off) to the head in the given order, so they are reused first; hashed ones
-        to the tail, so they stay cached as long as possible.
+        to the tail, so they stay cached as long as possible. (Same result as
+        vLLM's ``prepend_n(evict_first)`` then ``append_n(evict_last)``, linked in
+        one pass: unhashed blocks go after the last one placed at the head.)
         """
-        evict_first = []
-        evict_last = []
+        queue = self.free_block_queue
         caching = self.enable_caching
+        tail = queue.fake_free_list_tail
+        ins = queue.fake_free_list_head  # unhashed blocks are linked right after ins
+        num_freed = 0
         for block in ordered_blocks:
             if block.is_null:
                 continue
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
-                if block.block_hash is None or not caching:
-                    evict_first.append(block)
-                else:
-                    evict_last.append(block)
-        self.free_block_queue.prepend_n(evict_first)
-        self.free_block_queue.append_n(evict_last)
+            ref_cnt = block.ref_cnt - 1
+            block.ref_cnt = ref_cnt
+            if ref_cnt:
+                continue
+            num_freed += 1
+            if block.block_hash is None or not caching:
+                nxt = ins.next_free_block
+                ins.next_free_block = block
+                block.prev_free_block = ins
+                block.next_free_block = nxt
+                nxt.prev_free_block = block
+                ins = block
+            else:
+                last = tail.prev_free_block
+                last.next_free_block = block
+                block.prev_free_block = last
+                block.next_free_block = tail
+                tail.prev_free_block = block
+        queue.num_free_blocks += num_freed
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only possible when no block is in use."""
@@ -225,8 +307,9 @@ class BlockPool:
     def check_invariants(self) -> None:
         """Raise AssertionError if the pool's bookkeeping is inconsistent."""
         queue = self.free_block_queue.get_all_free_blocks()
-        assert len(queue) == self.free_block_queue.num_free_blocks, (
-            f"free queue holds {len(queue)} blocks but counts {self.free_block_queue.num_free_blocks}")
+        num_free = self.free_block_queue.num_free_blocks
+        assert len(queue) == num_free, (
+            f"free queue holds {len(queue)} blocks but counts {num_free}")
         in_queue = {b.block_id for b in queue}
         assert len(in_queue) == len(queue), "a block appears twice in the free queue"
         assert self.null_block.block_id not in in_queue, "the null block is in the free queue"
