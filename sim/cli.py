@@ -51,6 +51,40 @@ def conformance(
 
 
 @app.command()
+def budget(
+    model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
+    gpu: str = typer.Option(..., "--gpu", help="catalog name or GPU YAML path"),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size"),
+    gpu_memory_utilization: float = typer.Option(
+        None, "--gpu-memory-utilization", help="[default: 0.92, vLLM 0.33]"),
+    max_model_len: int = typer.Option(None, "--max-model-len", help="[default: model max]"),
+    max_num_batched_tokens: int = typer.Option(
+        None, "--max-num-batched-tokens", help="[default: vLLM's for the GPU]"),
+    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="[default: vLLM's]"),
+    block_size: int = typer.Option(16, "--block-size"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto or fp8"),
+    num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
+    calibration: str = typer.Option(None, "--calibration", help="(not supported yet)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """The KV block budget (num_gpu_blocks) per GPU and each term it was derived from."""
+    from sim.budget_cli import budget_command
+
+    raise typer.Exit(budget_command(
+        model, gpu, tensor_parallel_size, gpu_memory_utilization, max_model_len,
+        max_num_batched_tokens, max_num_seqs, block_size, kv_cache_dtype,
+        num_gpu_blocks_override, calibration, as_json))
+
+
+@app.command(name="list")
+def list_catalog() -> None:
+    """Bundled workload presets, models and GPUs."""
+    from sim.budget_cli import list_command
+
+    raise typer.Exit(list_command())
+
+
+@app.command()
 def version() -> None:
     """Print kvsim's version and the vLLM version kvcore mirrors."""
     typer.echo(f"kvsim {__version__} (kvcore mirrors vLLM {VLLM_VERSION})")

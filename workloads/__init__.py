@@ -1,1 +1,36 @@
-"""Workload specs, trace readers and arrival processes (not yet built)."""
+"""Workloads for kvsim: YAML specs, presets and traces, replayed as a SimPy process.
+
+Public API::
+
+    load_workload(spec, *, seed=None) -> Workload     # preset name, YAML or trace path
+    list_presets() -> list[str]
+    Workload.start(env, submit) / on_finish(request_id, output_token_ids, now) / done()
+    SimRequest                                         # what ``submit`` receives
+    WorkloadError                                      # every bad input
+"""
+
+from workloads.analysis import expected_prefix_hit_fraction
+from workloads.errors import WorkloadError
+from workloads.loader import list_presets, load_spec, load_workload, preset_description
+from workloads.process import Workload
+from workloads.request import SimRequest
+from workloads.spec import WorkloadSpec
+from workloads.synthetic import SyntheticWorkload
+from workloads.trace_workload import TraceWorkload
+from workloads.traces import TraceTable, read_trace
+
+__all__ = [
+    "SimRequest",
+    "SyntheticWorkload",
+    "TraceTable",
+    "TraceWorkload",
+    "Workload",
+    "WorkloadError",
+    "WorkloadSpec",
+    "expected_prefix_hit_fraction",
+    "list_presets",
+    "load_spec",
+    "load_workload",
+    "preset_description",
+    "read_trace",
+]

@@ -1,0 +1,247 @@
+"""The default KV block budget of one GPU, without a GPU: vLLM's memory accounting with
+analytic estimates in place of ``profile_run``'s measurements.
+
+vLLM 0.33.0 (``Worker.determine_available_memory``, see shared/notes/calibration.md §3):
+``available_kv = ceil(total * gpu_memory_utilization) - non_kv - cudagraph_estimate``
+with ``non_kv = weights + transient activation peak + non-torch growth``; then kvcore's
+port of ``get_kv_cache_configs`` turns the bytes into blocks (``num_blocks =
+available // bytes_per_block``, minimum over tensor-parallel ranks, one request of
+``max_model_len`` must fit). All terms are bytes per tensor-parallel rank.
+
+Estimates (documented defaults, recorded separately so a calibration file can replace
+them):
+
+* weights: ``ModelSpec.weight_bytes() / tp``;
+* activation peak of the profiling forward at ``max_num_batched_tokens`` tokens (attention
+  skipped, as in vLLM): per token ``dtype * (2 H + 3 I / tp)`` for dense layers (residual,
+  hidden, gate-up output and activation output of the MLP) or ``dtype * (2 H + k (3 I_moe
+  / tp + H))`` for MoE layers (fused-MoE intermediate caches); plus the dummy sampler run
+  on ``min(max_num_batched_tokens, max_num_seqs)`` requests: ``16`` bytes per logit
+  (fp32 logits and about three fp32-sized temporaries of sampling);
+* non-torch memory: 0.5 GiB (cuBLAS workspaces, compiled kernels, attention workspaces),
+  plus 0.25 GiB of communicator buffers when ``tp > 1``;
+* CUDA graphs: 0.5 GiB (vLLM 0.33 subtracts its capture estimate; typical logs show
+  0.3-1 GiB); pass ``cudagraph_memory_bytes=0`` for ``enforce_eager`` or vLLM < 0.21.
+
+Check: Llama-3.1-8B on an RTX 4090 (25,250,627,584 B), utilization 0.9, 2048 batched
+tokens, 256 sequences, no graph term (vLLM 0.19): 2,572 blocks; vLLM 0.19 reported 2,588
+(shared/data/ground_truth/llmservingsim_vllm0190/RTX4090_Llama-3.1-8B/meta.json).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from calibrate.gpu_spec import GIB, GPUSpec
+from calibrate.model_spec import ModelSpec
+from kvcore.kv_cache_budget import plan_kv_cache_budget
+from kvcore.kv_cache_interface import KVCacheConfig, get_dtype_size
+from kvcore.kv_cache_planning import InsufficientKVCacheMemoryError
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33.0 (0.9 before)
+SAMPLER_BYTES_PER_LOGIT = 16
+NON_TORCH_BYTES = GIB // 2
+NON_TORCH_TP_BYTES = GIB // 4
+CUDAGRAPH_BYTES = GIB // 2
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+
+
+class KVBudgetError(ValueError):
+    """The configuration leaves no room for the KV cache (message names the knob)."""
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """Every term of one GPU's KV block budget (bytes are per tensor-parallel rank).
+
+    ``requested_memory_bytes = weights_bytes + activation_peak_bytes + non_torch_bytes +
+    cudagraph_bytes + available_kv_bytes``; ``num_gpu_blocks = available_kv_bytes //
+    bytes_per_block`` unless ``num_gpu_blocks_override`` is set. ``max_concurrency`` is
+    how many requests of ``max_model_len`` tokens fit at once (as vLLM logs it).
+    """
+
+    model: str
+    gpu: str
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    kv_cache_dtype: str
+    total_memory_bytes: int
+    requested_memory_bytes: int
+    weights_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    available_kv_bytes: int
+    bytes_per_block: int
+    num_gpu_blocks: int
+    num_gpu_blocks_override: int | None
+    kv_cache_size_tokens: int
+    max_concurrency: float
+    num_kv_cache_groups: int
+    kv_cache_config: KVCacheConfig = field(repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, object]:
+        """All terms as JSON-ready values (the kvcore config left out)."""
+        out = asdict(self)
+        out.pop("kv_cache_config")
+        return out
+
+
+def default_batch_limits(gpu: GPUSpec) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM 0.33.0 picks for the OpenAI server:
+    16384/1024 on GPUs with >= 160 GiB, 8192/1024 on >= 70 GiB unless an A100, else
+    2048/256 (``EngineArgs`` batch defaults, shared/notes/calibration.md §3.8)."""
+    gib = gpu.memory_bytes / GIB
+    if gib >= 160:
+        return 16384, 1024
+    if gib >= 70 and "a100" not in gpu.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def activation_peak_bytes(
+    model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int
+) -> int:
+    """Transient peak of vLLM's profiling run on one rank (bytes; see module docstring)."""
+    a = get_dtype_size(model.dtype)
+    h = model.hidden_size
+    dense = 2 * h + 3 * model.intermediate_size / tp
+    per_token = dense
+    if model.is_moe:
+        moe = 2 * h + model.num_experts_per_tok * (3 * model.moe_intermediate_size / tp + h)
+        per_token = max(dense if model.num_moe_layers < model.num_layers else 0, moe)
+    forward = a * per_token * max_num_batched_tokens
+    num_reqs = min(max_num_batched_tokens, max_num_seqs)
+    sampler = SAMPLER_BYTES_PER_LOGIT * num_reqs * model.vocab_size
+    return int(forward + sampler)
+
+
+def _check_args(model: ModelSpec, tp: int, util: float, block_size: int, dtype: str) -> None:
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise KVBudgetError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
+    if not (isinstance(util, (int, float)) and 0 < util <= 1):
+        raise KVBudgetError(f"gpu_memory_utilization must be in (0, 1], got {util!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise KVBudgetError(f"block_size must be a positive integer (tokens), got {block_size!r}")
+    if dtype not in KV_CACHE_DTYPES:
+        raise KVBudgetError(
+            f"kv_cache_dtype: unknown {dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}"
+        )
+    if "mla" not in model.layer_kinds and model.num_kv_heads % tp and tp % model.num_kv_heads:
+        raise KVBudgetError(
+            f"tensor_parallel_size {tp} must divide or be a multiple of the model's "
+            f"{model.num_kv_heads} KV heads"
+        )
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise KVBudgetError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def compute_kv_budget(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    max_model_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    block_size: int = 16,
+    kv_cache_dtype: str = "auto",
+    num_gpu_blocks_override: int | None = None,
+    *,
+    cudagraph_memory_bytes: int | None = None,
+    non_torch_memory_bytes: int | None = None,
+) -> KVBudget:
+    """The KV block budget of ``model`` on one ``gpu`` (per tensor-parallel rank).
+
+    ``None`` picks vLLM 0.33.0's default: ``max_model_len`` the model's
+    ``max_position_embeddings``; ``max_num_batched_tokens`` / ``max_num_seqs`` from
+    ``default_batch_limits``; graph and non-torch terms from the module's constants.
+    Raises ``KVBudgetError`` (a ValueError) naming the knob when the weights leave no
+    room or one ``max_model_len`` request does not fit.
+    """
+    tp = tensor_parallel_size
+    _check_args(model, tp, gpu_memory_utilization, block_size, kv_cache_dtype)
+    default_mbt, default_seqs = default_batch_limits(gpu)
+    mbt = _positive("max_num_batched_tokens", max_num_batched_tokens or default_mbt)
+    seqs = _positive("max_num_seqs", max_num_seqs or default_seqs)
+    max_len = _positive("max_model_len", max_model_len or model.max_position_embeddings)
+    if max_len > model.max_position_embeddings:
+        raise KVBudgetError(
+            f"max_model_len {max_len} exceeds the model's max_position_embeddings "
+            f"({model.max_position_embeddings})"
+        )
+    if mbt < seqs:
+        raise KVBudgetError(f"max_num_batched_tokens ({mbt}) must be >= max_num_seqs ({seqs})")
+    if num_gpu_blocks_override is not None:
+        _positive("num_gpu_blocks_override", num_gpu_blocks_override)
+    requested = math.ceil(gpu.memory_bytes * gpu_memory_utilization)
+    weights = model.weight_bytes() // tp
+    activation = activation_peak_bytes(model, tp, mbt, seqs)
+    non_torch = non_torch_memory_bytes
+    if non_torch is None:
+        non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
+    graphs = CUDAGRAPH_BYTES if cudagraph_memory_bytes is None else cudagraph_memory_bytes
+    available = requested - weights - activation - non_torch - graphs
+    if available <= 0 and num_gpu_blocks_override is None:
+        raise KVBudgetError(
+            f"no memory left for the KV cache: {requested / GIB:.2f} GiB requested "
+            f"(gpu_memory_utilization {gpu_memory_utilization}), weights {weights / GIB:.2f} "
+            f"GiB + activations {activation / GIB:.2f} GiB + reserves "
+            f"{(non_torch + graphs) / GIB:.2f} GiB per GPU; raise --tensor-parallel-size or "
+            f"--gpu-memory-utilization, or lower --max-num-batched-tokens"
+        )
+    try:
+        plan = plan_kv_cache_budget(
+            available_memory_bytes=max(available, 0),
+            max_model_len=max_len,
+            max_num_batched_tokens=mbt,
+            block_size=block_size,
+            tensor_parallel_size=tp,
+            num_gpu_blocks_override=num_gpu_blocks_override,
+            **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
+        )
+    except InsufficientKVCacheMemoryError as exc:
+        where = (
+            f"{num_gpu_blocks_override} blocks of num_gpu_blocks_override"
+            if num_gpu_blocks_override is not None
+            else f"{max(available, 0) / GIB:.2f} GiB left for the KV cache"
+        )
+        raise KVBudgetError(
+            f"max_model_len: one request of {max_len} tokens does not fit in the {where}; "
+            f"the longest that fits is {exc.estimated_max_model_len} tokens: lower "
+            f"--max-model-len, or raise --gpu-memory-utilization / --tensor-parallel-size"
+        ) from None
+    return KVBudget(
+        model=model.name,
+        gpu=gpu.name,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=float(gpu_memory_utilization),
+        max_model_len=max_len,
+        max_num_batched_tokens=mbt,
+        max_num_seqs=seqs,
+        block_size=block_size,
+        kv_cache_dtype=model.kv_cache_dtype(kv_cache_dtype),
+        total_memory_bytes=gpu.memory_bytes,
+        requested_memory_bytes=requested,
+        weights_bytes=weights,
+        activation_peak_bytes=activation,
+        non_torch_bytes=non_torch,
+        cudagraph_bytes=graphs,
+        available_kv_bytes=available,
+        bytes_per_block=plan.bytes_per_block,
+        num_gpu_blocks=plan.num_blocks,
+        num_gpu_blocks_override=num_gpu_blocks_override,
+        kv_cache_size_tokens=plan.kv_cache_size_tokens,
+        max_concurrency=plan.max_concurrency,
+        num_kv_cache_groups=plan.num_groups,
+        kv_cache_config=plan.kv_cache_config,
+    )

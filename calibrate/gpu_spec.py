@@ -1,0 +1,61 @@
+"""What the simulator knows about one accelerator: memory, peak throughput, bandwidths.
+
+Units: memory in bytes (``memory_bytes``: the total the driver reports to torch, which is
+below the datasheet's decimal GB) or decimal GB (``memory_gb``: the datasheet figure);
+throughput in TFLOP/s (10^12 FLOP per second, dense, i.e. without 2:4 sparsity);
+bandwidths in GB/s (10^9 bytes per second). ``interconnect_bandwidth_gbps`` is one GPU's
+bandwidth to its peers in one direction (NVLink / Infinity Fabric / PCIe), which is what
+a ring all-reduce moves data at.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 1 << 30
+
+
+class GPUSpec(BaseModel):
+    """One GPU model of the catalog (strict: unknown YAML keys are rejected)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    vendor: str = "NVIDIA"
+    memory_gb: float = Field(gt=0, description="datasheet memory, decimal GB")
+    memory_bytes: int = Field(gt=0, description="total as torch/cudaMemGetInfo reports, bytes")
+    bf16_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak, TFLOP/s")
+    fp16_tflops: float = Field(gt=0, description="dense FP16 tensor-core peak, TFLOP/s")
+    fp8_tflops: float | None = Field(default=None, gt=0, description="dense FP8 peak, TFLOP/s")
+    hbm_bandwidth_gbps: float = Field(gt=0, description="device memory bandwidth, GB/s")
+    interconnect: str = ""
+    interconnect_bandwidth_gbps: float = Field(gt=0, description="per GPU, one direction, GB/s")
+    source: str = Field(min_length=1, description="where the figures come from (URLs)")
+    notes: str = ""
+
+    @property
+    def memory_gib(self) -> float:
+        """``memory_bytes`` in GiB (2^30 bytes)."""
+        return self.memory_bytes / GIB
+
+    @property
+    def hbm_bandwidth_bytes_per_s(self) -> float:
+        """Device memory bandwidth in bytes/s."""
+        return self.hbm_bandwidth_gbps * 1e9
+
+    @property
+    def interconnect_bytes_per_s(self) -> float:
+        """Peer bandwidth (one direction) in bytes/s."""
+        return self.interconnect_bandwidth_gbps * 1e9
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense tensor-core peak in FLOP/s for GEMMs whose weights are ``dtype``.
+
+        fp8 weights use the FP8 peak where the GPU has one, else the BF16 peak (the
+        weights are upcast); float16 uses the FP16 peak; everything else BF16.
+        """
+        if dtype.startswith("fp8") and self.fp8_tflops is not None:
+            return self.fp8_tflops * 1e12
+        if dtype in ("float16", "half"):
+            return self.fp16_tflops * 1e12
+        return self.bf16_tflops * 1e12

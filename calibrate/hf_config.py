@@ -1,0 +1,175 @@
+"""Read a Hugging Face ``config.json`` into a ``ModelSpec``.
+
+Only the keys that size weights, FLOPs and the KV cache are read; all others are ignored
+(as transformers does for keys a config class does not know). Handles the key spellings
+of the Llama, Qwen2/3, Mistral, Mixtral, Gemma-2/3 (``text_config``, ``layer_types`` or
+``sliding_window_pattern``) and DeepSeek-V2/V3 (MLA, MoE) families.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from calibrate.model_spec import LayerKind, ModelSpec
+
+# vLLM's dtype "auto" runs float32 checkpoints in bfloat16 on GPUs (ModelConfig._get_dtype).
+_DTYPE_ALIASES = {"float32": "bfloat16", "float": "bfloat16", "half": "float16"}
+
+
+class HFConfig(BaseModel):
+    """The subset of a Hugging Face config this module reads (unknown keys ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    architectures: list[str] | None = None
+    model_type: str = ""
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int = 0
+    vocab_size: int
+    max_position_embeddings: int | None = None
+    torch_dtype: str | None = None
+    dtype: str | None = None
+    tie_word_embeddings: bool | None = None
+    attention_bias: bool | None = None
+    sliding_window: int | None = None
+    use_sliding_window: bool | None = None
+    sliding_window_pattern: int | None = None
+    layer_types: list[str] | None = None
+    # MoE spellings: DeepSeek (n_routed_experts), Mixtral (num_local_experts), Qwen (num_experts).
+    n_routed_experts: int | None = None
+    num_local_experts: int | None = None
+    num_experts: int | None = None
+    num_experts_per_tok: int | None = None
+    moe_intermediate_size: int | None = None
+    n_shared_experts: int | None = None
+    shared_expert_intermediate_size: int | None = None
+    first_k_dense_replace: int | None = None
+    # MLA.
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    quantization_config: dict[str, Any] | None = None
+    vision_config: dict[str, Any] | None = None
+
+
+def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs (Gemma-3, Llama-4...) keep the language model in ``text_config``."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        return raw
+    merged = {k: v for k, v in raw.items() if k != "text_config"}
+    merged.update(text)
+    for key in ("torch_dtype", "dtype", "tie_word_embeddings"):
+        if key in raw and key not in text:
+            merged[key] = raw[key]
+    return merged
+
+
+def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
+    n = cfg.num_hidden_layers
+    if cfg.kv_lora_rank is not None:
+        return ("mla",) * n
+    window = cfg.sliding_window
+    if window is None or (cfg.max_position_embeddings and window >= cfg.max_position_embeddings):
+        return ("full",) * n
+    if cfg.layer_types is not None:
+        if len(cfg.layer_types) != n:
+            raise ValueError(f"layer_types has {len(cfg.layer_types)} entries, expected {n}")
+        kinds: list[LayerKind] = []
+        for t in cfg.layer_types:
+            kinds.append("sliding_window" if "sliding" in t else "full")
+        return tuple(kinds)
+    if cfg.sliding_window_pattern:
+        p = cfg.sliding_window_pattern  # every p-th layer (1-based) is global
+        return tuple("full" if (i + 1) % p == 0 else "sliding_window" for i in range(n))
+    if cfg.use_sliding_window is False:
+        return ("full",) * n
+    return ("sliding_window",) * n  # e.g. Mistral-7B-v0.1: every layer is windowed
+
+
+def _vision_params(vision: dict[str, Any] | None, text_hidden: int) -> int:
+    """Rough parameter count of a ViT-style vision tower plus its projector (weights
+    only; vLLM loads it for multimodal checkpoints)."""
+    if not vision:
+        return 0
+    try:
+        h = int(vision["hidden_size"])
+        inter = int(vision.get("intermediate_size", 4 * h))
+        layers = int(vision["num_hidden_layers"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+    return layers * (4 * h * h + 2 * h * inter) + h * text_hidden
+
+
+def _moe_fields(cfg: HFConfig) -> dict[str, int]:
+    experts = cfg.n_routed_experts or cfg.num_local_experts or cfg.num_experts or 0
+    if not experts:
+        return {}
+    moe_inter = cfg.moe_intermediate_size or cfg.intermediate_size
+    shared = cfg.shared_expert_intermediate_size or (cfg.n_shared_experts or 0) * moe_inter
+    return {
+        "num_experts": experts,
+        "num_experts_per_tok": cfg.num_experts_per_tok or 0,
+        "moe_intermediate_size": moe_inter,
+        "shared_expert_intermediate_size": shared,
+        "first_k_dense_replace": cfg.first_k_dense_replace or 0,
+    }
+
+
+def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
+    """A ``ModelSpec`` named ``name`` from a parsed ``config.json``.
+
+    Raises pydantic ``ValidationError`` (missing or mistyped keys) or ValueError.
+    """
+    cfg = HFConfig.model_validate(_flatten(raw))
+    dtype = cfg.torch_dtype or cfg.dtype or "bfloat16"
+    dtype = _DTYPE_ALIASES.get(dtype, dtype)
+    quant = (cfg.quantization_config or {}).get("quant_method")
+    weight_dtype = "fp8" if quant == "fp8" else None
+    if cfg.max_position_embeddings is None:
+        raise ValueError("max_position_embeddings: missing (the model's context length)")
+    gemma = cfg.model_type.startswith("gemma")
+    tied = cfg.tie_word_embeddings if cfg.tie_word_embeddings is not None else gemma
+    fields: dict[str, Any] = {
+        "name": name,
+        "architecture": (cfg.architectures or [cfg.model_type or "unknown"])[0],
+        "num_layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_kv_heads": cfg.num_key_value_heads or cfg.num_attention_heads,
+        "head_size": cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "dtype": dtype,
+        "weight_dtype": weight_dtype,
+        "tie_word_embeddings": tied,
+        "attention_bias": bool(cfg.attention_bias) or cfg.model_type == "qwen2",
+        "layer_types": _layer_types(cfg),
+        "sliding_window": cfg.sliding_window,
+        "extra_params": _vision_params(cfg.vision_config, cfg.hidden_size),
+        **_moe_fields(cfg),
+    }
+    if cfg.kv_lora_rank is not None:
+        fields.update(
+            kv_lora_rank=cfg.kv_lora_rank,
+            q_lora_rank=cfg.q_lora_rank,
+            qk_nope_head_dim=cfg.qk_nope_head_dim or 0,
+            qk_rope_head_dim=cfg.qk_rope_head_dim or 0,
+            v_head_dim=cfg.v_head_dim,
+            sliding_window=None,
+        )
+    if "sliding_window" not in fields["layer_types"]:
+        fields["sliding_window"] = None
+    return ModelSpec.model_validate(fields)
+
+
+__all__ = ["HFConfig", "ValidationError", "model_spec_from_hf_config"]

@@ -1,0 +1,257 @@
+"""Roofline step-time model: a step costs what its slowest resource needs, per phase.
+
+For one tensor-parallel rank and one step with ``N`` tokens over ``R`` requests:
+
+* dense layers: ``max(weight_bytes / BW, (N * 2 * P_active + R * 2 * V * H) / F)``. All
+  non-expert weights are read once per step; for MoE layers, the expected number of
+  distinct experts ``N`` tokens route to, ``E * (1 - (1 - k/E)^N)`` (uniform routing),
+  is read. The LM head runs on one position per request (vLLM's ``logits_indices``).
+* attention, per layer kind (full / sliding window / MLA) and per phase (prefill chunks,
+  decodes), ``max(pair_flops / F_attn, kv_bytes_read / BW)``. A chunk of ``q`` tokens on
+  ``c`` cached ones does ``sum_{i=1..q} min(c + i, W)`` query-key pairs (causal,
+  capped by the window ``W``) and reads ``min(c + q, W + q - 1)`` tokens of KV (the
+  keys some query of the chunk sees). MLA prefill
+  works in the expanded head space (``qk_nope + qk_rope`` and ``v_head_dim`` per head),
+  MLA decode in the absorbed latent space (``kv_lora_rank + qk_rope`` and
+  ``kv_lora_rank``); its latent cache is replicated on every rank.
+* tensor parallelism: work and weights are split ``tp`` ways (KV heads: at least one per
+  rank), plus two all-reduces per layer of ``N * H`` activations, each
+  ``latency + 2 (tp - 1) / tp * bytes / link_BW`` (ring).
+* ``attention_kernel_s`` per layer and attention phase present (kernel floor);
+* ``step_overhead_s`` per step (scheduler, input preparation, sampling, launch) and
+  ``per_request_overhead_s`` per scheduled request.
+
+The phases run one after another, so their times add. ``F`` and ``BW`` are the catalog's
+peaks times the efficiency factors below. Not modelled: CUDA-graph batch padding,
+activation traffic, kernel launch gaps inside a step, expert parallelism.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from calibrate.gpu_spec import GPUSpec
+from calibrate.latency_interface import LatencyModel, as_decode_arrays, as_token_arrays
+from calibrate.model_spec import LayerKind, ModelSpec
+from kvcore.kv_cache_interface import get_dtype_size
+
+
+@dataclass(frozen=True)
+class RooflineEfficiency:
+    """Fractions of catalog peaks a real engine reaches, and fixed overheads (seconds).
+
+    Defaults are read off Vidur's A100-80GB operator profile (shared/data/vidur_a100):
+    ``compute`` 0.7 (its QKV/O/MLP GEMMs reach 0.68-0.79 of the BF16 peak at >= 2048
+    tokens; torchao assumes 0.6 on H100), ``memory`` 0.75 (the same GEMMs at <= 16
+    tokens stream weights at 0.64-0.78 of HBM peak; torchao 0.92, BLIS 0.72),
+    ``attention`` 0.3 (FlashAttention prefill chunks there reach about 0.25 of the
+    tensor-core peak; newer kernels do better), ``attention_kernel_s`` 10 us per layer
+    and phase (the decode-attention kernel's floor there is 12-15 us), ``interconnect``
+    0.6 of the link with ``allreduce_latency_s`` 20 us (its TP-2 NCCL all-reduce: 7 us
+    for 2 KB, 53-74 us for 0.5-8 MB, 0.53 of the link at 32 MB; vLLM's custom all-reduce
+    is faster on small messages). ``step_overhead_s`` 0.4 ms and
+    ``per_request_overhead_s`` 5 us per scheduled request: scheduler, input preparation
+    and sampling (BLIS's fitted terms: 0.13 ms per step, 4 us per request and 32 us per
+    layer).
+    """
+
+    compute: float = 0.7
+    memory: float = 0.75
+    attention: float = 0.3
+    interconnect: float = 0.6
+    allreduce_latency_s: float = 20e-6
+    attention_kernel_s: float = 10e-6
+    step_overhead_s: float = 0.4e-3
+    per_request_overhead_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        for name in ("compute", "memory", "attention", "interconnect"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"efficiency {name} must be in (0, 1], got {value!r}")
+        for name in (
+            "allreduce_latency_s",
+            "attention_kernel_s",
+            "step_overhead_s",
+            "per_request_overhead_s",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 seconds")
+
+
+@dataclass(frozen=True)
+class _AttentionGroup:
+    """Layers of one attention kind on one rank."""
+
+    num_layers: int
+    window: int | None
+    kv_bytes_per_token: float  # per layer, this rank
+    prefill_flops_per_pair: float  # per layer, this rank, per (query, key) pair
+    decode_flops_per_pair: float
+
+
+def _causal_pairs(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarray:
+    """Query-key pairs of a causal chunk of ``q`` tokens on ``c`` cached ones, each query
+    seeing at most ``window`` keys: ``sum_{p=c+1}^{c+q} min(p, W)``."""
+    a, b = c + 1.0, c + q
+    full = q * (a + b) / 2.0
+    if window is None:
+        return full
+    w = float(window)
+    straddle = (a + w) * (w - a + 1.0) / 2.0 + (b - w) * w
+    return np.where(b <= w, full, np.where(a > w, q * w, straddle))
+
+
+class RooflineLatencyModel(LatencyModel):
+    """Step times from the model's shapes and the GPU's peaks (see the module docstring)."""
+
+    kind = "roofline"
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GPUSpec,
+        tensor_parallel_size: int = 1,
+        efficiency: RooflineEfficiency | None = None,
+        kv_cache_dtype: str = "auto",
+    ) -> None:
+        if tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size!r}")
+        self.model, self.gpu, self.tp = model, gpu, tensor_parallel_size
+        self.eff = efficiency or RooflineEfficiency()
+        tp, eff = self.tp, self.eff
+        counts = model.param_counts()
+        wdtype = model.weight_dtype or model.dtype
+        wbytes, abytes = get_dtype_size(wdtype), get_dtype_size(model.dtype)
+        self.gemm_flops_per_s = gpu.peak_flops(wdtype) * eff.compute
+        self.attn_flops_per_s = gpu.peak_flops(model.dtype) * eff.attention
+        self.bytes_per_s = gpu.hbm_bandwidth_bytes_per_s * eff.memory
+        lm_head_bytes = counts.embedding * abytes  # tied or not, the head reads V x H
+        non_expert = counts.attention + counts.dense_mlp + counts.moe_shared
+        self.dense_weight_bytes = (
+            non_expert * wbytes + (counts.router + counts.norms) * abytes + lm_head_bytes
+        ) / tp
+        self.expert_bytes = 3 * model.hidden_size * model.moe_intermediate_size * wbytes / tp
+        active_routed = counts.active_per_token - (
+            counts.embedding + counts.lm_head + non_expert + counts.router + counts.norms
+        )
+        self.flops_per_token = 2.0 * (non_expert + counts.router + active_routed) / tp
+        self.lm_head_flops_per_request = 2.0 * counts.embedding / tp
+        self.allreduce_bytes_per_token = model.hidden_size * abytes
+        self.groups = self._attention_groups(model, kv_cache_dtype)
+
+    def _attention_groups(self, model: ModelSpec, kv_cache_dtype: str) -> list[_AttentionGroup]:
+        heads = model.num_attention_heads / self.tp
+        groups = []
+        kinds: tuple[LayerKind, ...] = ("full", "sliding_window", "mla")
+        for kind in kinds:
+            n = model.num_layers_of(kind)
+            if not n:
+                continue
+            kv = model.kv_bytes_per_token_of(kind, kv_cache_dtype, self.tp)
+            if kind == "mla":
+                assert model.kv_lora_rank is not None and model.v_head_dim is not None
+                prefill = 2.0 * heads * (model.mla_qk_head_size + model.v_head_dim)
+                decode = 2.0 * heads * (model.mla_kv_size + model.kv_lora_rank)
+            else:
+                prefill = decode = 4.0 * heads * model.head_size
+            window = model.sliding_window if kind == "sliding_window" else None
+            groups.append(_AttentionGroup(n, window, kv, prefill, decode))
+        return groups
+
+    # ---- shared terms ------------------------------------------------------------------
+
+    def _distinct_experts(self, num_tokens: np.ndarray) -> np.ndarray:
+        e, k = self.model.num_experts, self.model.num_experts_per_tok
+        if not e:
+            return np.zeros_like(num_tokens, dtype=np.float64)
+        return e * (1.0 - (1.0 - k / e) ** num_tokens)
+
+    def _dense_time(self, num_tokens: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
+        weights = self.dense_weight_bytes + (
+            self.model.num_moe_layers * self._distinct_experts(num_tokens) * self.expert_bytes
+        )
+        flops = num_tokens * self.flops_per_token + num_requests * self.lm_head_flops_per_request
+        return np.maximum(weights / self.bytes_per_s, flops / self.gemm_flops_per_s)
+
+    def _allreduce_time(self, num_tokens: np.ndarray) -> np.ndarray:
+        if self.tp == 1:
+            return np.zeros_like(num_tokens, dtype=np.float64)
+        link = self.gpu.interconnect_bytes_per_s * self.eff.interconnect
+        size = num_tokens * self.allreduce_bytes_per_token
+        one = self.eff.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / link
+        return 2.0 * self.model.num_layers * one
+
+    def _overhead(self, num_requests: np.ndarray) -> np.ndarray:
+        return self.eff.step_overhead_s + self.eff.per_request_overhead_s * num_requests
+
+    def _attn_phase(
+        self, g: _AttentionGroup, pairs: float, kv_tokens: float, decode: bool
+    ) -> float:
+        per_pair = g.decode_flops_per_pair if decode else g.prefill_flops_per_pair
+        compute = pairs * per_pair / self.attn_flops_per_s
+        memory = kv_tokens * g.kv_bytes_per_token / self.bytes_per_s
+        return g.num_layers * (max(compute, memory) + self.eff.attention_kernel_s)
+
+    # ---- the interface -----------------------------------------------------------------
+
+    def step_time(self, new_tokens: np.ndarray, context_tokens: np.ndarray) -> float:
+        """Seconds for one step (see the module docstring); 0.0 for an empty step."""
+        new, ctx = as_token_arrays(new_tokens, context_tokens)
+        active = new > 0
+        new, ctx = new[active].astype(np.float64), ctx[active].astype(np.float64)
+        if not new.size:
+            return 0.0
+        n_tok, n_req = np.float64(new.sum()), np.float64(new.size)
+        total = float(self._dense_time(n_tok, n_req) + self._allreduce_time(n_tok))
+        total += float(self._overhead(n_req))
+        is_decode = new == 1
+        for g in self.groups:
+            for decode in (False, True):
+                sel = is_decode if decode else ~is_decode
+                if not sel.any():
+                    continue
+                q, c = new[sel], ctx[sel]
+                pairs = float(_causal_pairs(q, c, g.window).sum())
+                reach = c + q if g.window is None else np.minimum(c + q, g.window + q - 1)
+                total += self._attn_phase(g, pairs, float(reach.sum()), decode)
+        return total
+
+    def decode_step_times(
+        self,
+        batch_sizes: np.ndarray,
+        total_context: np.ndarray,
+        windowed_context: Mapping[int, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Seconds of each decode-only step (see ``LatencyModel.decode_step_times``).
+
+        For a decode, pairs and KV tokens read are both ``context + 1`` (``min(c + 1, W)``
+        for sliding windows).
+        """
+        b, k = as_decode_arrays(batch_sizes, total_context)
+        out = self._dense_time(b, b) + self._allreduce_time(b) + self._overhead(b)
+        for g in self.groups:
+            tokens = k + b
+            if g.window is not None:
+                given = None if windowed_context is None else windowed_context.get(g.window)
+                if given is None:
+                    tokens = np.minimum(tokens, b * g.window)
+                else:
+                    tokens = np.asarray(given, dtype=np.float64).reshape(-1)
+            compute = tokens * g.decode_flops_per_pair / self.attn_flops_per_s
+            memory = tokens * g.kv_bytes_per_token / self.bytes_per_s
+            kernel = np.where(b > 0, self.eff.attention_kernel_s, 0.0)
+            out = out + g.num_layers * (np.maximum(compute, memory) + kernel)
+        return np.where(b > 0, out, 0.0)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tensor_parallel_size": self.tp,
+            **asdict(self.eff),
+        }

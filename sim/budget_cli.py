@@ -1,0 +1,155 @@
+"""``kvsim budget`` and ``kvsim list``: the KV block budget of one GPU, and the catalog.
+
+Bad input (unknown model or GPU, a bad catalog file, an impossible configuration) prints
+one message naming the field on stderr and exits 2, as every kvsim command does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from calibrate.budget import KVBudget, compute_kv_budget
+from calibrate.catalog import list_gpus, list_models, load_gpu, load_model
+from calibrate.gpu_spec import GIB
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "workloads" / "presets"
+
+
+def _fail(message: str) -> int:
+    print(f"kvsim: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:,.2f} GiB"
+
+
+def _budget_table(b: KVBudget) -> Table:
+    table = Table(title=f"KV budget: {b.model} on {b.gpu} (TP {b.tensor_parallel_size}, per GPU)")
+    table.add_column("term")
+    table.add_column("value", justify="right")
+    table.add_column("bytes", justify="right")
+    mem_rows = [
+        ("total GPU memory", b.total_memory_bytes),
+        (f"x gpu_memory_utilization {b.gpu_memory_utilization}", b.requested_memory_bytes),
+        ("- weights", b.weights_bytes),
+        (
+            f"- activation peak ({b.max_num_batched_tokens} tokens, "
+            f"{min(b.max_num_batched_tokens, b.max_num_seqs)} seqs)",
+            b.activation_peak_bytes,
+        ),
+        ("- non-torch reserve", b.non_torch_bytes),
+        ("- CUDA graphs", b.cudagraph_bytes),
+        ("= available for KV cache", b.available_kv_bytes),
+    ]
+    for label, value in mem_rows:
+        table.add_row(label, _gib(value), f"{value:,}")
+    table.add_row(
+        f"bytes per block ({b.block_size} tokens, {b.kv_cache_dtype}, "
+        f"{b.num_kv_cache_groups} group(s))",
+        "",
+        f"{b.bytes_per_block:,}",
+    )
+    override = " (override)" if b.num_gpu_blocks_override is not None else ""
+    table.add_row(f"num_gpu_blocks{override}", f"{b.num_gpu_blocks:,}", "")
+    table.add_row("KV cache size (tokens)", f"{b.kv_cache_size_tokens:,}", "")
+    table.add_row(
+        f"max concurrency at max_model_len {b.max_model_len:,}", f"{b.max_concurrency:.2f}x", ""
+    )
+    return table
+
+
+def budget_command(
+    model: str,
+    gpu: str,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float | None = None,
+    max_model_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    block_size: int = 16,
+    kv_cache_dtype: str = "auto",
+    num_gpu_blocks_override: int | None = None,
+    calibration: str | None = None,
+    as_json: bool = False,
+) -> int:
+    """Print the budget (rich table, or one JSON object); return the exit status."""
+    if calibration is not None:
+        return _fail(f"--calibration: calibration files are not supported yet ({calibration})")
+    try:
+        spec = load_model(model)
+        hw = load_gpu(gpu)
+        kwargs = (
+            {}
+            if gpu_memory_utilization is None
+            else {"gpu_memory_utilization": gpu_memory_utilization}
+        )
+        budget = compute_kv_budget(
+            spec,
+            hw,
+            tensor_parallel_size=tensor_parallel_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            block_size=block_size,
+            kv_cache_dtype=kv_cache_dtype,
+            num_gpu_blocks_override=num_gpu_blocks_override,
+            **kwargs,
+        )
+    except ValueError as exc:  # CatalogError, KVBudgetError and kvcore's checks
+        return _fail(str(exc))
+    if as_json:
+        print(json.dumps(budget.to_dict(), sort_keys=True))
+    else:
+        Console().print(_budget_table(budget))
+    return 0
+
+
+def list_presets() -> list[str]:
+    """Bundled workload preset names (``workloads/presets/*.yaml``), if any."""
+    if not PRESET_DIR.is_dir():
+        return []
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def list_command() -> int:
+    """Print bundled presets, models and GPUs; return the exit status."""
+    console = Console()
+    presets = list_presets()
+    console.print("[bold]Workload presets:[/bold] " + (", ".join(presets) or "(none yet)"))
+    models = Table(title="Models")
+    for col in ("name", "params (total / active)", "layers", "attention", "KV/token", "max len"):
+        models.add_column(col)
+    for name in list_models():
+        m = load_model(name)
+        counts = m.param_counts()
+        kinds = sorted({k: m.num_layers_of(k) for k in m.layer_kinds}.items())
+        models.add_row(
+            name,
+            f"{counts.total / 1e9:.1f}B / {counts.active_per_token / 1e9:.1f}B",
+            str(m.num_layers),
+            ", ".join(f"{n} {k}" for k, n in kinds),
+            f"{m.kv_bytes_per_token() / 1024:.1f} KiB",
+            f"{m.max_position_embeddings:,}",
+        )
+    console.print(models)
+    gpus = Table(title="GPUs")
+    for col in ("name", "memory", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GB/s", "link GB/s"):
+        gpus.add_column(col)
+    for name in list_gpus():
+        g = load_gpu(name)
+        gpus.add_row(
+            name,
+            f"{g.memory_gib:.1f} GiB",
+            f"{g.bf16_tflops:g}",
+            f"{g.fp8_tflops:g}" if g.fp8_tflops else "-",
+            f"{g.hbm_bandwidth_gbps:g}",
+            f"{g.interconnect_bandwidth_gbps:g}",
+        )
+    console.print(gpus)
+    return 0

@@ -1,0 +1,104 @@
+"""``load_workload``: a preset name, a YAML spec or a trace file -> a ``Workload``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from workloads.errors import WorkloadError, from_validation_error
+from workloads.process import Workload
+from workloads.spec import WorkloadSpec
+from workloads.synthetic import SyntheticWorkload
+from workloads.trace_workload import TraceWorkload
+from workloads.traces.detect import TRACE_SUFFIXES, read_trace
+
+PRESET_DIR = Path(__file__).parent / "presets"
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def list_presets() -> list[str]:
+    """Names of the bundled presets (``workloads/presets/<name>.yaml``), sorted."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def preset_description(name: str) -> str:
+    """The ``description`` of a bundled preset."""
+    return load_spec(PRESET_DIR / f"{name}.yaml", f"{name}.yaml").description
+
+
+def load_spec(path: Path, file: str | None = None) -> WorkloadSpec:
+    """Read and validate a YAML workload spec (safe loading); errors name ``file``."""
+    file = file or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(file, "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        raise WorkloadError(
+            file, where, f"YAML syntax error: {getattr(exc, 'problem', exc)}"
+        ) from None
+    if not isinstance(data, dict):
+        raise WorkloadError(file, "", "a workload spec must be a YAML mapping of keys to values")
+    try:
+        return WorkloadSpec.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, file, WorkloadSpec) from None
+
+
+def workload_from_spec(
+    spec: WorkloadSpec, name: str, base_dir: Path | str, file: str, source: str
+) -> SyntheticWorkload:
+    """A synthetic workload from a validated spec (``base_dir`` for empirical files)."""
+    resolved = {"name": name, **spec.model_dump(mode="json", exclude={"name"}), "source": source}
+    return SyntheticWorkload(spec, name, base_dir, file, resolved)
+
+
+def load_workload(spec: str | Path, *, seed: int | None = None) -> Workload:
+    """Load a workload from a preset name, a YAML spec path or a trace path.
+
+    Args:
+        spec: a preset name (see ``list_presets``), a ``.yaml``/``.yml`` spec, or a trace
+            (``.jsonl`` kvsim or Mooncake, ``.csv`` Azure or BurstGPT, told apart by
+            their fields or header).
+        seed: overrides the spec's ``seed`` (traces: seeds the drawn token ids; default 0).
+
+    Raises:
+        WorkloadError: one line naming the file and the field.
+    """
+    text = str(spec)
+    if seed is not None and seed < 0:
+        raise WorkloadError(text, "seed", f"must be >= 0 (got {seed})")
+    path = Path(text)
+    preset = PRESET_DIR / f"{text}.yaml"
+    if path.suffix == "" and "/" not in text and preset.is_file():
+        path, file, source = preset, f"{text}.yaml", f"preset:{text}"
+    elif path.is_file():
+        file, source = text, text
+    else:
+        raise WorkloadError(
+            text,
+            "",
+            "no such preset or file (presets: " + ", ".join(list_presets()) + ")",
+        )
+    suffix = path.suffix.lower()
+    if suffix in YAML_SUFFIXES:
+        parsed = load_spec(path, file)
+        if seed is not None:
+            parsed = parsed.model_copy(update={"seed": seed})
+        name = parsed.name or path.stem
+        return workload_from_spec(parsed, name, path.parent, file, source)
+    if suffix in TRACE_SUFFIXES:
+        table = read_trace(path, file)
+        return TraceWorkload(table, path.stem, source, seed=seed or 0)
+    raise WorkloadError(
+        file,
+        "",
+        f"unknown workload file type {suffix!r} "
+        f"(allowed: {', '.join(YAML_SUFFIXES + TRACE_SUFFIXES)} or a preset name)",
+    )

@@ -1,0 +1,92 @@
+"""The interface between a workload and the simulated engine (SimPy).
+
+The engine calls ``start(env, submit)`` once; the workload then calls
+``submit(request)`` at each arrival, at simulated time ``env.now`` (seconds). The engine
+calls ``on_finish`` when a request completes (or is rejected, with no output tokens),
+which lets closed-loop clients and multi-turn sessions send their next request. When
+``done()`` is true and the engine is idle, the run is over; an idle engine that is not
+done waits for the next ``submit`` or for the ``all_submitted`` event (a duration-bound
+workload becomes done at ``duration_s`` without a last submit).
+
+Follow-ups triggered by ``on_finish`` are submitted from a later SimPy event (after a
+zero or positive think time), never from inside ``on_finish`` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from workloads.request import SimRequest
+
+Submit = Callable[[SimRequest], None]
+
+
+class Workload:
+    """Base class of synthetic and trace workloads.
+
+    Attributes:
+        name: short name (the preset's, the YAML's ``name`` or its file stem, the trace's).
+        spec: the resolved configuration as plain data, for ``config.yaml``.
+        num_requests: how many requests will be submitted in all, or None when the
+            workload is bounded by a duration instead.
+        all_submitted: after ``start``, a SimPy event that fires when ``done()``
+            becomes true, for engines that want to wait on it.
+    """
+
+    def __init__(self, name: str, spec: dict[str, Any], num_requests: int | None) -> None:
+        self.name = name
+        self.spec = spec
+        self.num_requests = num_requests
+        self.all_submitted: simpy.Event | None = None
+        self._env: simpy.Environment | None = None
+        self._submit: Submit | None = None
+        self._num_submitted = 0
+        self._finished = False
+
+    @property
+    def num_submitted(self) -> int:
+        """Requests submitted so far."""
+        return self._num_submitted
+
+    def start(self, env: simpy.Environment, submit: Submit) -> None:
+        """Start the SimPy process(es) that call ``submit(req)`` at each arrival."""
+        if self._env is not None:
+            raise RuntimeError(f"workload {self.name!r} was already started")
+        self._env = env
+        self._submit = submit
+        self.all_submitted = env.event()
+        self._begin(env)
+
+    def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
+        """The engine finished ``request_id`` at ``now`` seconds with these output tokens."""
+
+    def done(self) -> bool:
+        """True when no request will ever be submitted again."""
+        return self._finished
+
+    # -- for subclasses -------------------------------------------------------
+
+    def _begin(self, env: simpy.Environment) -> None:
+        raise NotImplementedError
+
+    def _emit(self, request: SimRequest) -> None:
+        """Submit one request now and mark the workload done after the last one."""
+        assert self._submit is not None
+        self._num_submitted += 1
+        self._submit(request)
+        if self.num_requests is not None and self._num_submitted >= self.num_requests:
+            self._mark_done()
+
+    def _mark_done(self) -> None:
+        if not self._finished:
+            self._finished = True
+            if self.all_submitted is not None and not self.all_submitted.triggered:
+                self.all_submitted.succeed()
+
+    def _after(self, delay: float, action: Callable[[], None]) -> None:
+        """Run ``action`` ``delay`` seconds from now (0: in a later event at this time)."""
+        assert self._env is not None
+        self._env.timeout(max(delay, 0.0)).callbacks.append(lambda _event: action())

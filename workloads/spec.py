@@ -1,0 +1,137 @@
+"""The workload spec: the top-level YAML model and its prefix, session and priority parts.
+
+A minimal spec::
+
+    arrival: {type: poisson, rate: 8}
+    prompt_len: {type: lognormal, median: 200, p90: 900}
+    output_len: {type: lognormal, median: 150, p90: 500}
+    num_requests: 1000
+    seed: 0
+
+Lengths are in tokens, times in seconds, rates in requests per second.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from workloads.spec_arrivals import ArrivalSpec
+from workloads.spec_lengths import LengthDist, StrictModel
+
+
+class UniformPopularity(StrictModel):
+    """Every prefix group is equally likely."""
+
+    type: Literal["uniform"]
+
+
+class ZipfPopularity(StrictModel):
+    """Group ``k`` (0-based) is chosen with probability proportional to ``1 / (k + 1) ** s``."""
+
+    type: Literal["zipf"]
+    s: float = Field(gt=0)
+
+
+def _popularity_shorthand(value: Any) -> Any:
+    return {"type": value} if isinstance(value, str) else value
+
+
+Popularity = Annotated[
+    UniformPopularity | ZipfPopularity,
+    Field(discriminator="type"),
+    BeforeValidator(_popularity_shorthand),
+]
+
+
+class SharedPrefix(StrictModel):
+    """Shared-prefix groups: a system prompt or a document that many requests start with.
+
+    With probability ``fraction`` a request (a whole session, for multi-turn workloads)
+    picks a group by ``popularity`` and its prompt is that group's ``prefix_len`` tokens
+    followed by its own ``prompt_len`` tokens. Equal groups give equal token ids.
+    """
+
+    num_groups: int = Field(ge=1)
+    prefix_len: int = Field(ge=1, description="tokens")
+    popularity: Popularity = UniformPopularity(type="uniform")
+    fraction: float = Field(default=1.0, ge=0, le=1)
+
+    def probabilities(self) -> list[float]:
+        """The probability of each group, in group order."""
+        if isinstance(self.popularity, ZipfPopularity):
+            weights = [1.0 / (k + 1) ** self.popularity.s for k in range(self.num_groups)]
+        else:
+            weights = [1.0] * self.num_groups
+        total = sum(weights)
+        return [w / total for w in weights]
+
+
+class Sessions(StrictModel):
+    """Multi-turn sessions.
+
+    A session has ``turns`` requests. Turn k+1 is sent ``think_time_s`` seconds after
+    turn k finished; its prompt is turn k's prompt, then turn k's output tokens, then
+    ``prompt_len`` new user tokens. Every turn draws its own ``output_len``.
+    """
+
+    turns: LengthDist
+    think_time_s: float = Field(default=0.0, ge=0, description="seconds")
+
+
+class Priorities(StrictModel):
+    """Request priorities: ``values`` drawn with ``weights`` (equal weights if omitted)."""
+
+    values: list[int] = Field(min_length=1)
+    weights: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _matching(self) -> Priorities:
+        if self.weights is not None:
+            if len(self.weights) != len(self.values):
+                raise ValueError(
+                    f"weights has {len(self.weights)} entries, values has {len(self.values)}"
+                )
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights must be >= 0 with a positive sum")
+        return self
+
+
+class WorkloadSpec(StrictModel):
+    """A synthetic workload. Give exactly one of ``num_requests`` and ``duration_s``.
+
+    ``num_requests`` counts requests (every turn of a session is one request); with
+    ``duration_s`` nothing is sent at or after that simulated time. ``max_model_len``
+    (tokens) keeps every prompt plus its output within the model's context: a single
+    request's own prompt part and output are shortened to fit, and a session ends
+    before a turn that would not fit.
+    """
+
+    name: str | None = None
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    arrival: ArrivalSpec
+    prompt_len: LengthDist
+    output_len: LengthDist
+    shared_prefix: SharedPrefix | None = None
+    sessions: Sessions | None = None
+    priority: Priorities | None = None
+    num_requests: int | None = Field(default=None, ge=1)
+    duration_s: float | None = Field(default=None, gt=0, description="seconds")
+    max_model_len: int | None = Field(default=None, ge=2, description="tokens")
+    vocab_size: int = Field(default=32000, ge=2)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        if (self.num_requests is None) == (self.duration_s is None):
+            raise ValueError("give exactly one of num_requests and duration_s")
+        if self.arrival.type == "burst" and self.num_requests is None:
+            raise ValueError("arrival type 'burst' needs num_requests")
+        prefix = self.shared_prefix.prefix_len if self.shared_prefix else 0
+        if self.max_model_len is not None and prefix + 2 > self.max_model_len:
+            raise ValueError(
+                f"max_model_len ({self.max_model_len}) leaves no room after "
+                f"shared_prefix.prefix_len ({prefix}) for one prompt and one output token"
+            )
+        return self

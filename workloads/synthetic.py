@@ -1,0 +1,127 @@
+"""A workload drawn from a ``WorkloadSpec``: open- or closed-loop arrivals of sessions.
+
+Without ``sessions`` every session is one request. In open loop each arrival starts a
+session; in closed loop each of the ``concurrency`` clients runs sessions back to
+back. Session ``i`` is drawn from the stream ``(seed, session, i)``, so which requests
+a workload makes does not depend on the engine, only when the follow-ups are sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import simpy
+
+from workloads.arrivals import arrival_times
+from workloads.distributions import LengthSampler, make_sampler
+from workloads.process import Workload
+from workloads.sessions import SessionPlan, SessionPlanner
+from workloads.spec import WorkloadSpec
+from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
+from workloads.tokens import TAG_ARRIVALS, stream
+
+
+def build_samplers(
+    spec: WorkloadSpec, base_dir: Path, file: str
+) -> tuple[LengthSampler, LengthSampler, LengthSampler | None]:
+    """Prompt, output and turns samplers (empirical files read relative to ``base_dir``)."""
+    prompt = make_sampler(spec.prompt_len, base_dir, file, "prompt_len")
+    output = make_sampler(spec.output_len, base_dir, file, "output_len")
+    turns = None
+    if spec.sessions is not None:
+        turns = make_sampler(spec.sessions.turns, base_dir, file, "sessions.turns")
+    return prompt, output, turns
+
+
+class SyntheticWorkload(Workload):
+    """Requests drawn from a spec; see the module docstring."""
+
+    def __init__(
+        self,
+        spec: WorkloadSpec,
+        name: str,
+        base_dir: Path | str,
+        file: str,
+        resolved: dict[str, Any] | None = None,
+    ) -> None:
+        """``base_dir``: where ``empirical`` paths are resolved; ``file``: for errors."""
+        super().__init__(name, resolved or spec.model_dump(mode="json"), spec.num_requests)
+        self.workload_spec = spec
+        prompt, output, turns = build_samplers(spec, Path(base_dir), file)
+        self._planner = SessionPlanner(spec, spec.seed, prompt, output, turns)
+        self._planned = 0
+        self._next_session = 0
+        self._live: dict[str, SessionPlan] = {}
+
+    # -- SimPy side -----------------------------------------------------------
+
+    def _begin(self, env: simpy.Environment) -> None:
+        arrival = self.workload_spec.arrival
+        if isinstance(arrival, ClosedLoopArrival):
+            for client in range(arrival.concurrency):
+                self._after(0.0, lambda c=client: self._start_session(c))
+        else:
+            env.process(self._open_loop(env))
+        if self.workload_spec.duration_s is not None:
+            self._after(self.workload_spec.duration_s, self._mark_done)
+
+    def _open_loop(self, env: simpy.Environment) -> Generator[simpy.Event, None, None]:
+        rng = stream(self.workload_spec.seed, TAG_ARRIVALS)
+        end = self.workload_spec.duration_s
+        arrival = self.workload_spec.arrival
+        assert not isinstance(arrival, ClosedLoopArrival)
+        open_loop: OpenLoopArrival = arrival
+        for when in arrival_times(open_loop, rng):
+            if end is not None and when >= end:
+                return
+            if not self._has_budget():
+                return
+            if when > env.now:
+                yield env.timeout(when - env.now)
+            self._start_session(None)
+
+    def _has_budget(self) -> bool:
+        total = self.workload_spec.num_requests
+        return total is None or self._planned < total
+
+    def _time_left(self) -> bool:
+        end = self.workload_spec.duration_s
+        return end is None or (self._env is not None and self._env.now < end)
+
+    def _start_session(self, client: int | None) -> None:
+        if not self._has_budget() or not self._time_left():
+            return
+        total = self.workload_spec.num_requests
+        cap = None if total is None else total - self._planned
+        plan = self._planner.plan(self._next_session, cap, client)
+        self._next_session += 1
+        self._planned += plan.num_turns
+        self._send_turn(plan)
+
+    def _send_turn(self, plan: SessionPlan) -> None:
+        if not self._time_left():
+            return
+        assert self._env is not None
+        request_id = f"req-{self.num_submitted}"
+        request = self._planner.next_request(plan, request_id, float(self._env.now))
+        if plan.has_more() or plan.client is not None:
+            self._live[request_id] = plan
+        self._emit(request)
+
+    def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
+        """Send the session's next turn, or the client's next session, after think time."""
+        plan = self._live.pop(request_id, None)
+        if plan is None:
+            return
+        if plan.has_more():
+            plan.context = plan.context + list(output_token_ids)
+            think = self.workload_spec.sessions.think_time_s if self.workload_spec.sessions else 0.0
+            self._after(think, lambda: self._send_turn(plan))
+        elif plan.client is not None:
+            arrival = self.workload_spec.arrival
+            assert isinstance(arrival, ClosedLoopArrival)
+            self._after(arrival.think_time_s, lambda: self._start_session(plan.client))
+        else:
+            plan.context = []

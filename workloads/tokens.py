@@ -1,0 +1,74 @@
+"""Deterministic token ids, generated when a request arrives.
+
+Every stream of random draws is a ``numpy.random.Generator`` keyed by the workload
+seed, a tag naming what it is for, and the ids it belongs to (a session index, a
+prefix group, a hash block). Equal keys give equal draws, whatever happened before,
+so shared prefixes and equal Mooncake hash ids give equal token ids without keeping
+them in memory.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+TAG_ARRIVALS = 1
+TAG_SESSION = 2
+TAG_PREFIX = 3
+TAG_HASH_BLOCK = 4
+TAG_TRACE_ROW = 5
+
+DEFAULT_VOCAB_SIZE = 32000
+"""Token ids are drawn from [0, vocab_size); 32000 is Llama-2's vocabulary."""
+
+
+def stream(seed: int, tag: int, *keys: int) -> np.random.Generator:
+    """The generator for ``(seed, tag, *keys)``; all keys are non-negative integers."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, tag, *keys])))
+
+
+def random_tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
+    """``n`` token ids drawn uniformly from ``[0, vocab_size)``."""
+    if n <= 0:
+        return []
+    return rng.integers(0, vocab_size, n).tolist()
+
+
+def prefix_tokens(seed: int, group: int, n: int, vocab_size: int) -> list[int]:
+    """The ``n`` token ids of shared-prefix group ``group`` (equal for equal arguments)."""
+    return random_tokens(stream(seed, TAG_PREFIX, group), n, vocab_size)
+
+
+class HashBlockTokens:
+    """Token ids for Mooncake-style hash ids: block ``h`` is ``block_size`` ids drawn
+    from the stream ``(seed, TAG_HASH_BLOCK, h)``.
+
+    A small LRU cache keeps recently used blocks (``max_blocks`` of them), so popular
+    blocks are not redrawn on every request.
+    """
+
+    def __init__(self, seed: int, vocab_size: int, max_blocks: int = 4096) -> None:
+        self._seed = seed
+        self._vocab = vocab_size
+        self._max = max_blocks
+        self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+
+    def block(self, hash_id: int, block_size: int) -> np.ndarray:
+        """The ``block_size`` token ids of hash block ``hash_id``."""
+        key = (hash_id, block_size)
+        tokens = self._cache.get(key)
+        if tokens is not None:
+            self._cache.move_to_end(key)
+            return tokens
+        rng = stream(self._seed, TAG_HASH_BLOCK, hash_id)
+        tokens = rng.integers(0, self._vocab, block_size)
+        self._cache[key] = tokens
+        if len(self._cache) > self._max:
+            self._cache.popitem(last=False)
+        return tokens
+
+    def expand(self, hash_ids: list[int], block_size: int, num_tokens: int) -> list[int]:
+        """Token ids of ``num_tokens`` tokens covered by ``hash_ids`` (last block cut short)."""
+        blocks = [self.block(h, block_size) for h in hash_ids]
+        return np.concatenate(blocks)[:num_tokens].tolist()

@@ -1,0 +1,79 @@
+"""A workload that replays a trace: request ``i`` is submitted at ``arrival_s[i]``.
+
+Prompt token ids are built at arrival: the trace's own ids when it has them,
+re-expanded hash blocks when it has hash ids, otherwise ids drawn from the stream
+``(seed, trace row, i)``. Completions do not change anything (the trace is open loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from workloads.process import Workload
+from workloads.request import SimRequest
+from workloads.tokens import TAG_TRACE_ROW, HashBlockTokens, random_tokens, stream
+from workloads.traces.table import TraceTable
+
+
+class TraceWorkload(Workload):
+    """Replays a ``TraceTable`` at its arrival times (seconds)."""
+
+    def __init__(
+        self, table: TraceTable, name: str, source: str, seed: int = 0, vocab_size: int = 32000
+    ) -> None:
+        spec = {
+            "name": name,
+            "trace": source,
+            "format": table.format,
+            "num_requests": len(table),
+            "seed": seed,
+            "vocab_size": vocab_size,
+            "skipped_rows": table.skipped_rows,
+        }
+        super().__init__(name, spec, len(table))
+        self.table = table
+        self._seed = seed
+        self._vocab = vocab_size
+        self._blocks = HashBlockTokens(seed, vocab_size)
+
+    def _begin(self, env: simpy.Environment) -> None:
+        env.process(self._replay(env))
+
+    def _replay(self, env: simpy.Environment) -> Generator[simpy.Event, None, None]:
+        for row, when in enumerate(self.table.arrival_s.tolist()):
+            if when > env.now:
+                yield env.timeout(when - env.now)
+            self._emit(self.request(row, float(env.now)))
+
+    def _tokens(self, row: int) -> list[int]:
+        table = self.table
+        explicit = table.token_ids[row] if table.token_ids is not None else None
+        if explicit is not None:
+            return list(explicit)
+        length = int(table.prompt_tokens[row])
+        hashes = table.hash_ids[row] if table.hash_ids is not None else None
+        if hashes is not None:
+            assert table.hash_block_size is not None
+            return self._blocks.expand(hashes, table.hash_block_size[row], length)
+        return random_tokens(stream(self._seed, TAG_TRACE_ROW, row), length, self._vocab)
+
+    def request(self, row: int, now: float) -> SimRequest:
+        """The request of trace row ``row``, arriving at ``now`` seconds."""
+        table = self.table
+
+        def column(values: list[Any] | None, default: Any) -> Any:
+            return values[row] if values is not None else default
+
+        return SimRequest(
+            request_id=column(table.request_ids, f"req-{row}"),
+            arrival_s=now,
+            prompt_token_ids=self._tokens(row),
+            max_tokens=int(table.output_tokens[row]),
+            priority=column(table.priority, 0),
+            lora_id=column(table.lora_id, None),
+            cache_salt=column(table.cache_salt, None),
+            session_id=column(table.session_id, None),
+        )

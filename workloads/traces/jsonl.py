@@ -1,0 +1,41 @@
+"""Reading JSON Lines traces one validated record at a time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from workloads.errors import WorkloadError, from_validation_error
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def iter_json_lines(path: Path, file: str) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)`` for each non-blank line of a JSONL file."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(file, "", f"cannot read trace: {exc.strerror}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(file, f"line {number}", f"not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise WorkloadError(file, f"line {number}", "each line must be a JSON object")
+            yield number, obj
+
+
+def validate_record(model: type[M], obj: dict, file: str, number: int) -> M:
+    """Validate one record; a failure names the file, the line and the field."""
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        raise from_validation_error(exc, file, model, prefix=f"line {number}") from None

@@ -1,0 +1,103 @@
+"""kvsim's own JSONL trace (INTERFACES.md, "Trace format").
+
+One request per line: ``request_id`` (string), ``arrival_s`` (seconds), either
+``prompt_token_ids`` or ``prompt_tokens`` (with optional Mooncake-style ``hash_ids`` and
+``hash_block_size``, default 512), ``output_tokens``, and optional ``priority``,
+``lora_id``, ``cache_salt``, ``session_id``. Unknown fields are rejected; arrivals are
+replayed exactly and must be non-decreasing; request ids must be unique.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+from workloads.errors import WorkloadError
+from workloads.traces.jsonl import iter_json_lines, validate_record
+from workloads.traces.table import TraceTable, check_arrivals, require_nonempty
+
+MOONCAKE_BLOCK = 512
+"""Tokens per hash block in Mooncake traces (the default ``hash_block_size``)."""
+
+
+class KvsimLine(BaseModel):
+    """One line of a kvsim trace."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request_id: StrictStr = Field(min_length=1)
+    arrival_s: float = Field(allow_inf_nan=False)
+    prompt_token_ids: list[StrictInt] | None = Field(default=None, min_length=1)
+    prompt_tokens: StrictInt | None = Field(default=None, ge=1)
+    hash_ids: list[StrictInt] | None = Field(default=None, min_length=1)
+    hash_block_size: StrictInt = Field(default=MOONCAKE_BLOCK, ge=1)
+    output_tokens: StrictInt = Field(ge=1)
+    priority: StrictInt = 0
+    lora_id: StrictInt | None = None
+    cache_salt: StrictStr | None = None
+    session_id: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _prompt(self) -> KvsimLine:
+        if (self.prompt_token_ids is None) == (self.prompt_tokens is None):
+            raise ValueError("give exactly one of prompt_token_ids and prompt_tokens")
+        if self.prompt_token_ids is not None:
+            if self.hash_ids is not None:
+                raise ValueError("hash_ids go with prompt_tokens, not prompt_token_ids")
+            if min(self.prompt_token_ids) < 0:
+                raise ValueError("prompt_token_ids must be >= 0")
+        if self.hash_ids is not None:
+            check_hash_cover(self.hash_ids, self.hash_block_size, self.prompt_tokens or 0)
+        return self
+
+
+def check_hash_cover(hash_ids: list[int], block_size: int, num_tokens: int) -> None:
+    """``hash_ids`` must be non-negative and cover ``num_tokens`` exactly (last block partial)."""
+    if min(hash_ids) < 0:
+        raise ValueError("hash_ids must be >= 0")
+    need = math.ceil(num_tokens / block_size)
+    if len(hash_ids) != need:
+        raise ValueError(
+            f"{len(hash_ids)} hash_ids of {block_size} tokens do not cover {num_tokens} "
+            f"prompt tokens (need {need})"
+        )
+
+
+def read_kvsim(path: Path, file: str) -> TraceTable:
+    """Read a kvsim JSONL trace (see the module docstring)."""
+    rows: list[KvsimLine] = []
+    lines: list[str] = []
+    seen: dict[str, int] = {}
+    for number, obj in iter_json_lines(path, file):
+        row = validate_record(KvsimLine, obj, file, number)
+        if row.request_id in seen:
+            raise WorkloadError(
+                file,
+                f"line {number}: request_id",
+                f"{row.request_id!r} already used on line {seen[row.request_id]}",
+            )
+        seen[row.request_id] = number
+        rows.append(row)
+        lines.append(f"line {number}")
+    require_nonempty(file, len(rows))
+    check_arrivals(file, [r.arrival_s for r in rows], lines, "arrival_s")
+    return TraceTable(
+        format="kvsim",
+        arrival_s=np.asarray([r.arrival_s for r in rows], dtype=np.float64),
+        prompt_tokens=np.asarray(
+            [len(r.prompt_token_ids) if r.prompt_token_ids else r.prompt_tokens for r in rows],
+            dtype=np.int64,
+        ),
+        output_tokens=np.asarray([r.output_tokens for r in rows], dtype=np.int64),
+        request_ids=[r.request_id for r in rows],
+        token_ids=[r.prompt_token_ids for r in rows],
+        hash_ids=[r.hash_ids for r in rows],
+        hash_block_size=[r.hash_block_size for r in rows],
+        priority=[r.priority for r in rows],
+        lora_id=[r.lora_id for r in rows],
+        cache_salt=[r.cache_salt for r in rows],
+        session_id=[r.session_id for r in rows],
+    )
