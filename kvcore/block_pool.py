@@ -53,6 +53,12 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[KVCacheEvent] = []
+        self.num_cached_blocks = 0
+        """Blocks carrying a prefix-cache hash (held or free)."""
+        self.num_cached_free_blocks = 0
+        """Cached blocks no request holds: in the free queue, evicted on reuse."""
+        self._head = self.free_block_queue.fake_free_list_head
+        self._tail = self.free_block_queue.fake_free_list_tail
 
     # -- prefix cache lookups ------------------------------------------------------
 
@@ -100,22 +106,26 @@ class BlockPool:
         events = self.enable_kv_cache_events
         if block_mask is None and not events:
             # Fast path (no mask, no events): same effect as the general loop below.
-            block_hashes[num_full_blocks - 1]  # IndexError if too few, as the loop below
-            setdefault = cache.setdefault
-            for blk, block_hash in zip(blocks[num_cached_blocks:num_full_blocks],
-                                       block_hashes[num_cached_blocks:num_full_blocks]):
+            if num_full_blocks > len(block_hashes):
+                raise IndexError("fewer block hashes than full blocks")
+            added = 0
+            for i in range(num_cached_blocks, num_full_blocks):
+                blk = blocks[i]
                 if blk.is_null:
                     continue
                 if blk.block_hash is not None:
                     raise RuntimeError(f"block {blk.block_id} is already cached")
-                key = block_hash + suffix
+                key = block_hashes[i] + suffix
                 blk.block_hash = key
-                existing = setdefault(key, blk)
-                if existing is not blk:
-                    if type(existing) is dict:
-                        existing[blk.block_id] = blk
-                    else:
-                        cache[key] = {existing.block_id: existing, blk.block_id: blk}
+                added += 1
+                existing = cache.get(key)
+                if existing is None:
+                    cache[key] = blk
+                elif type(existing) is dict:
+                    existing[blk.block_id] = blk
+                else:
+                    cache[key] = {existing.block_id: existing, blk.block_id: blk}
+            self.num_cached_blocks += added
             return
         new_hashes: list[int] = []
         for i in range(num_cached_blocks, num_full_blocks):
@@ -127,6 +137,7 @@ class BlockPool:
             if blk.block_hash is not None:
                 raise RuntimeError(f"block {blk.block_id} is already cached")
             blk.block_hash = key
+            self.num_cached_blocks += 1
             existing = cache.get(key)
             if existing is None:
                 cache[key] = blk
@@ -163,52 +174,50 @@ class BlockPool:
             return []
         # popleft_n and the eviction / ref-count loop fused into one pass.
         queue.num_free_blocks -= num_blocks
-        head = queue.fake_free_list_head
+        head = self._head
         block = head.next_free_block
         ret = []
         append = ret.append
-        if self.enable_caching:
-            cache = self.cached_block_hash_to_block
-            events = self.enable_kv_cache_events
-            for _ in range(num_blocks):
-                append(block)
-                nxt = block.next_free_block
-                block.prev_free_block = block.next_free_block = None
-                key = block.block_hash
-                if key is not None:
-                    if not events and cache.get(key) is block:
-                        del cache[key]
-                        block.block_hash = None
-                    else:
-                        self._evict_cached_block(block)
-                block.ref_cnt += 1
-                block = nxt
-        else:
-            for _ in range(num_blocks):
-                append(block)
-                nxt = block.next_free_block
-                block.prev_free_block = block.next_free_block = None
-                block.ref_cnt += 1
-                block = nxt
+        evicted = 0
+        inline = 0
+        cache = self.cached_block_hash_to_block
+        plain = not self.enable_kv_cache_events
+        # Popped blocks keep stale queue links: nothing reads them while a block is
+        # referenced (touch only unlinks blocks whose ref_cnt is 0, free relinks).
+        for _ in range(num_blocks):
+            append(block)
+            block.ref_cnt = 1  # free blocks are unreferenced
+            key = block.block_hash
+            if key is not None:
+                evicted += 1
+                if plain and cache.get(key) is block:  # the usual case, inlined
+                    del cache[key]
+                    block.block_hash = None
+                    inline += 1
+                else:
+                    self._evict_cached_block(block)
+            block = block.next_free_block
         head.next_free_block = block
         block.prev_free_block = head
+        if evicted:
+            self.num_cached_free_blocks -= evicted
+            self.num_cached_blocks -= inline
         return ret
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
         """Drop ``block`` from the prefix cache and clear its hash."""
         key = block.block_hash
         cache = self.cached_block_hash_to_block
-        hit = cache.get(key)
-        removed = False
-        if hit is block:
-            del cache[key]
-            removed = True
-        elif type(hit) is dict and block.block_id in hit:
-            del hit[block.block_id]
-            if not hit:
-                del cache[key]
-            removed = True
+        hit = cache.pop(key, None)
+        removed = hit is block
+        if not removed and hit is not None:
+            if type(hit) is dict and block.block_id in hit:
+                del hit[block.block_id]
+                removed = True
+            if hit:
+                cache[key] = hit
         block.block_hash = None
+        self.num_cached_blocks -= 1
         if removed and self.enable_kv_cache_events:
             self.kv_event_queue.append(BlockRemoved(
                 block_hashes=[external_block_hash(key[:-4])],
@@ -230,6 +239,8 @@ class BlockPool:
                 nxt.prev_free_block = prev
                 block.prev_free_block = block.next_free_block = None
                 queue.num_free_blocks -= 1
+                if block.block_hash is not None:
+                    self.num_cached_free_blocks -= 1
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
@@ -243,9 +254,10 @@ class BlockPool:
         """
         queue = self.free_block_queue
         caching = self.enable_caching
-        tail = queue.fake_free_list_tail
-        ins = queue.fake_free_list_head  # unhashed blocks are linked right after ins
+        tail = self._tail
+        ins = self._head  # unhashed blocks are linked right after ins
         num_freed = 0
+        num_cached = 0
         for block in ordered_blocks:
             if block.is_null:
                 continue
@@ -262,12 +274,14 @@ class BlockPool:
                 nxt.prev_free_block = block
                 ins = block
             else:
+                num_cached += 1
                 last = tail.prev_free_block
                 last.next_free_block = block
                 block.prev_free_block = last
                 block.next_free_block = tail
                 tail.prev_free_block = block
         queue.num_free_blocks += num_freed
+        self.num_cached_free_blocks += num_cached
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only possible when no block is in use."""
@@ -276,6 +290,7 @@ class BlockPool:
         self.cached_block_hash_to_block = {}
         for block in self.blocks:
             block.block_hash = None
+        self.num_cached_blocks = self.num_cached_free_blocks = 0
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(AllBlocksCleared())
         return True
@@ -295,7 +310,7 @@ class BlockPool:
 
     def get_num_cached_blocks(self) -> int:
         """Blocks that currently carry a prefix-cache hash."""
-        return sum(1 for b in self.blocks if b.block_hash is not None)
+        return self.num_cached_blocks
 
     def take_events(self) -> list[KVCacheEvent]:
         """Return and clear the queued KV cache events."""
@@ -325,6 +340,12 @@ class BlockPool:
                 hit = self.cached_block_hash_to_block.get(b.block_hash)
                 assert hit is b or (type(hit) is dict and hit.get(b.block_id) is b), (
                     f"cached block {b.block_id} missing from the hash map")
+        cached = [b for b in self.blocks if b.block_hash is not None]
+        assert self.num_cached_blocks == len(cached), (
+            f"num_cached_blocks {self.num_cached_blocks} != {len(cached)}")
+        cached_free = sum(1 for b in cached if b.ref_cnt == 0)
+        assert self.num_cached_free_blocks == cached_free, (
+            f"num_cached_free_blocks {self.num_cached_free_blocks} != {cached_free}")
         for key, hit in self.cached_block_hash_to_block.items():
             for b in (hit.values() if type(hit) is dict else (hit,)):
                 assert b.block_hash == key, f"hash map entry of block {b.block_id} is stale"

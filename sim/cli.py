@@ -22,6 +22,55 @@ def _root() -> None:
     """kvsim: simulate vLLM replicas block for block."""
 
 
+@app.command()
+def run(
+    workload: str = typer.Argument(None, help="preset name, workload YAML, or trace "
+                                   "(.jsonl/.csv) [default: chat]"),
+    engine: str = typer.Option(None, "--engine", help="YAML file of engine arguments"),
+    model: str = typer.Option(None, "--model", help="catalog model or config.json path "
+                              "[default: Llama-3.1-8B]"),
+    gpu: str = typer.Option(None, "--gpu", help="catalog GPU or GPU YAML [default: H100-SXM]"),
+    calibration: str = typer.Option(None, "--calibration", help="calibration file"),
+    seed: int = typer.Option(None, "--seed", help="overrides the workload's seed"),
+    out: str = typer.Option(None, "--out", help="run directory [default: runs/<workload>_"
+                            "<model>_<gpu>]"),
+    decisions: bool = typer.Option(False, "--decisions", help="write decisions.jsonl"),
+    check: bool = typer.Option(False, "--check", help="check kvcore invariants every step"),
+    block_size: int = typer.Option(None, "--block-size"),
+    gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization"),
+    num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
+    max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
+    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens"),
+    max_model_len: int = typer.Option(None, "--max-model-len"),
+    tensor_parallel_size: int = typer.Option(None, "--tensor-parallel-size"),
+    long_prefill_token_threshold: int = typer.Option(None, "--long-prefill-token-threshold"),
+    enable_chunked_prefill: bool = typer.Option(
+        None, "--enable-chunked-prefill/--no-enable-chunked-prefill"),
+    enable_prefix_caching: bool = typer.Option(
+        None, "--enable-prefix-caching/--no-enable-prefix-caching"),
+    scheduling_policy: str = typer.Option(None, "--scheduling-policy", help="fcfs or priority"),
+    kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help="auto or fp8"),
+    latency_model: str = typer.Option(None, "--latency-model", help="roofline or constant"),
+    constant_step_s: float = typer.Option(None, "--constant-step-s",
+                                          help="seconds per step for --latency-model constant"),
+) -> None:
+    """Simulate one vLLM replica serving a workload; write summary, records, plots, report."""
+    from sim.run_cli import run_command
+
+    overrides = dict(
+        block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+        num_gpu_blocks_override=num_gpu_blocks_override, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+        tensor_parallel_size=tensor_parallel_size,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        enable_chunked_prefill=enable_chunked_prefill,
+        enable_prefix_caching=enable_prefix_caching, scheduling_policy=scheduling_policy,
+        kv_cache_dtype=kv_cache_dtype, latency_model=latency_model,
+        constant_step_s=constant_step_s)
+    raise typer.Exit(run_command(workload, engine, model, gpu, calibration, seed, out,
+                                 decisions, check, overrides))
+
+
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                       "help_option_names": []},

@@ -1,0 +1,190 @@
+"""One vLLM replica as a SimPy process: schedule, time the step, apply the output.
+
+The loop mirrors vLLM's engine core in synchronous mode: requests that arrived while
+a step ran are added before the next ``schedule()``; the step's duration comes from
+the latency model; sampled tokens (a fixed id, EOS ignored) are applied with
+``update_from_output`` at the end of the step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import IO, Any
+
+import numpy as np
+import simpy
+
+from kvcore.block_hashing import BlockHasher
+from kvcore.request import LoRARequest, Request
+from kvcore.scheduler import Scheduler
+from sim.records import RequestRecorder, StepRecorder
+
+SAMPLE_TOKEN_ID = 7
+
+
+class SimulationStuck(RuntimeError):
+    """Requests wait but none can ever be scheduled (the KV cache is too small)."""
+
+
+class _Meta:
+    __slots__ = ("arrival_s", "first_token_s", "prompt_tokens")
+
+    def __init__(self, arrival_s: float, prompt_tokens: int) -> None:
+        self.arrival_s = arrival_s
+        self.first_token_s = -1.0
+        self.prompt_tokens = prompt_tokens
+
+
+class ReplicaEngine:
+    """Drives one kvcore Scheduler in simulated time (seconds)."""
+
+    def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
+                 latency_model: Any, hasher: BlockHasher, steps: StepRecorder,
+                 requests: RequestRecorder, workload: Any, check: bool = False,
+                 decisions: IO[str] | None = None,
+                 on_progress: Callable[[int], None] | None = None) -> None:
+        self.env = env
+        self.replica_id = replica_id
+        self.scheduler = scheduler
+        self.latency_model = latency_model
+        self.hasher = hasher
+        self.steps = steps
+        self.requests = requests
+        self.workload = workload
+        self.on_finish: Callable[[str, list[int], float], None] = workload.on_finish
+        self.arrivals_done: Callable[[], bool] = workload.done
+        self.check = check
+        self.decisions = decisions
+        self.on_progress = on_progress
+        self.max_model_len = scheduler.max_model_len
+        self.pool = scheduler.kv_cache_manager.block_pool
+        self.num_steps = 0
+        self.num_rejected = 0
+        self._pending: list[Any] = []
+        self._meta: dict[str, _Meta] = {}
+        self._wake = env.event()
+        self.process = env.process(self.run())
+
+    # -- arrivals ------------------------------------------------------------------
+
+    def submit(self, sim_request: Any) -> None:
+        """Hand a request to this replica (it joins the queue before the next step)."""
+        if len(sim_request.prompt_token_ids) >= self.max_model_len:
+            # vLLM rejects such prompts at the API; the request never runs.
+            self.num_rejected += 1
+            self.on_finish(sim_request.request_id, [], self.env.now)
+            return
+        self._pending.append(sim_request)
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests submitted and not finished."""
+        return len(self._pending) + self.scheduler.get_num_unfinished_requests()
+
+    def _admit_pending(self) -> None:
+        now = self.env.now
+        for sr in self._pending:
+            lora = LoRARequest.from_id(sr.lora_id) if sr.lora_id else None
+            req = Request(sr.request_id, sr.prompt_token_ids, sr.max_tokens, arrival_time=now,
+                          priority=sr.priority, lora_request=lora, cache_salt=sr.cache_salt,
+                          block_hasher=self.hasher)
+            self._meta[sr.request_id] = _Meta(sr.arrival_s, req.num_prompt_tokens)
+            self.scheduler.add_request(req)
+        self._pending.clear()
+
+    # -- the loop ------------------------------------------------------------------
+
+    def _idle(self) -> simpy.Event:
+        """An event that fires at the next submit, or when arrivals end."""
+        self._wake = self.env.event()
+        done = getattr(self.workload, "all_submitted", None)
+        if done is not None and not done.triggered:
+            return self._wake | done
+        return self._wake
+
+    def run(self):
+        env = self.env
+        scheduler = self.scheduler
+        while True:
+            if self._pending:
+                self._admit_pending()
+            if not scheduler.has_requests():
+                if self.arrivals_done() and not self._pending:
+                    return
+                yield self._idle()
+                continue
+            out = scheduler.schedule()
+            if out.total_num_scheduled_tokens == 0:
+                scheduler.update_from_output(out, {})  # reports earlier finishes only
+                if scheduler.running or (scheduler.waiting and not self._pending):
+                    if scheduler.waiting and not scheduler.running and self.arrivals_done():
+                        raise SimulationStuck(
+                            f"replica {self.replica_id}: {len(scheduler.waiting)} requests wait "
+                            "but none fits in the KV cache")
+                    if not scheduler.running:
+                        yield self._idle()
+                continue
+            yield from self._execute(out)
+
+    def _execute(self, out):
+        env = self.env
+        scheduler = self.scheduler
+        reqs = scheduler.requests
+        n_sched = out.num_scheduled_tokens
+        new_tokens = np.fromiter(n_sched.values(), dtype=np.int64, count=len(n_sched))
+        context = np.empty_like(new_tokens)
+        prefill = decode = 0
+        sampled: dict[str, list[int]] = {}
+        for i, (rid, n) in enumerate(n_sched.items()):
+            req = reqs[rid]
+            ctx = req.num_computed_tokens - n
+            context[i] = ctx
+            if n == 1 and ctx == req.num_tokens - 1:
+                decode += 1
+            else:
+                prefill += n
+            if not req.is_prefill_chunk:
+                sampled[rid] = [SAMPLE_TOKEN_ID]
+        duration = float(self.latency_model.step_time(new_tokens, context))
+        start = env.now
+        yield env.timeout(duration)
+        yield env.timeout(0)  # let arrivals due at this instant join before the next step
+        result = scheduler.update_from_output(out, sampled)
+        now = env.now
+        meta = self._meta
+        for rid in result.new_token_ids:
+            m = meta[rid]
+            if m.first_token_s < 0:
+                m.first_token_s = now
+        pool = self.pool
+        stats = result.prefix_cache_stats
+        num_free = pool.get_num_free_blocks()
+        num_cached_free = pool.num_cached_free_blocks
+        self.steps.add(self.replica_id, self.num_steps, start, duration, len(scheduler.running),
+                       len(scheduler.waiting), prefill, decode, len(out.preempted_req_ids),
+                       pool.get_usage(), num_free, pool.num_cached_blocks,
+                       stats.queries + stats.preempted_queries, stats.hits + stats.preempted_hits,
+                       num_cached_free, pool.num_gpu_blocks - 1 - num_free)
+        if self.decisions is not None:
+            self.decisions.write(json.dumps({
+                "replica": self.replica_id, "step": self.num_steps, "scheduled": n_sched,
+                "preempted": sorted(out.preempted_req_ids), "finished": result.finished_req_ids,
+                "num_free_blocks": num_free}) + "\n")
+        self.num_steps += 1
+        if self.check:
+            scheduler.check_invariants()
+        for req in result.finished_requests:
+            self._finish(req, now)
+
+    def _finish(self, req: Request, now: float) -> None:
+        rid = req.request_id
+        m = self._meta.pop(rid)
+        self.requests.add(rid, self.replica_id, m.arrival_s, m.first_token_s, now,
+                          m.prompt_tokens, req.num_output_tokens, max(req.num_cached_tokens, 0),
+                          req.num_preemptions)
+        if self.on_progress is not None:
+            self.on_progress(1)
+        self.on_finish(rid, req.output_token_ids, now)

@@ -1,0 +1,121 @@
+"""Per-step and per-request records, streamed to CSV as the simulation runs.
+
+Column sets are the contracts of INTERFACES.md (``steps.csv`` and ``requests.csv``).
+Rows go to disk in chunks so memory does not grow with the run's length; the few
+columns the summary needs are kept as compact ``array`` buffers.
+"""
+
+from __future__ import annotations
+
+import csv
+from array import array
+from pathlib import Path
+from typing import IO
+
+STEP_COLUMNS = ("replica", "step", "start_s", "duration_s", "num_running", "num_waiting",
+                "num_prefill_tokens", "num_decode_tokens", "num_preempted", "kv_usage",
+                "num_free_blocks", "num_cached_blocks", "prefix_queries", "prefix_hits",
+                "num_cached_free_blocks")
+"""INTERFACES.md's columns, then kvsim's extension ``num_cached_free_blocks`` (cached
+blocks no request holds: reusable, evicted on demand)."""
+REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "first_token_s", "finish_s",
+                   "prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions")
+_FLUSH_ROWS = 4096
+
+
+def _fmt(x: float) -> str:
+    """Floats with 9 significant digits: stable text, byte-identical across runs."""
+    return format(x, ".9g")
+
+
+class _CsvSink:
+    def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
+        self._file: IO[str] = path.open("w", newline="")
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        self._writer.writerow(columns)
+        self._rows: list[tuple] = []
+
+    def add(self, row: tuple) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= _FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        self._writer.writerows(self._rows)
+        self._rows.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self._file.close()
+
+
+class StepRecorder:
+    """Writes ``steps.csv``; keeps start, duration, KV usage and queue lengths."""
+
+    def __init__(self, path: Path) -> None:
+        self._sink = _CsvSink(path, STEP_COLUMNS)
+        self.start_s = array("d")
+        self.duration_s = array("d")
+        self.kv_usage = array("d")
+        self.num_running = array("l")
+        self.num_waiting = array("l")
+        self.num_preempted = array("l")
+        self.num_cached_free = array("l")
+        self.num_in_use = array("l")
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+
+    def add(self, replica: int, step: int, start_s: float, duration_s: float, num_running: int,
+            num_waiting: int, num_prefill_tokens: int, num_decode_tokens: int,
+            num_preempted: int, kv_usage: float, num_free_blocks: int, num_cached_blocks: int,
+            prefix_queries: int, prefix_hits: int, num_cached_free: int,
+            num_in_use: int) -> None:
+        self._sink.add((replica, step, _fmt(start_s), _fmt(duration_s), num_running,
+                        num_waiting, num_prefill_tokens, num_decode_tokens, num_preempted,
+                        _fmt(kv_usage), num_free_blocks, num_cached_blocks, prefix_queries,
+                        prefix_hits, num_cached_free))
+        self.start_s.append(start_s)
+        self.duration_s.append(duration_s)
+        self.kv_usage.append(kv_usage)
+        self.num_running.append(num_running)
+        self.num_waiting.append(num_waiting)
+        self.num_preempted.append(num_preempted)
+        self.num_cached_free.append(num_cached_free)
+        self.num_in_use.append(num_in_use)
+        self.prefix_queries += prefix_queries
+        self.prefix_hits += prefix_hits
+
+    def close(self) -> None:
+        self._sink.close()
+
+
+class RequestRecorder:
+    """Writes ``requests.csv`` as requests finish; keeps latency samples (seconds)."""
+
+    def __init__(self, path: Path) -> None:
+        self._sink = _CsvSink(path, REQUEST_COLUMNS)
+        self.ttft_s = array("d")
+        self.tpot_s = array("d")
+        self.e2e_s = array("d")
+        self.num_finished = 0
+        self.num_preemptions = 0
+        self.output_tokens = 0
+        self.last_finish_s = 0.0
+
+    def add(self, request_id: str, replica: int, arrival_s: float, first_token_s: float,
+            finish_s: float, prompt_tokens: int, output_tokens: int, cached_tokens: int,
+            num_preemptions: int) -> None:
+        self._sink.add((request_id, replica, _fmt(arrival_s), _fmt(first_token_s),
+                        _fmt(finish_s), prompt_tokens, output_tokens, cached_tokens,
+                        num_preemptions))
+        self.ttft_s.append(first_token_s - arrival_s)
+        self.e2e_s.append(finish_s - arrival_s)
+        if output_tokens > 1:
+            self.tpot_s.append((finish_s - first_token_s) / (output_tokens - 1))
+        self.num_finished += 1
+        self.num_preemptions += num_preemptions
+        self.output_tokens += output_tokens
+        self.last_finish_s = max(self.last_finish_s, finish_s)
+
+    def close(self) -> None:
+        self._sink.close()

@@ -1,0 +1,137 @@
+"""One simulation run: resolve the configuration, simulate, write the run directory.
+
+The directory is written under a temporary name and renamed into place at the end,
+so an interrupted or failed run never leaves a directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import simpy
+import yaml
+
+from kvcore import VLLM_VERSION, __version__
+from kvcore.block_hashing import BlockHasher
+from kvcore.scheduler import Scheduler
+from kvcore.scheduler_config import SchedulerConfig
+from sim.engine import ReplicaEngine
+from sim.engine_config import EngineConfig
+from sim.records import RequestRecorder, StepRecorder
+from sim.setup import ResolvedRun, resolve_run
+from sim.summary import build_summary
+
+DEFAULT_WORKLOAD = "chat"
+DEFAULT_MODEL = "Llama-3.1-8B"
+DEFAULT_GPU = "H100-SXM"
+
+
+@dataclass
+class RunSpec:
+    """What the user asked for; ``resolve_run`` turns it into a runnable setup."""
+
+    workload: str = DEFAULT_WORKLOAD
+    model: str = DEFAULT_MODEL
+    gpu: str = DEFAULT_GPU
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    seed: int | None = None
+    calibration: str | None = None
+    decisions: bool = False
+    check: bool = False
+
+
+def simulate(resolved: ResolvedRun, out_dir: Path, *, decisions: bool = False,
+             check: bool = False,
+             on_progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
+    ``decisions.jsonl``) into ``out_dir``; return the summary."""
+    wall0 = time.perf_counter()
+    env = simpy.Environment()
+    steps = StepRecorder(out_dir / "steps.csv")
+    requests = RequestRecorder(out_dir / "requests.csv")
+    decisions_file = (out_dir / "decisions.jsonl").open("w") if decisions else None
+    workload = resolved.workload
+    engine_cfg = resolved.engine
+    scheduler = Scheduler(
+        SchedulerConfig(max_model_len=resolved.max_model_len,
+                        max_num_batched_tokens=resolved.max_num_batched_tokens,
+                        max_num_seqs=resolved.max_num_seqs,
+                        enable_chunked_prefill=engine_cfg.enable_chunked_prefill,
+                        long_prefill_token_threshold=engine_cfg.long_prefill_token_threshold,
+                        policy=engine_cfg.scheduling_policy),
+        resolved.kv_cache_config, enable_caching=engine_cfg.enable_prefix_caching)
+    hasher = BlockHasher.from_name(engine_cfg.block_size, engine_cfg.prefix_caching_hash_algo)
+    engine = ReplicaEngine(env, 0, scheduler, resolved.latency_model, hasher, steps, requests,
+                           workload, check=check, decisions=decisions_file,
+                           on_progress=on_progress)
+    workload.start(env, engine.submit)
+    try:
+        env.run(until=engine.process)
+    finally:
+        steps.close()
+        requests.close()
+        if decisions_file is not None:
+            decisions_file.close()
+    return build_summary(steps, requests, num_requests=requests.num_finished + engine.num_rejected,
+                         num_rejected=engine.num_rejected, sim_duration_s=env.now,
+                         wall_s=time.perf_counter() - wall0,
+                         num_gpu_blocks=resolved.num_gpu_blocks,
+                         block_size=engine_cfg.block_size)
+
+
+def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
+    """The fully resolved configuration written to ``config.yaml``."""
+    return {
+        "kvsim_version": __version__,
+        "mirrors_vllm_version": VLLM_VERSION,
+        "seed": resolved.workload_config.get("seed", resolved.seed),
+        "workload": resolved.workload_config,
+        "model": resolved.model_name,
+        "gpu": resolved.gpu_name,
+        "calibration": spec.calibration,
+        "engine": {**spec.engine.model_dump(), "max_model_len": resolved.max_model_len,
+                   "max_num_batched_tokens": resolved.max_num_batched_tokens,
+                   "max_num_seqs": resolved.max_num_seqs},
+        "kv_budget": resolved.budget_terms,
+        "latency_model": resolved.latency_description,
+    }
+
+
+def run(spec: RunSpec, out: Path,
+        on_progress: Callable[[int], None] | None = None,
+        resolved: ResolvedRun | None = None) -> dict[str, Any]:
+    """Resolve, simulate and write the whole run directory at ``out``; return the summary."""
+    resolved = resolved or resolve_run(spec)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp.chmod(0o755)
+    try:
+        summary = simulate(resolved, tmp, decisions=spec.decisions, check=spec.check,
+                           on_progress=on_progress)
+        (tmp / "config.yaml").write_text(
+            yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False))
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        from reports.html import render_report
+        from reports.plots import render_run_plots
+
+        render_run_plots(tmp, resolved.num_gpu_blocks)
+        render_report(tmp, title=f"kvsim run: {resolved.workload_name} on "
+                      f"{resolved.model_name} / {resolved.gpu_name}")
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            shutil.rmtree(old)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return summary

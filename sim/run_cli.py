@@ -1,0 +1,118 @@
+"""``kvsim run``: one simulation from a workload, model, GPU and engine settings.
+
+Prints a summary table and writes the run directory. Bad input: one message naming
+the file/flag and field on stderr, exit 2. Internal errors exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from sim.engine import SimulationStuck
+from sim.engine_config import EngineConfig
+from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD, RunSpec, run
+from sim.setup import resolve_run
+
+
+def _fail(message: str) -> int:
+    print(f"kvsim: error: {message}", file=sys.stderr)
+    return 2
+
+
+def format_validation_error(source: str, err: ValidationError) -> str:
+    """One line: ``source: field: problem`` for the first error pydantic reports."""
+    first = err.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        allowed = ", ".join(EngineConfig.model_fields)
+        msg = f"unknown key; allowed: {allowed}"
+    elif first["type"] == "literal_error":
+        msg = f"{msg} (got {first.get('input')!r})"
+    return f"{source}: {field}: {msg}"
+
+
+def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineConfig:
+    """Engine settings from a YAML file, then flags (flags win). ValueError on bad input."""
+    data: dict[str, Any] = {}
+    source = "engine flags"
+    if path is not None:
+        source = path
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except OSError as e:
+            raise ValueError(f"{path}: cannot read engine file: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not valid YAML: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of engine arguments")
+        data.update(loaded or {})
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return EngineConfig(**data)
+    except ValidationError as e:
+        raise ValueError(format_validation_error(source, e)) from None
+
+
+def _summary_table(summary: dict[str, Any], out: Path) -> Table:
+    t = Table(title=f"kvsim run -> {out}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("requests finished", f"{summary['num_finished']:,} / {summary['num_requests']:,}")
+    t.add_row("simulated time", f"{summary['sim_duration_s']:.1f} s")
+    t.add_row("throughput", f"{summary['throughput_rps']:.2f} req/s, "
+              f"{summary['output_tokens_per_s']:,.0f} output tok/s")
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        d = summary[key]
+        t.add_row(f"{name} p50 / p90 / p99", f"{d['p50'] * 1e3:,.1f} / {d['p90'] * 1e3:,.1f} / "
+                  f"{d['p99'] * 1e3:,.1f} ms")
+    t.add_row("preemptions", f"{summary['num_preemptions']:,} "
+              f"({summary['preemptions_per_request']:.3f} per request)")
+    t.add_row("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%}")
+    kv = summary["kv_usage"]
+    t.add_row("KV usage mean / p99 / max", f"{kv['mean']:.1%} / {kv['p99']:.1%} / {kv['max']:.1%}")
+    t.add_row("GPU blocks x block size", f"{summary['num_gpu_blocks']:,} x {summary['block_size']}")
+    t.add_row("engine steps", f"{summary['num_steps']:,}")
+    t.add_row("wall time", f"{summary['wall_s']:.2f} s")
+    return t
+
+
+def run_command(workload: str | None, engine_file: str | None, model: str | None,
+                gpu: str | None, calibration: str | None, seed: int | None, out: str | None,
+                decisions: bool, check: bool, engine_overrides: dict[str, Any]) -> int:
+    """Body of ``kvsim run``; returns the exit status."""
+    try:
+        engine = load_engine_config(engine_file, engine_overrides)
+        spec = RunSpec(workload=workload or DEFAULT_WORKLOAD, model=model or DEFAULT_MODEL,
+                       gpu=gpu or DEFAULT_GPU, engine=engine, seed=seed,
+                       calibration=calibration, decisions=decisions, check=check)
+        resolved = resolve_run(spec)
+    except ValueError as e:
+        return _fail(str(e))
+    out_dir = Path(out) if out else Path("runs") / (
+        f"{Path(resolved.workload_name).stem}_{resolved.model_name}_{resolved.gpu_name}")
+    console = Console(stderr=True)
+    total = resolved.workload.num_requests
+    try:
+        if console.is_terminal:
+            columns = ["[progress.description]{task.description}", BarColumn(),
+                       MofNCompleteColumn(), TimeElapsedColumn()]
+            with Progress(*columns, console=console, transient=True) as progress:
+                task = progress.add_task("simulating", total=total)
+                summary = run(spec, out_dir, resolved=resolved,
+                              on_progress=lambda n: progress.advance(task, n))
+        else:
+            summary = run(spec, out_dir, resolved=resolved)
+    except SimulationStuck as e:
+        return _fail(f"{e}; give the KV cache more blocks (--gpu-memory-utilization, "
+                     "--num-gpu-blocks-override) or lower --max-model-len")
+    Console().print(_summary_table(summary, out_dir))
+    return 0
