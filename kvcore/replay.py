@@ -189,7 +189,7 @@ def _step(scheduler: Scheduler, reqs: dict[str, Request], step: int,
     entries = []
     for rid, n in out.num_scheduled_tokens.items():
         req = reqs[rid]
-        block_ids = out.req_to_new_block_ids[rid]
+        block_ids = out.get_new_block_ids(rid)
         if rid in resumed_ids:
             kind = "resumed"
         elif rid in new_ids:

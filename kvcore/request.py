@@ -60,7 +60,7 @@ class Request:
                  "num_prompt_tokens", "_all_token_ids", "_output_token_ids",
                  "num_computed_tokens", "num_in_flight_tokens", "num_output_placeholders",
                  "spec_token_ids", "is_prefill_chunk", "num_preemptions", "block_hashes",
-                 "_block_hasher", "skip_reading_prefix_cache", "eos_token_id",
+                 "_block_hasher", "_hash_block_size", "skip_reading_prefix_cache", "eos_token_id",
                  "stop_token_ids", "stop_reason", "num_cached_tokens")
 
     def __init__(
@@ -107,6 +107,8 @@ class Request:
         self.stop_reason: int | None = None
         self.block_hashes: list[bytes] = []
         self._block_hasher = block_hasher
+        # Tokens per hashed block, when the hasher says (skips calls that cannot hash).
+        self._hash_block_size = getattr(block_hasher, "hash_block_size", 1)
         self.update_block_hashes()
 
     @property
@@ -142,8 +144,10 @@ class Request:
 
     def update_block_hashes(self) -> None:
         """Hash the full blocks not hashed yet."""
-        if self._block_hasher is not None:
-            self.block_hashes.extend(self._block_hasher(self))
+        hasher = self._block_hasher
+        if hasher is not None and (
+                (len(self.block_hashes) + 1) * self._hash_block_size <= len(self._all_token_ids)):
+            self.block_hashes.extend(hasher(self))
 
     def is_finished(self) -> bool:
         return self.status > RequestStatus.PREEMPTED

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvcore.kv_cache_manager import PrefixCacheStats
+from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.kv_events import KVCacheEvent
 from kvcore.request import Request
 
@@ -21,16 +21,20 @@ class SchedulerOutput:
     """Request id -> tokens scheduled, in scheduling order (running first)."""
     total_num_scheduled_tokens: int
     scheduled_new_reqs: list[str]
-    """Requests scheduled for the first time (block table in ``req_to_new_block_ids``)."""
+    """Requests scheduled for the first time (block table in ``req_to_new_blocks``)."""
     scheduled_resumed_reqs: list[str]
     """Previously preempted requests admitted again (whole block table)."""
     scheduled_running_reqs: list[str]
-    req_to_new_block_ids: dict[str, tuple[list[int], ...]]
+    req_to_new_blocks: dict[str, KVCacheBlocks]
     """New and resumed: the whole block table per group; running: only new blocks."""
     preempted_req_ids: set[str]
     finished_req_ids: set[str]
     """Requests that finished since the previous step."""
     num_preempted_this_step: int = 0
+
+    def get_new_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """Block ids per group of ``req_to_new_blocks[request_id]``."""
+        return self.req_to_new_blocks[request_id].get_block_ids()
 
 
 @dataclass(slots=True)

@@ -96,7 +96,7 @@ class Scheduler:
             scheduled_new_reqs=[r.request_id for r in plan.new],
             scheduled_resumed_reqs=[r.request_id for r in plan.resumed],
             scheduled_running_reqs=[r.request_id for r in plan.running],
-            req_to_new_block_ids={rid: b.get_block_ids() for rid, b in plan.new_blocks.items()},
+            req_to_new_blocks=plan.new_blocks,
             preempted_req_ids=self.reset_preempted_req_ids,
             finished_req_ids=self.finished_req_ids,
             num_preempted_this_step=len(plan.preempted))

@@ -16,11 +16,14 @@ import numpy as np
 import simpy
 
 from kvcore.block_hashing import BlockHasher
+from kvcore.fast_forward import plan_decode_stretch
 from kvcore.request import LoRARequest, Request
 from kvcore.scheduler import Scheduler
 from sim.records import RequestRecorder, StepRecorder
 
 SAMPLE_TOKEN_ID = 7
+FAST_FORWARD_HORIZON = 2048
+"""Most decode-only steps planned at once (longer stretches are planned again)."""
 
 
 class SimulationStuck(RuntimeError):
@@ -43,7 +46,8 @@ class ReplicaEngine:
                  latency_model: Any, hasher: BlockHasher, steps: StepRecorder,
                  requests: RequestRecorder, workload: Any, check: bool = False,
                  decisions: IO[str] | None = None,
-                 on_progress: Callable[[int], None] | None = None) -> None:
+                 on_progress: Callable[[int], None] | None = None,
+                 fast_forward: bool = True) -> None:
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
@@ -57,6 +61,13 @@ class ReplicaEngine:
         self.check = check
         self.decisions = decisions
         self.on_progress = on_progress
+        windows = any(getattr(g, "window", None) for g in getattr(latency_model, "groups", ()))
+        # Decode-only steps are timed with the vectorized formula (bit-identical with
+        # fast-forward) where it is exact: no sliding-window attention anywhere.
+        self._vector_decode = (not windows and
+                               scheduler.kv_cache_manager._full_attention_managers is not None)
+        self.fast_forward = fast_forward and self._vector_decode
+        self.num_fast_forwarded = 0
         self.max_model_len = scheduler.max_model_len
         self.pool = scheduler.kv_cache_manager.block_pool
         self.num_steps = 0
@@ -116,6 +127,8 @@ class ReplicaEngine:
                     return
                 yield self._idle()
                 continue
+            if self.fast_forward and (yield from self._try_fast_forward()):
+                continue
             out = scheduler.schedule()
             if out.total_num_scheduled_tokens == 0:
                 scheduler.update_from_output(out, {})  # reports earlier finishes only
@@ -148,7 +161,14 @@ class ReplicaEngine:
                 prefill += n
             if not req.is_prefill_chunk:
                 sampled[rid] = [SAMPLE_TOKEN_ID]
-        duration = float(self.latency_model.step_time(new_tokens, context))
+        if prefill == 0 and self._vector_decode:
+            # Decode-only steps use the vectorized formula, as fast-forward does, so
+            # both paths give bit-identical durations.
+            duration = float(self.latency_model.decode_step_times(
+                np.array([decode], dtype=np.int64),
+                np.array([int(context.sum())], dtype=np.int64))[0])
+        else:
+            duration = float(self.latency_model.step_time(new_tokens, context))
         start = env.now
         yield env.timeout(duration)
         yield env.timeout(0)  # let arrivals due at this instant join before the next step
@@ -178,6 +198,63 @@ class ReplicaEngine:
             scheduler.check_invariants()
         for req in result.finished_requests:
             self._finish(req, now)
+
+    def _try_fast_forward(self):
+        """Advance a stretch of decode-only steps at once; yield its timeouts.
+
+        Returns True when it advanced (the stretch ends before any arrival or other
+        event, any finish and any allocation the pool cannot serve).
+        """
+        scheduler = self.scheduler
+        if self._pending:
+            return False
+        stretch = plan_decode_stretch(scheduler, FAST_FORWARD_HORIZON)
+        if stretch is None or stretch.max_steps < 2:
+            return False
+        env = self.env
+        batch = stretch.batch_size
+        durations = self.latency_model.decode_step_times(
+            np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens).tolist()
+        next_event = env.peek()
+        starts = []
+        t = env.now
+        for d in durations:
+            if t >= next_event:
+                break
+            starts.append(t)
+            t = t + d
+        k = len(starts)
+        if k < 2:
+            return False
+        recs = stretch.apply(k, SAMPLE_TOKEN_ID)
+        pool = self.pool
+        usable = pool.num_gpu_blocks - 1
+        free = recs.num_free_blocks.tolist()
+        cached = recs.num_cached_blocks.tolist()
+        cached_free = recs.num_cached_free_blocks.tolist()
+        add = self.steps.add
+        step0 = self.num_steps
+        ids = [r.request_id for r in scheduler.running]
+        for j in range(k):
+            f = free[j]
+            add(self.replica_id, step0 + j, starts[j], durations[j], batch, 0, 0, batch, 0,
+                1.0 - f / usable if usable else 0.0, f, cached[j], 0, 0, cached_free[j],
+                usable - f)
+        if self.decisions is not None:
+            scheduled = json.dumps(dict.fromkeys(ids, 1))
+            for j in range(k):
+                self.decisions.write(
+                    f'{{"replica": {self.replica_id}, "step": {step0 + j}, "scheduled": '
+                    f'{scheduled}, "preempted": [], "finished": [], "num_free_blocks": '
+                    f'{free[j]}}}\n')
+        self.num_steps += k
+        self.num_fast_forwarded += k
+        for j in range(k):
+            yield env.timeout(durations[j])
+        yield env.timeout(0)
+        if self.check:
+            scheduler.check_invariants()
+        return True
 
     def _finish(self, req: Request, now: float) -> None:
         rid = req.request_id

@@ -49,7 +49,7 @@ class RunSpec:
 
 
 def simulate(resolved: ResolvedRun, out_dir: Path, *, decisions: bool = False,
-             check: bool = False,
+             check: bool = False, fast_forward: bool = True,
              on_progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary."""
@@ -71,7 +71,7 @@ def simulate(resolved: ResolvedRun, out_dir: Path, *, decisions: bool = False,
     hasher = BlockHasher.from_name(engine_cfg.block_size, engine_cfg.prefix_caching_hash_algo)
     engine = ReplicaEngine(env, 0, scheduler, resolved.latency_model, hasher, steps, requests,
                            workload, check=check, decisions=decisions_file,
-                           on_progress=on_progress)
+                           on_progress=on_progress, fast_forward=fast_forward)
     workload.start(env, engine.submit)
     try:
         env.run(until=engine.process)

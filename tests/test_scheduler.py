@@ -169,4 +169,4 @@ def test_lookahead_reserves_slots_each_step():
     s = make(num_lookahead_tokens=4)
     add(s, "a", 14)
     out, _ = step(s)
-    assert out.req_to_new_block_ids["a"] == ([1, 2],)  # 14 + 4 slots -> 2 blocks
+    assert out.get_new_block_ids("a") == ([1, 2],)  # 14 + 4 slots -> 2 blocks

@@ -1,0 +1,166 @@
+"""Exact fast-forward over decode-only steps.
+
+When every running request only decodes (one token per step), nothing waits and no
+request finishes or needs a block the pool cannot give, consecutive ``schedule()`` /
+``update_from_output()`` pairs change nothing but token counts, block tables at block
+boundaries and prefix-cache registrations of newly full blocks. :func:`plan_decode_stretch`
+says how many such steps can pass; :meth:`DecodeStretch.apply` performs ``k`` of them at
+once, in exactly the order step-by-step scheduling would: block allocations in
+(step, running order, group) order from the free-queue head, each newly full block
+registered with its hash at the step whose scheduled token fills it.
+
+Scope: full-attention groups only, KV events off, no speculative drafts. Everything
+else returns ``None`` (the caller steps normally). Mirrors nothing in vLLM: it is a
+shortcut whose results equal vLLM's step-by-step behaviour (see the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvcore.request import Request
+from kvcore.scheduler import Scheduler
+from kvcore.single_type_kv_cache_manager import FullAttentionManager
+
+
+@dataclass(slots=True)
+class StretchRecords:
+    """Per-step state after each fast-forwarded step (arrays of length ``k``)."""
+
+    num_free_blocks: np.ndarray
+    num_cached_blocks: np.ndarray
+    num_cached_free_blocks: np.ndarray
+
+
+class DecodeStretch:
+    """Up to ``max_steps`` decode-only steps that may be applied at once.
+
+    ``context_tokens[j]`` is the total number of tokens already in the KV cache of all
+    running requests at the start of step ``j`` (0-based); ``batch_size`` is constant.
+    """
+
+    def __init__(self, scheduler: Scheduler, max_steps: int, computed0: np.ndarray) -> None:
+        self.scheduler = scheduler
+        self.max_steps = max_steps
+        self.batch_size = len(scheduler.running)
+        self.computed0 = computed0
+        self.context_tokens = int(computed0.sum()) + self.batch_size * np.arange(
+            max_steps, dtype=np.int64)
+
+    def apply(self, k: int, sample_token_id: int) -> StretchRecords:
+        """Advance ``k`` (1 <= k <= max_steps) steps; return the per-step block counts."""
+        assert 1 <= k <= self.max_steps
+        sched = self.scheduler
+        kvm = sched.kv_cache_manager
+        pool = kvm.block_pool
+        managers = kvm.coordinator.single_type_managers
+        bs = kvm.coordinator.block_size
+        la = sched.num_lookahead_tokens
+        mml = sched.max_model_len
+        running = sched.running
+        # Allocation and caching events, keyed by step, in running order.
+        alloc: dict[int, list[tuple[str, int]]] = {}
+        cache: dict[int, list[tuple[Request, int]]] = {}
+        for req, c0 in zip(running, self.computed0.tolist()):
+            rid = req.request_id
+            held = len(managers[0].req_to_blocks.get(rid) or ())
+            # Step j (1-based) schedules token c0 + j - 1 and needs slots for c0 + j + la.
+            j = 1
+            while j <= k:
+                required = -(-min(c0 + j + la, mml) // bs)
+                if required > held:
+                    alloc.setdefault(j, []).append((rid, required))
+                    held = required
+                    j += 1
+                    continue
+                # Jump to the next step whose slot count crosses a block boundary.
+                nxt = held * bs - la - c0 + 1
+                j = max(j + 1, nxt)
+            # Block b (0-based) is registered when c0 + j == (b + 1) * bs.
+            first_block = (c0 + 1 + bs - 1) // bs
+            for b in range(max(first_block, 1) - 1, (c0 + k) // bs):
+                j = (b + 1) * bs - c0
+                if 1 <= j <= k:
+                    cache.setdefault(j, []).append((req, (b + 1) * bs))
+        free = np.empty(k, dtype=np.int64)
+        cached = np.empty(k, dtype=np.int64)
+        cached_free = np.empty(k, dtype=np.int64)
+        num_cached_new = 0
+        # Tokens first (hashes must exist before caching); then allocations and caching
+        # in step order. Caching touches only held blocks, allocation only free ones.
+        tokens = [sample_token_id] * k
+        for req in running:
+            req._output_token_ids.extend(tokens)
+            req._all_token_ids.extend(tokens)
+            req.num_computed_tokens += k
+            req.update_block_hashes()
+        for j in range(1, k + 1):
+            for rid, required in alloc.get(j, ()):
+                num_slots = required * bs
+                for m in managers:
+                    m.allocate_new_blocks(rid, num_slots)
+            for req, num_tokens in cache.get(j, ()):
+                if kvm.enable_caching:
+                    for m in managers:
+                        m.cache_blocks(req, num_tokens)
+                    num_cached_new += 1
+            free[j - 1] = pool.free_block_queue.num_free_blocks
+            cached[j - 1] = pool.num_cached_blocks
+            cached_free[j - 1] = pool.num_cached_free_blocks
+        sched.finished_req_ids = set()
+        sched.reset_preempted_req_ids = set()
+        kvm.make_prefix_cache_stats()
+        return StretchRecords(free, cached, cached_free)
+
+
+def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | None:
+    """The longest decode-only stretch (at most ``horizon`` steps) starting now, or None.
+
+    Eligible when nothing waits, every running request has its whole sequence computed
+    but the last sampled token, all groups are full attention, KV events are off, and
+    the token budget covers one token per request. The stretch stops before the first
+    step in which a request would finish or the free blocks would not cover the
+    allocations.
+    """
+    kvm = scheduler.kv_cache_manager
+    running = scheduler.running
+    if (not running or scheduler.waiting or kvm._full_attention_managers is None
+            or kvm.block_pool.enable_kv_cache_events
+            or len(running) > scheduler.max_num_scheduled_tokens):
+        return None
+    managers = kvm.coordinator.single_type_managers
+    if any(type(m) is not FullAttentionManager for m in managers):
+        return None
+    bs = kvm.coordinator.block_size
+    la = scheduler.num_lookahead_tokens
+    mml = scheduler.max_model_len
+    max_steps = horizon
+    n = len(running)
+    computed0 = np.empty(n, dtype=np.int64)
+    for i, req in enumerate(running):
+        c = req.num_computed_tokens
+        if (c != len(req._all_token_ids) - 1 or req.spec_token_ids
+                or req.num_output_placeholders or req.is_prefill_chunk):
+            return None
+        computed0[i] = c
+        # Finishes at step f (after sampling): outputs reach max_tokens or length mml.
+        f = min(req.max_tokens - len(req._output_token_ids), mml - c - 1)
+        if f - 1 < max_steps:
+            max_steps = f - 1
+        if max_steps < 1:
+            return None
+    # Blocks: cumulative new blocks (per group) must stay within the free count.
+    held = np.fromiter((len(managers[0].req_to_blocks.get(r.request_id) or ())
+                        for r in running), dtype=np.int64, count=n)
+    steps = np.arange(1, max_steps + 1, dtype=np.int64)
+    slots = np.minimum(computed0[None, :] + steps[:, None] + la, mml)
+    required = np.maximum(-(-slots // bs), held[None, :])
+    needed = (required - held[None, :]).sum(axis=1) * len(managers)
+    ok = needed <= kvm.block_pool.free_block_queue.num_free_blocks
+    if not ok[0]:
+        return None
+    if not ok.all():
+        max_steps = int(np.argmin(ok))
+    return DecodeStretch(scheduler, max_steps, computed0)
