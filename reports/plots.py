@@ -71,7 +71,10 @@ def plot_latency(requests: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(10, 3))
     for ax, values, name in zip(axes, (ttft, tpot, e2e), ("TTFT", "TPOT", "E2E latency")):
         if len(values):
-            ax.hist(values, bins=50, color="tab:blue", alpha=0.8)
+            spread = float(values.max() - values.min())
+            # Equal values (a constant step time) would make 50 bins of width ~0 fail.
+            bins = 50 if spread > 1e-9 * max(abs(float(values.max())), 1e-12) else 1
+            ax.hist(values, bins=bins, color="tab:blue", alpha=0.8)
             for q, ls in ((0.5, "-"), (0.99, "--")):
                 ax.axvline(values.quantile(q), color="k", ls=ls, lw=0.8,
                            label=f"p{int(q * 100)}")

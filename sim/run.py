@@ -34,6 +34,10 @@ DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_GPU = "H100-SXM"
 
 
+class NothingServed(ValueError):
+    """Every request was rejected (its prompt does not fit max_model_len)."""
+
+
 @dataclass
 class RunSpec:
     """What the user asked for; ``resolve_run`` turns it into a runnable setup."""
@@ -117,6 +121,11 @@ def run(spec: RunSpec, out: Path,
     try:
         summary = simulate(resolved, tmp, decisions=spec.decisions, check=spec.check,
                            on_progress=on_progress)
+        if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
+            raise NothingServed(
+                f"{spec.workload}: max_model_len: all {summary['num_rejected']} requests have prompts of at "
+                f"least max_model_len ({resolved.max_model_len}) tokens and were rejected; "
+                "raise --max-model-len or shorten the workload's prompts")
         (tmp / "config.yaml").write_text(
             yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False))
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

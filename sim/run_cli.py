@@ -18,7 +18,7 @@ from rich.table import Table
 
 from sim.engine import SimulationStuck
 from sim.engine_config import EngineConfig
-from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD, RunSpec, run
+from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD, NothingServed, RunSpec, run
 from sim.setup import resolve_run
 
 
@@ -51,7 +51,10 @@ def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineCon
         except OSError as e:
             raise ValueError(f"{path}: cannot read engine file: {e.strerror}") from None
         except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not valid YAML: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}: " if mark is not None else ""
+            raise ValueError(f"{path}: {where}YAML syntax error: "
+                             f"{getattr(e, 'problem', None) or 'unreadable'}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of engine arguments")
         data.update(loaded or {})
@@ -111,6 +114,8 @@ def run_command(workload: str | None, engine_file: str | None, model: str | None
                               on_progress=lambda n: progress.advance(task, n))
         else:
             summary = run(spec, out_dir, resolved=resolved)
+    except NothingServed as e:
+        return _fail(str(e))
     except SimulationStuck as e:
         return _fail(f"{e}; give the KV cache more blocks (--gpu-memory-utilization, "
                      "--num-gpu-blocks-override) or lower --max-model-len")
