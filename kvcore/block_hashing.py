@@ -142,8 +142,12 @@ class BlockHasher:
         self.none_hash = none_hash
 
     @classmethod
-    def from_name(cls, hash_block_size: int, algo: str = "sha256",
-                  none_hash_seed: str = DEFAULT_NONE_HASH_SEED) -> BlockHasher:
+    def from_name(
+        cls,
+        hash_block_size: int,
+        algo: str = "sha256",
+        none_hash_seed: str = DEFAULT_NONE_HASH_SEED,
+    ) -> BlockHasher:
         """A hasher for the named algorithm and NONE_HASH seed."""
         fn = get_hash_fn_by_name(algo)
         return cls(hash_block_size, fn, make_none_hash(fn, none_hash_seed))

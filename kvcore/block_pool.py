@@ -40,8 +40,9 @@ class BlockPool:
     deduplicate so that block tables stay append-only).
     """
 
-    def __init__(self, num_gpu_blocks: int, enable_caching: bool,
-                 enable_kv_cache_events: bool = False) -> None:
+    def __init__(
+        self, num_gpu_blocks: int, enable_caching: bool, enable_kv_cache_events: bool = False
+    ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks <= 0:
             raise ValueError(f"num_gpu_blocks must be a positive int, got {num_gpu_blocks!r}")
         self.num_gpu_blocks = num_gpu_blocks
@@ -62,8 +63,9 @@ class BlockPool:
 
     # -- prefix cache lookups ------------------------------------------------------
 
-    def get_cached_block(self, block_hash: bytes,
-                         kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
+    def get_cached_block(
+        self, block_hash: bytes, kv_cache_group_ids: Sequence[int]
+    ) -> list[KVCacheBlock] | None:
         """One cached block per group for ``block_hash``, or None if any group misses.
 
         With duplicates, the first block cached under the key is returned.
@@ -71,8 +73,10 @@ class BlockPool:
         cache = self.cached_block_hash_to_block
         if len(kv_cache_group_ids) == 1:  # the common case, without the loop
             gid = kv_cache_group_ids[0]
-            hit = cache.get(block_hash + (_GROUP_SUFFIXES[gid] if gid < _NUM_SUFFIXES
-                                          else gid.to_bytes(4, "big")))
+            hit = cache.get(
+                block_hash
+                + (_GROUP_SUFFIXES[gid] if gid < _NUM_SUFFIXES else gid.to_bytes(4, "big"))
+            )
             if hit is None:
                 return None
             if type(hit) is dict:
@@ -88,10 +92,16 @@ class BlockPool:
             out.append(hit)
         return out
 
-    def cache_full_blocks(self, request: Request, blocks: Sequence[KVCacheBlock],
-                          num_cached_blocks: int, num_full_blocks: int, block_size: int,
-                          kv_cache_group_id: int,
-                          block_mask: Sequence[bool] | None = None) -> None:
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
+    ) -> None:
         """Register ``blocks[num_cached_blocks:num_full_blocks]`` in the prefix cache.
 
         Their hashes come from ``request.block_hashes``; null blocks (and blocks the
@@ -101,8 +111,11 @@ class BlockPool:
             return
         block_hashes = request.block_hashes
         cache = self.cached_block_hash_to_block
-        suffix = (_GROUP_SUFFIXES[kv_cache_group_id] if 0 <= kv_cache_group_id < _NUM_SUFFIXES
-                  else kv_cache_group_id.to_bytes(4, "big"))
+        suffix = (
+            _GROUP_SUFFIXES[kv_cache_group_id]
+            if 0 <= kv_cache_group_id < _NUM_SUFFIXES
+            else kv_cache_group_id.to_bytes(4, "big")
+        )
         events = self.enable_kv_cache_events
         if block_mask is None and not events:
             # Fast path (no mask, no events): same effect as the general loop below.
@@ -148,17 +161,27 @@ class BlockPool:
             if events:
                 new_hashes.append(external_block_hash(block_hash))
         if events:
-            parent = (external_block_hash(block_hashes[num_cached_blocks - 1])
-                      if num_cached_blocks > 0 else None)
+            parent = (
+                external_block_hash(block_hashes[num_cached_blocks - 1])
+                if num_cached_blocks > 0
+                else None
+            )
             lora = request.lora_request
-            self.kv_event_queue.append(BlockStored(
-                block_hashes=new_hashes, parent_block_hash=parent,
-                token_ids=list(request.all_token_ids[num_cached_blocks * block_size:
-                                                     num_full_blocks * block_size]),
-                block_size=block_size,
-                lora_id=lora.lora_int_id if lora is not None else None,
-                group_idx=kv_cache_group_id,
-                lora_name=lora.lora_name if lora is not None else None))
+            self.kv_event_queue.append(
+                BlockStored(
+                    block_hashes=new_hashes,
+                    parent_block_hash=parent,
+                    token_ids=list(
+                        request.all_token_ids[
+                            num_cached_blocks * block_size : num_full_blocks * block_size
+                        ]
+                    ),
+                    block_size=block_size,
+                    lora_id=lora.lora_int_id if lora is not None else None,
+                    group_idx=kv_cache_group_id,
+                    lora_name=lora.lora_name if lora is not None else None,
+                )
+            )
 
     # -- allocation and release ----------------------------------------------------
 
@@ -219,9 +242,12 @@ class BlockPool:
         block.block_hash = None
         self.num_cached_blocks -= 1
         if removed and self.enable_kv_cache_events:
-            self.kv_event_queue.append(BlockRemoved(
-                block_hashes=[external_block_hash(key[:-4])],
-                group_idx=int.from_bytes(key[-4:], "big")))
+            self.kv_event_queue.append(
+                BlockRemoved(
+                    block_hashes=[external_block_hash(key[:-4])],
+                    group_idx=int.from_bytes(key[-4:], "big"),
+                )
+            )
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
@@ -323,8 +349,7 @@ class BlockPool:
         """Raise AssertionError if the pool's bookkeeping is inconsistent."""
         queue = self.free_block_queue.get_all_free_blocks()
         num_free = self.free_block_queue.num_free_blocks
-        assert len(queue) == num_free, (
-            f"free queue holds {len(queue)} blocks but counts {num_free}")
+        assert len(queue) == num_free, f"free queue holds {len(queue)} blocks but counts {num_free}"
         in_queue = {b.block_id for b in queue}
         assert len(in_queue) == len(queue), "a block appears twice in the free queue"
         assert self.null_block.block_id not in in_queue, "the null block is in the free queue"
@@ -334,19 +359,23 @@ class BlockPool:
                 continue
             assert b.ref_cnt >= 0, f"block {b.block_id} has ref_cnt {b.ref_cnt}"
             assert (b.ref_cnt == 0) == (b.block_id in in_queue), (
-                f"block {b.block_id}: ref_cnt {b.ref_cnt} but in_queue={b.block_id in in_queue}")
+                f"block {b.block_id}: ref_cnt {b.ref_cnt} but in_queue={b.block_id in in_queue}"
+            )
             if b.block_hash is not None:
                 assert self.enable_caching, f"block {b.block_id} cached with caching off"
                 hit = self.cached_block_hash_to_block.get(b.block_hash)
                 assert hit is b or (type(hit) is dict and hit.get(b.block_id) is b), (
-                    f"cached block {b.block_id} missing from the hash map")
+                    f"cached block {b.block_id} missing from the hash map"
+                )
         cached = [b for b in self.blocks if b.block_hash is not None]
         assert self.num_cached_blocks == len(cached), (
-            f"num_cached_blocks {self.num_cached_blocks} != {len(cached)}")
+            f"num_cached_blocks {self.num_cached_blocks} != {len(cached)}"
+        )
         cached_free = sum(1 for b in cached if b.ref_cnt == 0)
         assert self.num_cached_free_blocks == cached_free, (
-            f"num_cached_free_blocks {self.num_cached_free_blocks} != {cached_free}")
+            f"num_cached_free_blocks {self.num_cached_free_blocks} != {cached_free}"
+        )
         for key, hit in self.cached_block_hash_to_block.items():
-            for b in (hit.values() if type(hit) is dict else (hit,)):
+            for b in hit.values() if type(hit) is dict else (hit,):
                 assert b.block_hash == key, f"hash map entry of block {b.block_id} is stale"
             assert hit, "empty duplicate set in the hash map"

@@ -47,7 +47,8 @@ class DecodeStretch:
         self.batch_size = len(scheduler.running)
         self.computed0 = computed0
         self.context_tokens = int(computed0.sum()) + self.batch_size * np.arange(
-            max_steps, dtype=np.int64)
+            max_steps, dtype=np.int64
+        )
 
     def apply(self, k: int, sample_token_id: int) -> StretchRecords:
         """Advance ``k`` (1 <= k <= max_steps) steps; return the per-step block counts."""
@@ -126,9 +127,13 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
     """
     kvm = scheduler.kv_cache_manager
     running = scheduler.running
-    if (not running or scheduler.waiting or kvm._full_attention_managers is None
-            or kvm.block_pool.enable_kv_cache_events
-            or len(running) > scheduler.max_num_scheduled_tokens):
+    if (
+        not running
+        or scheduler.waiting
+        or kvm._full_attention_managers is None
+        or kvm.block_pool.enable_kv_cache_events
+        or len(running) > scheduler.max_num_scheduled_tokens
+    ):
         return None
     managers = kvm.coordinator.single_type_managers
     if any(type(m) is not FullAttentionManager for m in managers):
@@ -141,8 +146,12 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
     computed0 = np.empty(n, dtype=np.int64)
     for i, req in enumerate(running):
         c = req.num_computed_tokens
-        if (c != len(req._all_token_ids) - 1 or req.spec_token_ids
-                or req.num_output_placeholders or req.is_prefill_chunk):
+        if (
+            c != len(req._all_token_ids) - 1
+            or req.spec_token_ids
+            or req.num_output_placeholders
+            or req.is_prefill_chunk
+        ):
             return None
         computed0[i] = c
         # Finishes at step f (after sampling): outputs reach max_tokens or length mml.
@@ -152,8 +161,11 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
         if max_steps < 1:
             return None
     # Blocks: cumulative new blocks (per group) must stay within the free count.
-    held = np.fromiter((len(managers[0].req_to_blocks.get(r.request_id) or ())
-                        for r in running), dtype=np.int64, count=n)
+    held = np.fromiter(
+        (len(managers[0].req_to_blocks.get(r.request_id) or ()) for r in running),
+        dtype=np.int64,
+        count=n,
+    )
     steps = np.arange(1, max_steps + 1, dtype=np.int64)
     slots = np.minimum(computed0[None, :] + steps[:, None] + la, mml)
     required = np.maximum(-(-slots // bs), held[None, :])

@@ -15,8 +15,8 @@ from kvcore.kv_cache_block import KVCacheBlock
 from kvcore.kv_cache_coordinator import get_kv_cache_coordinator
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_events import KVCacheEvent
-from kvcore.single_type_kv_cache_manager import FullAttentionManager
 from kvcore.request import Request, RequestStatus
+from kvcore.single_type_kv_cache_manager import FullAttentionManager
 
 
 @dataclass(slots=True)
@@ -93,8 +93,10 @@ class KVCacheManager:
         managers = self.coordinator.single_type_managers
         self._block_size = self.coordinator.block_size
         self._full_attention_managers = (
-            managers if managers and all(type(m) is FullAttentionManager for m in managers)
-            else None)
+            managers
+            if managers and all(type(m) is FullAttentionManager for m in managers)
+            else None
+        )
         self.kv_cache_config = kv_cache_config
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
@@ -161,11 +163,19 @@ class KVCacheManager:
         """
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when no computed tokens are adopted")
-        if (new_computed_blocks is None and not full_sequence_must_fit
-                and self._full_attention_managers is not None):
-            return self._allocate_full_attention(request, num_new_tokens, num_lookahead_tokens,
-                                                 delay_cache_blocks, reserved_blocks,
-                                                 has_scheduled_reqs)
+        if (
+            new_computed_blocks is None
+            and not full_sequence_must_fit
+            and self._full_attention_managers is not None
+        ):
+            return self._allocate_full_attention(
+                request,
+                num_new_tokens,
+                num_lookahead_tokens,
+                delay_cache_blocks,
+                reserved_blocks,
+                has_scheduled_reqs,
+            )
         empty = self.empty_kv_cache_blocks.blocks
         computed_list = new_computed_blocks.blocks if new_computed_blocks is not None else empty
         coordinator = self.coordinator
@@ -205,10 +215,15 @@ class KVCacheManager:
             )
         return self.create_kv_cache_blocks(new_blocks)
 
-    def _allocate_full_attention(self, request: Request, num_new_tokens: int,
-                                 num_lookahead_tokens: int, delay_cache_blocks: bool,
-                                 reserved_blocks: int,
-                                 has_scheduled_reqs: bool) -> KVCacheBlocks | None:
+    def _allocate_full_attention(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_lookahead_tokens: int,
+        delay_cache_blocks: bool,
+        reserved_blocks: int,
+        has_scheduled_reqs: bool,
+    ) -> KVCacheBlocks | None:
         """``allocate_slots`` without prefix hits when every group is full attention.
 
         Same result as the general path, which then skips no blocks, adopts no hits
@@ -228,17 +243,23 @@ class KVCacheManager:
             if required > held:
                 need += required - held
         watermark = 0
-        if has_scheduled_reqs and request.status in (RequestStatus.WAITING,
-                                                     RequestStatus.PREEMPTED):
+        if has_scheduled_reqs and request.status in (
+            RequestStatus.WAITING,
+            RequestStatus.PREEMPTED,
+        ):
             watermark = self.watermark_blocks
         if need + watermark > self.block_pool.free_block_queue.num_free_blocks - reserved_blocks:
             return None
-        new_blocks = (tuple(m.allocate_new_blocks(request_id, num_need_slot) for m in managers)
-                      if need else None)
+        new_blocks = (
+            tuple(m.allocate_new_blocks(request_id, num_need_slot) for m in managers)
+            if need
+            else None
+        )
         if self.enable_caching and not delay_cache_blocks:
             num_tokens = min(total_computed + num_new_tokens, request.num_tokens)
-            num_full = min(num_tokens, len(request.block_hashes) * self._block_size
-                           ) // self._block_size
+            num_full = (
+                min(num_tokens, len(request.block_hashes) * self._block_size) // self._block_size
+            )
             for m in managers:
                 if m.num_cached_block.get(request_id, 0) < num_full:
                     m.cache_blocks(request, num_tokens)
@@ -292,6 +313,5 @@ class KVCacheManager:
                 assert num_cached <= len(blocks), f"request {rid} caches past its table"
         for b in self.block_pool.blocks:
             if not b.is_null:
-                assert b.ref_cnt == holders.get(b.block_id, 0), (
-                    f"block {b.block_id}: ref_cnt {b.ref_cnt} but held {holders.get(b.block_id, 0)}x"
-                )
+                held = holders.get(b.block_id, 0)
+                assert b.ref_cnt == held, f"block {b.block_id}: ref_cnt {b.ref_cnt}, held {held}x"

@@ -25,10 +25,14 @@ class BlockStored:
     medium: str = "GPU"
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "BlockStored", "block_hashes": self.block_hashes,
-                "parent_block_hash": self.parent_block_hash,
-                "num_tokens": len(self.token_ids), "block_size": self.block_size,
-                "group_idx": self.group_idx}
+        return {
+            "type": "BlockStored",
+            "block_hashes": self.block_hashes,
+            "parent_block_hash": self.parent_block_hash,
+            "num_tokens": len(self.token_ids),
+            "block_size": self.block_size,
+            "group_idx": self.group_idx,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +44,11 @@ class BlockRemoved:
     medium: str = "GPU"
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "BlockRemoved", "block_hashes": self.block_hashes,
-                "group_idx": self.group_idx}
+        return {
+            "type": "BlockRemoved",
+            "block_hashes": self.block_hashes,
+            "group_idx": self.group_idx,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,12 +64,15 @@ class ReplayConfig:
     none_hash_seed: str = DEFAULT_NONE_HASH_SEED
 
     def __post_init__(self) -> None:
-        checks = [("block_size", self.block_size, 1), ("num_gpu_blocks", self.num_gpu_blocks, 2),
-                  ("max_num_seqs", self.max_num_seqs, 1),
-                  ("max_num_batched_tokens", self.max_num_batched_tokens, 1),
-                  ("long_prefill_token_threshold", self.long_prefill_token_threshold, 0),
-                  ("sample_token_id", self.sample_token_id, 0),
-                  ("num_lookahead_tokens", self.num_lookahead_tokens, 0)]
+        checks = [
+            ("block_size", self.block_size, 1),
+            ("num_gpu_blocks", self.num_gpu_blocks, 2),
+            ("max_num_seqs", self.max_num_seqs, 1),
+            ("max_num_batched_tokens", self.max_num_batched_tokens, 1),
+            ("long_prefill_token_threshold", self.long_prefill_token_threshold, 0),
+            ("sample_token_id", self.sample_token_id, 0),
+            ("num_lookahead_tokens", self.num_lookahead_tokens, 0),
+        ]
         for name, value, low in checks:
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -79,16 +82,19 @@ class ReplayConfig:
             raise ValueError("kv_groups must name at least one group")
         for kind in self.kv_groups:
             if kind not in KV_GROUP_KINDS:
-                raise ValueError(f"kv_groups: unknown kind {kind!r}; allowed: "
-                                 f"{', '.join(KV_GROUP_KINDS)}")
+                raise ValueError(
+                    f"kv_groups: unknown kind {kind!r}; allowed: {', '.join(KV_GROUP_KINDS)}"
+                )
         if "sliding_window" in self.kv_groups and (self.sliding_window or 0) < 1:
             raise ValueError("kv_groups has sliding_window: set sliding_window to an integer >= 1")
         if "chunked_local" in self.kv_groups and (self.attention_chunk_size or 0) < 1:
-            raise ValueError("kv_groups has chunked_local: set attention_chunk_size to an "
-                             "integer >= 1")
+            raise ValueError(
+                "kv_groups has chunked_local: set attention_chunk_size to an integer >= 1"
+            )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be an integer >= 2, got {self.max_model_len}")
         from kvcore.block_hashing import get_hash_fn_by_name
+
         get_hash_fn_by_name(self.prefix_caching_hash_algo)
 
     def kv_cache_spec(self, kind: str) -> AttentionSpec:
@@ -96,15 +102,19 @@ class ReplayConfig:
         if kind == "sliding_window":
             return SlidingWindowSpec(block_size=self.block_size, sliding_window=self.sliding_window)
         if kind == "chunked_local":
-            return ChunkedLocalAttentionSpec(block_size=self.block_size,
-                                             attention_chunk_size=self.attention_chunk_size)
+            return ChunkedLocalAttentionSpec(
+                block_size=self.block_size, attention_chunk_size=self.attention_chunk_size
+            )
         return FullAttentionSpec(block_size=self.block_size)
 
     def kv_cache_config(self) -> KVCacheConfig:
-        groups = [KVCacheGroupSpec([f"layer.{i}"], self.kv_cache_spec(kind))
-                  for i, kind in enumerate(self.kv_groups)]
-        return KVCacheConfig(num_blocks=self.num_gpu_blocks, kv_cache_tensors=[],
-                             kv_cache_groups=groups)
+        groups = [
+            KVCacheGroupSpec([f"layer.{i}"], self.kv_cache_spec(kind))
+            for i, kind in enumerate(self.kv_groups)
+        ]
+        return KVCacheConfig(
+            num_blocks=self.num_gpu_blocks, kv_cache_tensors=[], kv_cache_groups=groups
+        )
 
 
 def resolve_max_model_len(config: ReplayConfig, trace: list[TraceRequest]) -> int:
@@ -115,44 +125,73 @@ def resolve_max_model_len(config: ReplayConfig, trace: list[TraceRequest]) -> in
 
 def build_scheduler(config: ReplayConfig, max_model_len: int) -> Scheduler:
     sched_config = SchedulerConfig(
-        max_model_len=max_model_len, max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=config.max_num_seqs, enable_chunked_prefill=config.enable_chunked_prefill,
-        long_prefill_token_threshold=config.long_prefill_token_threshold, policy=config.policy,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        policy=config.policy,
         scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
-        num_lookahead_tokens=config.num_lookahead_tokens)
-    return Scheduler(sched_config, config.kv_cache_config(),
-                     enable_caching=config.enable_prefix_caching, watermark=config.watermark,
-                     enable_kv_cache_events=config.enable_kv_cache_events)
+        num_lookahead_tokens=config.num_lookahead_tokens,
+    )
+    return Scheduler(
+        sched_config,
+        config.kv_cache_config(),
+        enable_caching=config.enable_prefix_caching,
+        watermark=config.watermark,
+        enable_kv_cache_events=config.enable_kv_cache_events,
+    )
 
 
-def _header(config: ReplayConfig, scheduler: Scheduler, trace_name: str, num_requests: int,
-            max_model_len: int, hasher: BlockHasher) -> dict[str, Any]:
+def _header(
+    config: ReplayConfig,
+    scheduler: Scheduler,
+    trace_name: str,
+    num_requests: int,
+    max_model_len: int,
+    hasher: BlockHasher,
+) -> dict[str, Any]:
     cfg = asdict(config)
     cfg.pop("none_hash_seed")
-    cfg.update(max_model_len=max_model_len, kv_groups=list(config.kv_groups),
-               max_num_scheduled_tokens=config.max_num_batched_tokens,
-               coordinator=type(scheduler.kv_cache_manager.coordinator).__name__,
-               managers=[type(m).__name__ for m in
-                         scheduler.kv_cache_manager.coordinator.single_type_managers])
-    return {"type": "header", "kvsim_version": __version__, "vllm_version": VLLM_VERSION,
-            "trace": trace_name, "num_requests": num_requests,
-            "sample_token_id": config.sample_token_id, "config": cfg,
-            "none_hash_seed": config.none_hash_seed, "none_hash": hasher.none_hash.hex()}
+    cfg.update(
+        max_model_len=max_model_len,
+        kv_groups=list(config.kv_groups),
+        max_num_scheduled_tokens=config.max_num_batched_tokens,
+        coordinator=type(scheduler.kv_cache_manager.coordinator).__name__,
+        managers=[
+            type(m).__name__ for m in scheduler.kv_cache_manager.coordinator.single_type_managers
+        ],
+    )
+    return {
+        "type": "header",
+        "kvsim_version": __version__,
+        "vllm_version": VLLM_VERSION,
+        "trace": trace_name,
+        "num_requests": num_requests,
+        "sample_token_id": config.sample_token_id,
+        "config": cfg,
+        "none_hash_seed": config.none_hash_seed,
+        "none_hash": hasher.none_hash.hex(),
+    }
 
 
-def replay(trace: list[TraceRequest], config: ReplayConfig,
-           trace_name: str = "trace") -> Iterator[dict[str, Any]]:
+def replay(
+    trace: list[TraceRequest], config: ReplayConfig, trace_name: str = "trace"
+) -> Iterator[dict[str, Any]]:
     """Yield the header, one record per step, then the summary."""
     if not trace:
         raise ValueError("the trace holds no requests")
     max_model_len = resolve_max_model_len(config, trace)
     for r in trace:
         if len(r.prompt_token_ids) >= max_model_len:
-            raise ValueError(f"request {r.request_id}: prompt of {len(r.prompt_token_ids)} "
-                             f"tokens does not fit max_model_len {max_model_len}")
+            raise ValueError(
+                f"request {r.request_id}: prompt of {len(r.prompt_token_ids)} "
+                f"tokens does not fit max_model_len {max_model_len}"
+            )
     scheduler = build_scheduler(config, max_model_len)
-    hasher = BlockHasher.from_name(config.block_size, config.prefix_caching_hash_algo,
-                                   config.none_hash_seed)
+    hasher = BlockHasher.from_name(
+        config.block_size, config.prefix_caching_hash_algo, config.none_hash_seed
+    )
     yield _header(config, scheduler, trace_name, len(trace), max_model_len, hasher)
     order = sorted(range(len(trace)), key=lambda i: trace[i].arrival_step)
     pending = [(trace[i], i_sorted) for i_sorted, i in enumerate(order)]
@@ -163,10 +202,16 @@ def replay(trace: list[TraceRequest], config: ReplayConfig,
     while True:
         while next_idx < len(pending) and pending[next_idx][0].arrival_step <= step:
             tr, i = pending[next_idx]
-            req = Request(tr.request_id, tr.prompt_token_ids, tr.max_tokens,
-                          arrival_time=tr.arrival_step + i * 1e-9, priority=tr.priority,
-                          lora_request=LoRARequest.from_id(tr.lora_id) if tr.lora_id else None,
-                          cache_salt=tr.cache_salt, block_hasher=hasher)
+            req = Request(
+                tr.request_id,
+                tr.prompt_token_ids,
+                tr.max_tokens,
+                arrival_time=tr.arrival_step + i * 1e-9,
+                priority=tr.priority,
+                lora_request=LoRARequest.from_id(tr.lora_id) if tr.lora_id else None,
+                cache_salt=tr.cache_salt,
+                block_hasher=hasher,
+            )
             scheduler.add_request(req)
             reqs[tr.request_id] = req
             next_idx += 1
@@ -174,13 +219,25 @@ def replay(trace: list[TraceRequest], config: ReplayConfig,
             break
         yield _step(scheduler, reqs, step, config, pool, totals)
         step += 1
-    yield {"type": "summary", "steps": step, "finished": totals["finished"],
-           "num_requests": len(trace), "total_preemption_events": totals["preemptions"],
-           "total_scheduled_tokens": totals["tokens"], "free_blocks_end": pool.get_num_free_blocks()}
+    yield {
+        "type": "summary",
+        "steps": step,
+        "finished": totals["finished"],
+        "num_requests": len(trace),
+        "total_preemption_events": totals["preemptions"],
+        "total_scheduled_tokens": totals["tokens"],
+        "free_blocks_end": pool.get_num_free_blocks(),
+    }
 
 
-def _step(scheduler: Scheduler, reqs: dict[str, Request], step: int,
-          config: ReplayConfig, pool, totals: dict[str, int]) -> dict[str, Any]:
+def _step(
+    scheduler: Scheduler,
+    reqs: dict[str, Request],
+    step: int,
+    config: ReplayConfig,
+    pool,
+    totals: dict[str, int],
+) -> dict[str, Any]:
     out = scheduler.schedule()
     free_after_schedule = pool.get_num_free_blocks()
     new_ids = set(out.scheduled_new_reqs)
@@ -201,8 +258,13 @@ def _step(scheduler: Scheduler, reqs: dict[str, Request], step: int,
         done = not req.is_prefill_chunk
         if done:
             sampled[rid] = [config.sample_token_id]
-        entry = {"id": rid, "kind": kind, "n": n, "new_block_ids": [list(b) for b in block_ids],
-                 "sampled": done}
+        entry = {
+            "id": rid,
+            "kind": kind,
+            "n": n,
+            "new_block_ids": [list(b) for b in block_ids],
+            "sampled": done,
+        }
         entries.append((entry, req))
     result = scheduler.update_from_output(out, sampled)
     scheduled = []
@@ -212,22 +274,37 @@ def _step(scheduler: Scheduler, reqs: dict[str, Request], step: int,
             entry["num_tokens"] = req.num_tokens
             if config.dump_block_tables:
                 entry["block_table"] = [
-                    list(b) for b in scheduler.kv_cache_manager.get_block_ids(req.request_id)]
+                    list(b) for b in scheduler.kv_cache_manager.get_block_ids(req.request_id)
+                ]
         scheduled.append(entry)
     stats = result.prefix_cache_stats
     totals["finished"] += len(result.finished_req_ids)
     totals["preemptions"] += len(out.preempted_req_ids)
     totals["tokens"] += out.total_num_scheduled_tokens
-    line = {"type": "step", "step": step, "scheduled": scheduled,
-            "total_scheduled_tokens": out.total_num_scheduled_tokens,
-            "preempted": sorted(out.preempted_req_ids), "finished": result.finished_req_ids,
-            "free_blocks_after_schedule": free_after_schedule,
-            "free_blocks": pool.get_num_free_blocks(), "num_running": len(scheduler.running),
-            "num_waiting": len(scheduler.waiting),
-            "kv_cache_usage": round(scheduler.get_kv_cache_usage(), 6),
-            "prefix_cache": {k: getattr(stats, k) for k in (
-                "requests", "queries", "hits", "preempted_requests", "preempted_queries",
-                "preempted_hits")}}
+    line = {
+        "type": "step",
+        "step": step,
+        "scheduled": scheduled,
+        "total_scheduled_tokens": out.total_num_scheduled_tokens,
+        "preempted": sorted(out.preempted_req_ids),
+        "finished": result.finished_req_ids,
+        "free_blocks_after_schedule": free_after_schedule,
+        "free_blocks": pool.get_num_free_blocks(),
+        "num_running": len(scheduler.running),
+        "num_waiting": len(scheduler.waiting),
+        "kv_cache_usage": round(scheduler.get_kv_cache_usage(), 6),
+        "prefix_cache": {
+            k: getattr(stats, k)
+            for k in (
+                "requests",
+                "queries",
+                "hits",
+                "preempted_requests",
+                "preempted_queries",
+                "preempted_hits",
+            )
+        },
+    }
     if config.enable_kv_cache_events:
         line["kv_events"] = [e.to_json() for e in result.kv_events]
     return line

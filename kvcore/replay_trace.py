@@ -48,8 +48,10 @@ def parse_trace(data: Any, source: str = "trace") -> list[TraceRequest]:
             raise TraceError(f"{where}: expected an object, got {type(item).__name__}")
         unknown = set(item) - set(_REQUIRED) - set(_OPTIONAL)
         if unknown:
-            raise TraceError(f"{where}: unknown field(s) {sorted(unknown)}; allowed: "
-                             f"{', '.join(_REQUIRED + _OPTIONAL)}")
+            raise TraceError(
+                f"{where}: unknown field(s) {sorted(unknown)}; allowed: "
+                f"{', '.join(_REQUIRED + _OPTIONAL)}"
+            )
         for key in _REQUIRED:
             if key not in item:
                 raise TraceError(f"{where}: missing required field '{key}'")
@@ -64,14 +66,19 @@ def parse_trace(data: Any, source: str = "trace") -> list[TraceRequest]:
         if not _is_int(step) or step < 0:
             raise TraceError(f"{where}: field 'arrival_step' must be an integer >= 0, got {step!r}")
         prompt = item["prompt_token_ids"]
-        if (not isinstance(prompt, list) or not prompt
-                or not all(_is_int(t) and t >= 0 for t in prompt)):
-            raise TraceError(f"{where}: field 'prompt_token_ids' must be a non-empty list of "
-                             "integers >= 0")
+        if (
+            not isinstance(prompt, list)
+            or not prompt
+            or not all(_is_int(t) and t >= 0 for t in prompt)
+        ):
+            raise TraceError(
+                f"{where}: field 'prompt_token_ids' must be a non-empty list of integers >= 0"
+            )
         max_tokens = item["max_tokens"]
         if not _is_int(max_tokens) or max_tokens < 1:
-            raise TraceError(f"{where}: field 'max_tokens' must be an integer >= 1, "
-                             f"got {max_tokens!r}")
+            raise TraceError(
+                f"{where}: field 'max_tokens' must be an integer >= 1, got {max_tokens!r}"
+            )
         priority = item.get("priority", 0)
         if not _is_int(priority):
             raise TraceError(f"{where}: field 'priority' must be an integer, got {priority!r}")
@@ -95,6 +102,7 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise TraceError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): "
-                         f"{e.msg}") from None
+        raise TraceError(
+            f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}"
+        ) from None
     return parse_trace(data, str(path))

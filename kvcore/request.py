@@ -55,13 +55,34 @@ class Request:
     ``mm_features`` are ``(identifier, offset, length)`` triples of multimodal items.
     """
 
-    __slots__ = ("request_id", "priority", "arrival_time", "max_tokens", "lora_request",
-                 "cache_salt", "mm_features", "status", "prompt_token_ids",
-                 "num_prompt_tokens", "_all_token_ids", "_output_token_ids",
-                 "num_computed_tokens", "num_in_flight_tokens", "num_output_placeholders",
-                 "spec_token_ids", "is_prefill_chunk", "num_preemptions", "block_hashes",
-                 "_block_hasher", "_hash_block_size", "skip_reading_prefix_cache", "eos_token_id",
-                 "stop_token_ids", "stop_reason", "num_cached_tokens")
+    __slots__ = (
+        "request_id",
+        "priority",
+        "arrival_time",
+        "max_tokens",
+        "lora_request",
+        "cache_salt",
+        "mm_features",
+        "status",
+        "prompt_token_ids",
+        "num_prompt_tokens",
+        "_all_token_ids",
+        "_output_token_ids",
+        "num_computed_tokens",
+        "num_in_flight_tokens",
+        "num_output_placeholders",
+        "spec_token_ids",
+        "is_prefill_chunk",
+        "num_preemptions",
+        "block_hashes",
+        "_block_hasher",
+        "_hash_block_size",
+        "skip_reading_prefix_cache",
+        "eos_token_id",
+        "stop_token_ids",
+        "stop_reason",
+        "num_cached_tokens",
+    )
 
     def __init__(
         self,
@@ -146,7 +167,8 @@ class Request:
         """Hash the full blocks not hashed yet."""
         hasher = self._block_hasher
         if hasher is not None and (
-                (len(self.block_hashes) + 1) * self._hash_block_size <= len(self._all_token_ids)):
+            (len(self.block_hashes) + 1) * self._hash_block_size <= len(self._all_token_ids)
+        ):
             self.block_hashes.extend(hasher(self))
 
     def is_finished(self) -> bool:
@@ -163,8 +185,10 @@ class Request:
         return id(self) < id(other)
 
     def __repr__(self) -> str:
-        return (f"Request({self.request_id!r}, status={self.status.name}, "
-                f"tokens={self.num_tokens}, computed={self.num_computed_tokens})")
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, "
+            f"tokens={self.num_tokens}, computed={self.num_computed_tokens})"
+        )
 
 
 def check_stop(request: Request, max_model_len: int) -> bool:

@@ -22,8 +22,7 @@ from kvcore.utils import cdiv
 class _StepPlan:
     """Mutable bookkeeping of one ``schedule()`` call."""
 
-    __slots__ = ("budget", "num_scheduled", "new_blocks", "new", "resumed", "running",
-                 "preempted")
+    __slots__ = ("budget", "num_scheduled", "new_blocks", "new", "resumed", "running", "preempted")
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
@@ -43,9 +42,15 @@ class Scheduler:
     that does not fit blocks the rest). Preemption is by recompute.
     """
 
-    def __init__(self, scheduler_config: SchedulerConfig, kv_cache_config: KVCacheConfig,
-                 enable_caching: bool = True, watermark: float = 0.0,
-                 enable_kv_cache_events: bool = False, log_stats: bool = True) -> None:
+    def __init__(
+        self,
+        scheduler_config: SchedulerConfig,
+        kv_cache_config: KVCacheConfig,
+        enable_caching: bool = True,
+        watermark: float = 0.0,
+        enable_kv_cache_events: bool = False,
+        log_stats: bool = True,
+    ) -> None:
         self.scheduler_config = scheduler_config
         self.max_model_len = scheduler_config.max_model_len
         self.max_num_running_reqs = scheduler_config.max_num_seqs
@@ -53,9 +58,14 @@ class Scheduler:
         self.policy = scheduler_config.policy
         self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
         self.kv_cache_manager = KVCacheManager(
-            kv_cache_config, self.max_model_len, enable_caching=enable_caching,
-            max_in_flight_tokens=scheduler_config.max_num_batched_tokens, log_stats=log_stats,
-            enable_kv_cache_events=enable_kv_cache_events, watermark=watermark)
+            kv_cache_config,
+            self.max_model_len,
+            enable_caching=enable_caching,
+            max_in_flight_tokens=scheduler_config.max_num_batched_tokens,
+            log_stats=log_stats,
+            enable_kv_cache_events=enable_kv_cache_events,
+            watermark=watermark,
+        )
         self.block_size = self.kv_cache_manager.coordinator.block_size
         self.requests: dict[str, Request] = {}
         self.waiting = create_request_queue(self.policy)
@@ -85,8 +95,7 @@ class Scheduler:
         """Plan one step: tokens per request, block allocations, preemptions."""
         plan = _StepPlan(self.max_num_scheduled_tokens)
         num_eligible = len(self.running) + len(self.waiting)
-        threshold = (self.scheduler_config.long_prefill_token_threshold
-                     if num_eligible > 1 else 0)
+        threshold = self.scheduler_config.long_prefill_token_threshold if num_eligible > 1 else 0
         self._schedule_running(plan, threshold)
         if not plan.preempted:
             self._schedule_waiting(plan, threshold)
@@ -99,7 +108,8 @@ class Scheduler:
             req_to_new_blocks=plan.new_blocks,
             preempted_req_ids=self.reset_preempted_req_ids,
             finished_req_ids=self.finished_req_ids,
-            num_preempted_this_step=len(plan.preempted))
+            num_preempted_this_step=len(plan.preempted),
+        )
         self._update_after_schedule(plan.num_scheduled)
         return out
 
@@ -109,8 +119,11 @@ class Scheduler:
         req_index = 0
         while req_index < len(running) and plan.budget > 0:
             request = running[req_index]
-            n = (request.num_tokens_with_spec + request.num_output_placeholders
-                 - request.num_computed_tokens)
+            n = (
+                request.num_tokens_with_spec
+                + request.num_output_placeholders
+                - request.num_computed_tokens
+            )
             if 0 < threshold < n:
                 n = threshold
             n = min(n, plan.budget, self.max_model_len - request.num_computed_tokens - 1)
@@ -118,8 +131,9 @@ class Scheduler:
                 req_index += 1
                 continue
             while True:
-                new_blocks = kvm.allocate_slots(request, n,
-                                                num_lookahead_tokens=self.num_lookahead_tokens)
+                new_blocks = kvm.allocate_slots(
+                    request, n, num_lookahead_tokens=self.num_lookahead_tokens
+                )
                 if new_blocks is not None:
                     break
                 victim = self._pick_victim()
@@ -177,10 +191,14 @@ class Scheduler:
                 break
             n = min(n, plan.budget)
             new_blocks = kvm.allocate_slots(
-                request, n, num_new_computed_tokens=num_local,
+                request,
+                n,
+                num_new_computed_tokens=num_local,
                 new_computed_blocks=computed_blocks,
                 num_lookahead_tokens=self.num_lookahead_tokens,
-                full_sequence_must_fit=reserve_full, has_scheduled_reqs=bool(self.running))
+                full_sequence_must_fit=reserve_full,
+                has_scheduled_reqs=bool(self.running),
+            )
             if new_blocks is None:
                 break
             if did_lookup:
@@ -218,14 +236,16 @@ class Scheduler:
             request.num_computed_tokens += n
             request.num_in_flight_tokens += n
             request.is_prefill_chunk = request.num_computed_tokens < (
-                request.num_tokens + request.num_output_placeholders)
+                request.num_tokens + request.num_output_placeholders
+            )
         self.finished_req_ids = set()
         self.reset_preempted_req_ids = set()
 
     # -- model output --------------------------------------------------------------
 
-    def update_from_output(self, scheduler_output: SchedulerOutput,
-                           sampled_token_ids: Mapping[str, Sequence[int]]) -> EngineStepOutput:
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, sampled_token_ids: Mapping[str, Sequence[int]]
+    ) -> EngineStepOutput:
         """Append sampled tokens, stop finished requests and free their blocks."""
         result = EngineStepOutput()
         stopped: list[Request] = []
@@ -300,8 +320,10 @@ class Scheduler:
             assert r.num_computed_tokens <= r.num_tokens + self.num_lookahead_tokens
             for blocks in coordinator.get_blocks(r.request_id):
                 assert len(blocks) >= cdiv(r.num_computed_tokens, self.block_size), (
-                    f"{r.request_id} has fewer blocks than computed tokens")
+                    f"{r.request_id} has fewer blocks than computed tokens"
+                )
         for r in self.waiting:
             assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
             assert all(not b for b in coordinator.get_blocks(r.request_id)), (
-                f"waiting request {r.request_id} holds blocks")
+                f"waiting request {r.request_id} holds blocks"
+            )

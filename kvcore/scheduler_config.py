@@ -38,8 +38,10 @@ class SchedulerConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.long_prefill_token_threshold < 0:
-            raise ValueError("long_prefill_token_threshold must be >= 0, got "
-                             f"{self.long_prefill_token_threshold}")
+            raise ValueError(
+                "long_prefill_token_threshold must be >= 0, got "
+                f"{self.long_prefill_token_threshold}"
+            )
         if self.num_lookahead_tokens < 0:
             raise ValueError(f"num_lookahead_tokens must be >= 0, got {self.num_lookahead_tokens}")
         # The cross-checks of vLLM's SchedulerConfig.verify_max_model_len:
@@ -47,15 +49,20 @@ class SchedulerConfig:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than "
                 f"max_model_len ({self.max_model_len}) with chunked prefill disabled; "
-                "raise max_num_batched_tokens or enable chunked prefill")
+                "raise max_num_batched_tokens or enable chunked prefill"
+            )
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
-                f"max_num_seqs ({self.max_num_seqs})")
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
         if self.long_prefill_token_threshold > self.max_model_len:
             raise ValueError(
                 f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) must be "
-                f"<= max_model_len ({self.max_model_len})")
+                f"<= max_model_len ({self.max_model_len})"
+            )
         if self.policy not in SCHEDULING_POLICIES:
-            raise ValueError(f"scheduling_policy: unknown policy {self.policy!r}; "
-                             f"allowed: {', '.join(SCHEDULING_POLICIES)}")
+            raise ValueError(
+                f"scheduling_policy: unknown policy {self.policy!r}; "
+                f"allowed: {', '.join(SCHEDULING_POLICIES)}"
+            )

@@ -43,9 +43,14 @@ class SingleTypeKVCacheManager:
 
     spec_types: ClassVar[tuple[type, ...]] = ()
 
-    def __init__(self, kv_cache_spec: AttentionSpec, block_pool: BlockPool,
-                 enable_caching: bool, kv_cache_group_id: int,
-                 max_admission_blocks_per_request: int | None = None) -> None:
+    def __init__(
+        self,
+        kv_cache_spec: AttentionSpec,
+        block_pool: BlockPool,
+        enable_caching: bool,
+        kv_cache_group_id: int,
+        max_admission_blocks_per_request: int | None = None,
+    ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
         self.block_pool = block_pool
@@ -58,10 +63,14 @@ class SingleTypeKVCacheManager:
         self.num_cached_block: dict[str, int] = {}
         self._null_block = block_pool.null_block
 
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int,
-                                   new_computed_blocks: Sequence[KVCacheBlock],
-                                   total_computed_tokens: int,
-                                   apply_admission_cap: bool = False) -> int:
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int,
+        apply_admission_cap: bool = False,
+    ) -> int:
         """Blocks to take from the free queue so the request has ``num_tokens`` slots.
 
         Counts prefix hits that currently sit in the free queue (touching them
@@ -84,13 +93,18 @@ class SingleTypeKVCacheManager:
                 num_evictable += 1
         return num_new + num_evictable
 
-    def add_local_computed_blocks(self, request_id: str,
-                                  new_computed_blocks: Sequence[KVCacheBlock],
-                                  num_local_computed_tokens: int) -> None:
+    def add_local_computed_blocks(
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        num_local_computed_tokens: int,
+    ) -> None:
         """Give a newly admitted request its prefix hits (touched) and null padding."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         assert not req_blocks, f"request {request_id} already holds blocks"
-        num_skipped_blocks = self.get_num_skipped_tokens(num_local_computed_tokens) // self.block_size
+        num_skipped_blocks = (
+            self.get_num_skipped_tokens(num_local_computed_tokens) // self.block_size
+        )
         if num_skipped_blocks > 0:
             new_computed_blocks = new_computed_blocks[num_skipped_blocks:]
         if self.enable_caching:
@@ -125,8 +139,14 @@ class SingleTypeKVCacheManager:
         if num_cached >= num_full:
             return
         self.block_pool.cache_full_blocks(
-            request, self.req_to_blocks[request_id], num_cached, num_full, self.block_size,
-            self.kv_cache_group_id, self.reachable_block_mask(num_full - num_cached))
+            request,
+            self.req_to_blocks[request_id],
+            num_cached,
+            num_full,
+            self.block_size,
+            self.kv_cache_group_id,
+            self.reachable_block_mask(num_full - num_cached),
+        )
         self.num_cached_block[request_id] = num_full
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
@@ -165,10 +185,15 @@ class SingleTypeKVCacheManager:
         return 0
 
     @classmethod
-    def find_longest_cache_hit(cls, block_hashes: Sequence[bytes], max_length: int,
-                               kv_cache_group_ids: Sequence[int], block_pool: BlockPool,
-                               kv_cache_spec: AttentionSpec,
-                               alignment_tokens: int) -> tuple[list[list[KVCacheBlock]], int]:
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[bytes],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: AttentionSpec,
+        alignment_tokens: int,
+    ) -> tuple[list[list[KVCacheBlock]], int]:
         """Longest cached prefix of at most ``max_length`` tokens, for all given groups.
 
         Returns one block list per group (skipped blocks as null blocks) and the hit
@@ -183,8 +208,15 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     spec_types = (FullAttentionSpec,)
 
     @classmethod
-    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool,
-                               kv_cache_spec, alignment_tokens):
+    def find_longest_cache_hit(
+        cls,
+        block_hashes,
+        max_length,
+        kv_cache_group_ids,
+        block_pool,
+        kv_cache_spec,
+        alignment_tokens,
+    ):
         block_size = kv_cache_spec.block_size
         computed: list[list[KVCacheBlock]] = [[] for _ in kv_cache_group_ids]
         get = block_pool.get_cached_block
@@ -223,8 +255,15 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return [False] * num_blocks
 
     @classmethod
-    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool,
-                               kv_cache_spec, alignment_tokens):
+    def find_longest_cache_hit(
+        cls,
+        block_hashes,
+        max_length,
+        kv_cache_group_ids,
+        block_pool,
+        kv_cache_spec,
+        alignment_tokens,
+    ):
         block_size = kv_cache_spec.block_size
         need = cdiv(kv_cache_spec.sliding_window - 1, block_size)
         max_num_blocks = max_length // block_size
@@ -236,15 +275,18 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         for i in range(max_num_blocks - 1, -1, -1):
             cached = get(block_hashes[i], kv_cache_group_ids)
             if cached:
-                if run == 0 and block_size != alignment_tokens and \
-                        ((i + 1) * block_size) % alignment_tokens != 0:
+                if (
+                    run == 0
+                    and block_size != alignment_tokens
+                    and ((i + 1) * block_size) % alignment_tokens != 0
+                ):
                     continue
                 for lst, blk in zip(computed, cached):
                     lst[i] = blk
                 run += 1
                 if run >= need:
                     for lst in computed:
-                        del lst[i + run:]
+                        del lst[i + run :]
                     found = True
                     break
             else:
@@ -253,8 +295,10 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             # The run that reaches block 0 is a hit even if shorter than the window.
             for lst in computed:
                 del lst[run:]
-            while block_size != alignment_tokens and \
-                    len(computed[0]) * block_size % alignment_tokens != 0:
+            while (
+                block_size != alignment_tokens
+                and len(computed[0]) * block_size % alignment_tokens != 0
+            ):
                 for lst in computed:
                     lst.pop()
         return computed, len(computed[0]) * block_size
@@ -273,8 +317,15 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         return (num_computed_tokens // self.attention_chunk_size) * self.attention_chunk_size
 
     @classmethod
-    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool,
-                               kv_cache_spec, alignment_tokens):
+    def find_longest_cache_hit(
+        cls,
+        block_hashes,
+        max_length,
+        kv_cache_group_ids,
+        block_pool,
+        kv_cache_spec,
+        alignment_tokens,
+    ):
         block_size = kv_cache_spec.block_size
         chunk = kv_cache_spec.attention_chunk_size
         max_num_blocks = max_length // block_size

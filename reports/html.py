@@ -21,8 +21,9 @@ def _rows(summary: dict[str, Any]) -> str:
     out = []
     for key, value in summary.items():
         if isinstance(value, dict):
-            value = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                              for k, v in value.items())
+            value = ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items()
+            )
         elif isinstance(value, float):
             value = f"{value:.4g}"
         out.append(f"<tr><th>{html.escape(str(key))}</th><td>{html.escape(str(value))}</td></tr>")
@@ -36,12 +37,16 @@ def render_report(run_dir: Path, title: str = "kvsim run") -> Path:
     images = []
     for png in sorted((run_dir / "plots").glob("*.png")):
         data = base64.b64encode(png.read_bytes()).decode("ascii")
-        images.append(f'<h3>{html.escape(png.stem)}</h3><img alt="{html.escape(png.stem)}" '
-                      f'src="data:image/png;base64,{data}">')
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-            f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<h2>Summary</h2><table>{_rows(summary)}</table><h2>Plots</h2>{''.join(images)}"
-            f"<h2>Configuration</h2><pre>{html.escape(config)}</pre></body></html>\n")
+        images.append(
+            f'<h3>{html.escape(png.stem)}</h3><img alt="{html.escape(png.stem)}" '
+            f'src="data:image/png;base64,{data}">'
+        )
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+        f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<h2>Summary</h2><table>{_rows(summary)}</table><h2>Plots</h2>{''.join(images)}"
+        f"<h2>Configuration</h2><pre>{html.escape(config)}</pre></body></html>\n"
+    )
     path = run_dir / "report.html"
     path.write_text(page)
     return path

@@ -28,8 +28,13 @@ def plot_kv_usage(steps: pd.DataFrame, num_gpu_blocks: int, path: Path) -> None:
         in_use = num_gpu_blocks - 1 - df["num_free_blocks"]
         cached_free = df.get("num_cached_free_blocks", pd.Series(0, index=df.index))
         label = f" (replica {replica})" if steps["replica"].nunique() > 1 else ""
-        ax.stackplot(df["start_s"], in_use, cached_free,
-                     labels=[f"in use{label}", f"cached, free{label}"], alpha=0.8)
+        ax.stackplot(
+            df["start_s"],
+            in_use,
+            cached_free,
+            labels=[f"in use{label}", f"cached, free{label}"],
+            alpha=0.8,
+        )
     ax.axhline(num_gpu_blocks - 1, color="k", lw=0.8, ls="--", label="usable blocks")
     ax.set(xlabel="time (s)", ylabel="KV blocks", title="KV cache blocks over time")
     ax.legend(loc="upper right", fontsize=8)
@@ -66,8 +71,9 @@ def plot_latency(requests: pd.DataFrame, path: Path) -> None:
     ttft = requests["first_token_s"] - requests["arrival_s"]
     e2e = requests["finish_s"] - requests["arrival_s"]
     multi = requests["output_tokens"] > 1
-    tpot = ((requests["finish_s"] - requests["first_token_s"])[multi]
-            / (requests["output_tokens"][multi] - 1))
+    tpot = (requests["finish_s"] - requests["first_token_s"])[multi] / (
+        requests["output_tokens"][multi] - 1
+    )
     fig, axes = plt.subplots(1, 3, figsize=(10, 3))
     for ax, values, name in zip(axes, (ttft, tpot, e2e), ("TTFT", "TPOT", "E2E latency")):
         if len(values):
@@ -76,8 +82,7 @@ def plot_latency(requests: pd.DataFrame, path: Path) -> None:
             bins = 50 if spread > 1e-9 * max(abs(float(values.max())), 1e-12) else 1
             ax.hist(values, bins=bins, color="tab:blue", alpha=0.8)
             for q, ls in ((0.5, "-"), (0.99, "--")):
-                ax.axvline(values.quantile(q), color="k", ls=ls, lw=0.8,
-                           label=f"p{int(q * 100)}")
+                ax.axvline(values.quantile(q), color="k", ls=ls, lw=0.8, label=f"p{int(q * 100)}")
             ax.legend(fontsize=8)
         ax.set(xlabel="seconds", title=name)
     fig.tight_layout()
@@ -91,8 +96,12 @@ def render_run_plots(run_dir: Path, num_gpu_blocks: int) -> list[Path]:
     plots.mkdir(exist_ok=True)
     steps = pd.read_csv(run_dir / "steps.csv")
     requests = pd.read_csv(run_dir / "requests.csv")
-    out = [plots / "kv_usage.png", plots / "preemptions.png", plots / "queues.png",
-           plots / "latency.png"]
+    out = [
+        plots / "kv_usage.png",
+        plots / "preemptions.png",
+        plots / "queues.png",
+        plots / "latency.png",
+    ]
     plot_kv_usage(steps, num_gpu_blocks, out[0])
     plot_preemptions(steps, out[1])
     plot_queues(steps, out[2])

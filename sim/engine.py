@@ -42,12 +42,21 @@ class _Meta:
 class ReplicaEngine:
     """Drives one kvcore Scheduler in simulated time (seconds)."""
 
-    def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
-                 latency_model: Any, hasher: BlockHasher, steps: StepRecorder,
-                 requests: RequestRecorder, workload: Any, check: bool = False,
-                 decisions: IO[str] | None = None,
-                 on_progress: Callable[[int], None] | None = None,
-                 fast_forward: bool = True) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica_id: int,
+        scheduler: Scheduler,
+        latency_model: Any,
+        hasher: BlockHasher,
+        steps: StepRecorder,
+        requests: RequestRecorder,
+        workload: Any,
+        check: bool = False,
+        decisions: IO[str] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        fast_forward: bool = True,
+    ) -> None:
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
@@ -64,8 +73,9 @@ class ReplicaEngine:
         windows = any(getattr(g, "window", None) for g in getattr(latency_model, "groups", ()))
         # Decode-only steps are timed with the vectorized formula (bit-identical with
         # fast-forward) where it is exact: no sliding-window attention anywhere.
-        self._vector_decode = (not windows and
-                               scheduler.kv_cache_manager._full_attention_managers is not None)
+        self._vector_decode = (
+            not windows and scheduler.kv_cache_manager._full_attention_managers is not None
+        )
         self.fast_forward = fast_forward and self._vector_decode
         self.num_fast_forwarded = 0
         self.max_model_len = scheduler.max_model_len
@@ -99,9 +109,16 @@ class ReplicaEngine:
         now = self.env.now
         for sr in self._pending:
             lora = LoRARequest.from_id(sr.lora_id) if sr.lora_id else None
-            req = Request(sr.request_id, sr.prompt_token_ids, sr.max_tokens, arrival_time=now,
-                          priority=sr.priority, lora_request=lora, cache_salt=sr.cache_salt,
-                          block_hasher=self.hasher)
+            req = Request(
+                sr.request_id,
+                sr.prompt_token_ids,
+                sr.max_tokens,
+                arrival_time=now,
+                priority=sr.priority,
+                lora_request=lora,
+                cache_salt=sr.cache_salt,
+                block_hasher=self.hasher,
+            )
             self._meta[sr.request_id] = _Meta(sr.arrival_s, req.num_prompt_tokens)
             self.scheduler.add_request(req)
         self._pending.clear()
@@ -117,7 +134,6 @@ class ReplicaEngine:
         return self._wake
 
     def run(self):
-        env = self.env
         scheduler = self.scheduler
         while True:
             if self._pending:
@@ -136,7 +152,8 @@ class ReplicaEngine:
                     if scheduler.waiting and not scheduler.running and self.arrivals_done():
                         raise SimulationStuck(
                             f"replica {self.replica_id}: {len(scheduler.waiting)} requests wait "
-                            "but none fits in the KV cache")
+                            "but none fits in the KV cache"
+                        )
                     if not scheduler.running:
                         yield self._idle()
                 continue
@@ -164,9 +181,12 @@ class ReplicaEngine:
         if prefill == 0 and self._vector_decode:
             # Decode-only steps use the vectorized formula, as fast-forward does, so
             # both paths give bit-identical durations.
-            duration = float(self.latency_model.decode_step_times(
-                np.array([decode], dtype=np.int64),
-                np.array([int(context.sum())], dtype=np.int64))[0])
+            duration = float(
+                self.latency_model.decode_step_times(
+                    np.array([decode], dtype=np.int64),
+                    np.array([int(context.sum())], dtype=np.int64),
+                )[0]
+            )
         else:
             duration = float(self.latency_model.step_time(new_tokens, context))
         start = env.now
@@ -183,16 +203,38 @@ class ReplicaEngine:
         stats = result.prefix_cache_stats
         num_free = pool.get_num_free_blocks()
         num_cached_free = pool.num_cached_free_blocks
-        self.steps.add(self.replica_id, self.num_steps, start, duration, len(scheduler.running),
-                       len(scheduler.waiting), prefill, decode, len(out.preempted_req_ids),
-                       pool.get_usage(), num_free, pool.num_cached_blocks,
-                       stats.queries + stats.preempted_queries, stats.hits + stats.preempted_hits,
-                       num_cached_free, pool.num_gpu_blocks - 1 - num_free)
+        self.steps.add(
+            self.replica_id,
+            self.num_steps,
+            start,
+            duration,
+            len(scheduler.running),
+            len(scheduler.waiting),
+            prefill,
+            decode,
+            len(out.preempted_req_ids),
+            pool.get_usage(),
+            num_free,
+            pool.num_cached_blocks,
+            stats.queries + stats.preempted_queries,
+            stats.hits + stats.preempted_hits,
+            num_cached_free,
+            pool.num_gpu_blocks - 1 - num_free,
+        )
         if self.decisions is not None:
-            self.decisions.write(json.dumps({
-                "replica": self.replica_id, "step": self.num_steps, "scheduled": n_sched,
-                "preempted": sorted(out.preempted_req_ids), "finished": result.finished_req_ids,
-                "num_free_blocks": num_free}) + "\n")
+            self.decisions.write(
+                json.dumps(
+                    {
+                        "replica": self.replica_id,
+                        "step": self.num_steps,
+                        "scheduled": n_sched,
+                        "preempted": sorted(out.preempted_req_ids),
+                        "finished": result.finished_req_ids,
+                        "num_free_blocks": num_free,
+                    }
+                )
+                + "\n"
+            )
         self.num_steps += 1
         if self.check:
             scheduler.check_invariants()
@@ -214,7 +256,8 @@ class ReplicaEngine:
         env = self.env
         batch = stretch.batch_size
         durations = self.latency_model.decode_step_times(
-            np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens).tolist()
+            np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens
+        ).tolist()
         next_event = env.peek()
         starts = []
         t = env.now
@@ -237,16 +280,32 @@ class ReplicaEngine:
         ids = [r.request_id for r in scheduler.running]
         for j in range(k):
             f = free[j]
-            add(self.replica_id, step0 + j, starts[j], durations[j], batch, 0, 0, batch, 0,
-                1.0 - f / usable if usable else 0.0, f, cached[j], 0, 0, cached_free[j],
-                usable - f)
+            add(
+                self.replica_id,
+                step0 + j,
+                starts[j],
+                durations[j],
+                batch,
+                0,
+                0,
+                batch,
+                0,
+                1.0 - f / usable if usable else 0.0,
+                f,
+                cached[j],
+                0,
+                0,
+                cached_free[j],
+                usable - f,
+            )
         if self.decisions is not None:
             scheduled = json.dumps(dict.fromkeys(ids, 1))
             for j in range(k):
                 self.decisions.write(
                     f'{{"replica": {self.replica_id}, "step": {step0 + j}, "scheduled": '
                     f'{scheduled}, "preempted": [], "finished": [], "num_free_blocks": '
-                    f'{free[j]}}}\n')
+                    f"{free[j]}}}\n"
+                )
         self.num_steps += k
         self.num_fast_forwarded += k
         for j in range(k):
@@ -259,9 +318,17 @@ class ReplicaEngine:
     def _finish(self, req: Request, now: float) -> None:
         rid = req.request_id
         m = self._meta.pop(rid)
-        self.requests.add(rid, self.replica_id, m.arrival_s, m.first_token_s, now,
-                          m.prompt_tokens, req.num_output_tokens, max(req.num_cached_tokens, 0),
-                          req.num_preemptions)
+        self.requests.add(
+            rid,
+            self.replica_id,
+            m.arrival_s,
+            m.first_token_s,
+            now,
+            m.prompt_tokens,
+            req.num_output_tokens,
+            max(req.num_cached_tokens, 0),
+            req.num_preemptions,
+        )
         if self.on_progress is not None:
             self.on_progress(1)
         self.on_finish(rid, req.output_token_ids, now)

@@ -34,4 +34,3 @@ class EngineConfig(BaseModel):
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     latency_model: Literal["roofline", "constant"] = "roofline"
     constant_step_s: float = Field(0.01, gt=0.0)
-

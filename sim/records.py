@@ -12,14 +12,36 @@ from array import array
 from pathlib import Path
 from typing import IO
 
-STEP_COLUMNS = ("replica", "step", "start_s", "duration_s", "num_running", "num_waiting",
-                "num_prefill_tokens", "num_decode_tokens", "num_preempted", "kv_usage",
-                "num_free_blocks", "num_cached_blocks", "prefix_queries", "prefix_hits",
-                "num_cached_free_blocks")
+STEP_COLUMNS = (
+    "replica",
+    "step",
+    "start_s",
+    "duration_s",
+    "num_running",
+    "num_waiting",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "num_preempted",
+    "kv_usage",
+    "num_free_blocks",
+    "num_cached_blocks",
+    "prefix_queries",
+    "prefix_hits",
+    "num_cached_free_blocks",
+)
 """INTERFACES.md's columns, then kvsim's extension ``num_cached_free_blocks`` (cached
 blocks no request holds: reusable, evicted on demand)."""
-REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "first_token_s", "finish_s",
-                   "prompt_tokens", "output_tokens", "cached_tokens", "num_preemptions")
+REQUEST_COLUMNS = (
+    "request_id",
+    "replica",
+    "arrival_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "num_preemptions",
+)
 _FLUSH_ROWS = 4096
 
 
@@ -65,15 +87,44 @@ class StepRecorder:
         self.prefix_queries = 0
         self.prefix_hits = 0
 
-    def add(self, replica: int, step: int, start_s: float, duration_s: float, num_running: int,
-            num_waiting: int, num_prefill_tokens: int, num_decode_tokens: int,
-            num_preempted: int, kv_usage: float, num_free_blocks: int, num_cached_blocks: int,
-            prefix_queries: int, prefix_hits: int, num_cached_free: int,
-            num_in_use: int) -> None:
-        self._sink.add((replica, step, _fmt(start_s), _fmt(duration_s), num_running,
-                        num_waiting, num_prefill_tokens, num_decode_tokens, num_preempted,
-                        _fmt(kv_usage), num_free_blocks, num_cached_blocks, prefix_queries,
-                        prefix_hits, num_cached_free))
+    def add(
+        self,
+        replica: int,
+        step: int,
+        start_s: float,
+        duration_s: float,
+        num_running: int,
+        num_waiting: int,
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+        num_preempted: int,
+        kv_usage: float,
+        num_free_blocks: int,
+        num_cached_blocks: int,
+        prefix_queries: int,
+        prefix_hits: int,
+        num_cached_free: int,
+        num_in_use: int,
+    ) -> None:
+        self._sink.add(
+            (
+                replica,
+                step,
+                _fmt(start_s),
+                _fmt(duration_s),
+                num_running,
+                num_waiting,
+                num_prefill_tokens,
+                num_decode_tokens,
+                num_preempted,
+                _fmt(kv_usage),
+                num_free_blocks,
+                num_cached_blocks,
+                prefix_queries,
+                prefix_hits,
+                num_cached_free,
+            )
+        )
         self.start_s.append(start_s)
         self.duration_s.append(duration_s)
         self.kv_usage.append(kv_usage)
@@ -102,12 +153,31 @@ class RequestRecorder:
         self.output_tokens = 0
         self.last_finish_s = 0.0
 
-    def add(self, request_id: str, replica: int, arrival_s: float, first_token_s: float,
-            finish_s: float, prompt_tokens: int, output_tokens: int, cached_tokens: int,
-            num_preemptions: int) -> None:
-        self._sink.add((request_id, replica, _fmt(arrival_s), _fmt(first_token_s),
-                        _fmt(finish_s), prompt_tokens, output_tokens, cached_tokens,
-                        num_preemptions))
+    def add(
+        self,
+        request_id: str,
+        replica: int,
+        arrival_s: float,
+        first_token_s: float,
+        finish_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int,
+        num_preemptions: int,
+    ) -> None:
+        self._sink.add(
+            (
+                request_id,
+                replica,
+                _fmt(arrival_s),
+                _fmt(first_token_s),
+                _fmt(finish_s),
+                prompt_tokens,
+                output_tokens,
+                cached_tokens,
+                num_preemptions,
+            )
+        )
         self.ttft_s.append(first_token_s - arrival_s)
         self.e2e_s.append(finish_s - arrival_s)
         if output_tokens > 1:

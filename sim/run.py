@@ -52,9 +52,15 @@ class RunSpec:
     check: bool = False
 
 
-def simulate(resolved: ResolvedRun, out_dir: Path, *, decisions: bool = False,
-             check: bool = False, fast_forward: bool = True,
-             on_progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def simulate(
+    resolved: ResolvedRun,
+    out_dir: Path,
+    *,
+    decisions: bool = False,
+    check: bool = False,
+    fast_forward: bool = True,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary."""
     wall0 = time.perf_counter()
@@ -65,17 +71,32 @@ def simulate(resolved: ResolvedRun, out_dir: Path, *, decisions: bool = False,
     workload = resolved.workload
     engine_cfg = resolved.engine
     scheduler = Scheduler(
-        SchedulerConfig(max_model_len=resolved.max_model_len,
-                        max_num_batched_tokens=resolved.max_num_batched_tokens,
-                        max_num_seqs=resolved.max_num_seqs,
-                        enable_chunked_prefill=engine_cfg.enable_chunked_prefill,
-                        long_prefill_token_threshold=engine_cfg.long_prefill_token_threshold,
-                        policy=engine_cfg.scheduling_policy),
-        resolved.kv_cache_config, enable_caching=engine_cfg.enable_prefix_caching)
+        SchedulerConfig(
+            max_model_len=resolved.max_model_len,
+            max_num_batched_tokens=resolved.max_num_batched_tokens,
+            max_num_seqs=resolved.max_num_seqs,
+            enable_chunked_prefill=engine_cfg.enable_chunked_prefill,
+            long_prefill_token_threshold=engine_cfg.long_prefill_token_threshold,
+            policy=engine_cfg.scheduling_policy,
+        ),
+        resolved.kv_cache_config,
+        enable_caching=engine_cfg.enable_prefix_caching,
+    )
     hasher = BlockHasher.from_name(engine_cfg.block_size, engine_cfg.prefix_caching_hash_algo)
-    engine = ReplicaEngine(env, 0, scheduler, resolved.latency_model, hasher, steps, requests,
-                           workload, check=check, decisions=decisions_file,
-                           on_progress=on_progress, fast_forward=fast_forward)
+    engine = ReplicaEngine(
+        env,
+        0,
+        scheduler,
+        resolved.latency_model,
+        hasher,
+        steps,
+        requests,
+        workload,
+        check=check,
+        decisions=decisions_file,
+        on_progress=on_progress,
+        fast_forward=fast_forward,
+    )
     workload.start(env, engine.submit)
     try:
         env.run(until=engine.process)
@@ -84,11 +105,16 @@ def simulate(resolved: ResolvedRun, out_dir: Path, *, decisions: bool = False,
         requests.close()
         if decisions_file is not None:
             decisions_file.close()
-    return build_summary(steps, requests, num_requests=requests.num_finished + engine.num_rejected,
-                         num_rejected=engine.num_rejected, sim_duration_s=env.now,
-                         wall_s=time.perf_counter() - wall0,
-                         num_gpu_blocks=resolved.num_gpu_blocks,
-                         block_size=engine_cfg.block_size)
+    return build_summary(
+        steps,
+        requests,
+        num_requests=requests.num_finished + engine.num_rejected,
+        num_rejected=engine.num_rejected,
+        sim_duration_s=env.now,
+        wall_s=time.perf_counter() - wall0,
+        num_gpu_blocks=resolved.num_gpu_blocks,
+        block_size=engine_cfg.block_size,
+    )
 
 
 def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
@@ -101,17 +127,23 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
         "model": resolved.model_name,
         "gpu": resolved.gpu_name,
         "calibration": spec.calibration,
-        "engine": {**spec.engine.model_dump(), "max_model_len": resolved.max_model_len,
-                   "max_num_batched_tokens": resolved.max_num_batched_tokens,
-                   "max_num_seqs": resolved.max_num_seqs},
+        "engine": {
+            **spec.engine.model_dump(),
+            "max_model_len": resolved.max_model_len,
+            "max_num_batched_tokens": resolved.max_num_batched_tokens,
+            "max_num_seqs": resolved.max_num_seqs,
+        },
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
     }
 
 
-def run(spec: RunSpec, out: Path,
-        on_progress: Callable[[int], None] | None = None,
-        resolved: ResolvedRun | None = None) -> dict[str, Any]:
+def run(
+    spec: RunSpec,
+    out: Path,
+    on_progress: Callable[[int], None] | None = None,
+    resolved: ResolvedRun | None = None,
+) -> dict[str, Any]:
     """Resolve, simulate and write the whole run directory at ``out``; return the summary."""
     resolved = resolved or resolve_run(spec)
     out = Path(out)
@@ -119,22 +151,29 @@ def run(spec: RunSpec, out: Path,
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     tmp.chmod(0o755)
     try:
-        summary = simulate(resolved, tmp, decisions=spec.decisions, check=spec.check,
-                           on_progress=on_progress)
+        summary = simulate(
+            resolved, tmp, decisions=spec.decisions, check=spec.check, on_progress=on_progress
+        )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(
-                f"{spec.workload}: max_model_len: all {summary['num_rejected']} requests have prompts of at "
-                f"least max_model_len ({resolved.max_model_len}) tokens and were rejected; "
-                "raise --max-model-len or shorten the workload's prompts")
+                f"{spec.workload}: max_model_len: all {summary['num_rejected']} requests "
+                f"have prompts of at least max_model_len ({resolved.max_model_len}) tokens "
+                "and were rejected; "
+                "raise --max-model-len or shorten the workload's prompts"
+            )
         (tmp / "config.yaml").write_text(
-            yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False))
+            yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False)
+        )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         from reports.html import render_report
         from reports.plots import render_run_plots
 
         render_run_plots(tmp, resolved.num_gpu_blocks)
-        render_report(tmp, title=f"kvsim run: {resolved.workload_name} on "
-                      f"{resolved.model_name} / {resolved.gpu_name}")
+        render_report(
+            tmp,
+            title=f"kvsim run: {resolved.workload_name} on "
+            f"{resolved.model_name} / {resolved.gpu_name}",
+        )
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             out.rename(old)

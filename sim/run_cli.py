@@ -53,8 +53,9 @@ def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineCon
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f"line {mark.line + 1}: " if mark is not None else ""
-            raise ValueError(f"{path}: {where}YAML syntax error: "
-                             f"{getattr(e, 'problem', None) or 'unreadable'}") from None
+            raise ValueError(
+                f"{path}: {where}YAML syntax error: {getattr(e, 'problem', None) or 'unreadable'}"
+            ) from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of engine arguments")
         data.update(loaded or {})
@@ -71,14 +72,21 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
     t.add_column("value", justify="right")
     t.add_row("requests finished", f"{summary['num_finished']:,} / {summary['num_requests']:,}")
     t.add_row("simulated time", f"{summary['sim_duration_s']:.1f} s")
-    t.add_row("throughput", f"{summary['throughput_rps']:.2f} req/s, "
-              f"{summary['output_tokens_per_s']:,.0f} output tok/s")
+    t.add_row(
+        "throughput",
+        f"{summary['throughput_rps']:.2f} req/s, "
+        f"{summary['output_tokens_per_s']:,.0f} output tok/s",
+    )
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         d = summary[key]
-        t.add_row(f"{name} p50 / p90 / p99", f"{d['p50'] * 1e3:,.1f} / {d['p90'] * 1e3:,.1f} / "
-                  f"{d['p99'] * 1e3:,.1f} ms")
-    t.add_row("preemptions", f"{summary['num_preemptions']:,} "
-              f"({summary['preemptions_per_request']:.3f} per request)")
+        t.add_row(
+            f"{name} p50 / p90 / p99",
+            f"{d['p50'] * 1e3:,.1f} / {d['p90'] * 1e3:,.1f} / {d['p99'] * 1e3:,.1f} ms",
+        )
+    t.add_row(
+        "preemptions",
+        f"{summary['num_preemptions']:,} ({summary['preemptions_per_request']:.3f} per request)",
+    )
     t.add_row("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%}")
     kv = summary["kv_usage"]
     t.add_row("KV usage mean / p99 / max", f"{kv['mean']:.1%} / {kv['p99']:.1%} / {kv['max']:.1%}")
@@ -88,36 +96,66 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
     return t
 
 
-def run_command(workload: str | None, engine_file: str | None, model: str | None,
-                gpu: str | None, calibration: str | None, seed: int | None, out: str | None,
-                decisions: bool, check: bool, engine_overrides: dict[str, Any]) -> int:
+def run_command(
+    workload: str | None,
+    engine_file: str | None,
+    model: str | None,
+    gpu: str | None,
+    calibration: str | None,
+    seed: int | None,
+    out: str | None,
+    decisions: bool,
+    check: bool,
+    engine_overrides: dict[str, Any],
+) -> int:
     """Body of ``kvsim run``; returns the exit status."""
     try:
         engine = load_engine_config(engine_file, engine_overrides)
-        spec = RunSpec(workload=workload or DEFAULT_WORKLOAD, model=model or DEFAULT_MODEL,
-                       gpu=gpu or DEFAULT_GPU, engine=engine, seed=seed,
-                       calibration=calibration, decisions=decisions, check=check)
+        spec = RunSpec(
+            workload=workload or DEFAULT_WORKLOAD,
+            model=model or DEFAULT_MODEL,
+            gpu=gpu or DEFAULT_GPU,
+            engine=engine,
+            seed=seed,
+            calibration=calibration,
+            decisions=decisions,
+            check=check,
+        )
         resolved = resolve_run(spec)
     except ValueError as e:
         return _fail(str(e))
-    out_dir = Path(out) if out else Path("runs") / (
-        f"{Path(resolved.workload_name).stem}_{resolved.model_name}_{resolved.gpu_name}")
+    out_dir = (
+        Path(out)
+        if out
+        else Path("runs")
+        / (f"{Path(resolved.workload_name).stem}_{resolved.model_name}_{resolved.gpu_name}")
+    )
     console = Console(stderr=True)
     total = resolved.workload.num_requests
     try:
         if console.is_terminal:
-            columns = ["[progress.description]{task.description}", BarColumn(),
-                       MofNCompleteColumn(), TimeElapsedColumn()]
+            columns = [
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+            ]
             with Progress(*columns, console=console, transient=True) as progress:
                 task = progress.add_task("simulating", total=total)
-                summary = run(spec, out_dir, resolved=resolved,
-                              on_progress=lambda n: progress.advance(task, n))
+                summary = run(
+                    spec,
+                    out_dir,
+                    resolved=resolved,
+                    on_progress=lambda n: progress.advance(task, n),
+                )
         else:
             summary = run(spec, out_dir, resolved=resolved)
     except NothingServed as e:
         return _fail(str(e))
     except SimulationStuck as e:
-        return _fail(f"{e}; give the KV cache more blocks (--gpu-memory-utilization, "
-                     "--num-gpu-blocks-override) or lower --max-model-len")
+        return _fail(
+            f"{e}; give the KV cache more blocks (--gpu-memory-utilization, "
+            "--num-gpu-blocks-override) or lower --max-model-len"
+        )
     Console().print(_summary_table(summary, out_dir))
     return 0

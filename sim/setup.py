@@ -47,35 +47,56 @@ def resolve_run(spec: RunSpec) -> ResolvedRun:
     """Load and check everything; raise ValueError (naming the field) on bad input."""
     engine = spec.engine
     if spec.calibration is not None:
-        raise ValueError(f"--calibration {spec.calibration}: calibration files are not "
-                         "supported yet (use the default roofline or latency_model: constant)")
+        raise ValueError(
+            f"--calibration {spec.calibration}: calibration files are not "
+            "supported yet (use the default roofline or latency_model: constant)"
+        )
     model = load_model(spec.model)
     gpu = load_gpu(spec.gpu)
     budget = compute_kv_budget(
-        model, gpu, tensor_parallel_size=engine.tensor_parallel_size,
+        model,
+        gpu,
+        tensor_parallel_size=engine.tensor_parallel_size,
         gpu_memory_utilization=engine.gpu_memory_utilization,
-        max_model_len=engine.max_model_len, max_num_batched_tokens=engine.max_num_batched_tokens,
-        max_num_seqs=engine.max_num_seqs, block_size=engine.block_size,
+        max_model_len=engine.max_model_len,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        max_num_seqs=engine.max_num_seqs,
+        block_size=engine.block_size,
         kv_cache_dtype=engine.kv_cache_dtype,
-        num_gpu_blocks_override=engine.num_gpu_blocks_override)
+        num_gpu_blocks_override=engine.num_gpu_blocks_override,
+    )
     if engine.latency_model == "constant":
         latency = make_latency_model("constant", step_s=engine.constant_step_s)
     else:
-        latency = make_latency_model("roofline", model=model, gpu=gpu,
-                                     tensor_parallel_size=engine.tensor_parallel_size,
-                                     kv_cache_dtype=engine.kv_cache_dtype)
+        latency = make_latency_model(
+            "roofline",
+            model=model,
+            gpu=gpu,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            kv_cache_dtype=engine.kv_cache_dtype,
+        )
     if not engine.enable_chunked_prefill and budget.max_num_batched_tokens < budget.max_model_len:
         raise ValueError(
             f"max_num_batched_tokens ({budget.max_num_batched_tokens}) is smaller than "
             f"max_model_len ({budget.max_model_len}) with enable_chunked_prefill off: raise "
-            "--max-num-batched-tokens or lower --max-model-len")
+            "--max-num-batched-tokens or lower --max-model-len"
+        )
     workload = load_workload(spec.workload, seed=spec.seed)
     describe = getattr(latency, "describe", None)
     return ResolvedRun(
-        workload=workload, workload_name=workload.name, workload_config=workload.spec,
-        model_name=model.name, gpu_name=gpu.name, engine=engine, seed=spec.seed,
-        max_model_len=budget.max_model_len, max_num_batched_tokens=budget.max_num_batched_tokens,
-        max_num_seqs=budget.max_num_seqs, num_gpu_blocks=budget.num_gpu_blocks,
-        kv_cache_config=budget.kv_cache_config, budget_terms=budget.to_dict(),
+        workload=workload,
+        workload_name=workload.name,
+        workload_config=workload.spec,
+        model_name=model.name,
+        gpu_name=gpu.name,
+        engine=engine,
+        seed=spec.seed,
+        max_model_len=budget.max_model_len,
+        max_num_batched_tokens=budget.max_num_batched_tokens,
+        max_num_seqs=budget.max_num_seqs,
+        num_gpu_blocks=budget.num_gpu_blocks,
+        kv_cache_config=budget.kv_cache_config,
+        budget_terms=budget.to_dict(),
         latency_model=latency,
-        latency_description=describe() if describe else {"kind": engine.latency_model})
+        latency_description=describe() if describe else {"kind": engine.latency_model},
+    )

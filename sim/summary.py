@@ -18,16 +18,26 @@ def _dist(values) -> dict[str, float]:
     return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def build_summary(steps: StepRecorder, requests: RequestRecorder, *, num_requests: int,
-                  num_rejected: int, sim_duration_s: float, wall_s: float, num_gpu_blocks: int,
-                  block_size: int) -> dict[str, Any]:
+def build_summary(
+    steps: StepRecorder,
+    requests: RequestRecorder,
+    *,
+    num_requests: int,
+    num_rejected: int,
+    sim_duration_s: float,
+    wall_s: float,
+    num_gpu_blocks: int,
+    block_size: int,
+) -> dict[str, Any]:
     """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected``.
 
     ``kv_usage.mean`` is weighted by step duration (the fraction of time-averaged
     blocks in use); p99 and max are over steps.
     """
     usage = np.frombuffer(steps.kv_usage, dtype=np.float64) if len(steps.kv_usage) else np.zeros(0)
-    dur = np.frombuffer(steps.duration_s, dtype=np.float64) if len(steps.duration_s) else np.zeros(0)
+    dur = (
+        np.frombuffer(steps.duration_s, dtype=np.float64) if len(steps.duration_s) else np.zeros(0)
+    )
     if usage.size:
         mean_usage = float(np.average(usage, weights=dur)) if dur.sum() > 0 else float(usage.mean())
         kv = {"mean": mean_usage, "p99": float(np.percentile(usage, 99)), "max": float(usage.max())}
@@ -48,8 +58,9 @@ def build_summary(steps: StepRecorder, requests: RequestRecorder, *, num_request
         "e2e_s": _dist(requests.e2e_s),
         "num_preemptions": requests.num_preemptions,
         "preemptions_per_request": requests.num_preemptions / finished if finished else 0.0,
-        "prefix_cache_hit_rate": (steps.prefix_hits / steps.prefix_queries
-                                  if steps.prefix_queries else 0.0),
+        "prefix_cache_hit_rate": (
+            steps.prefix_hits / steps.prefix_queries if steps.prefix_queries else 0.0
+        ),
         "kv_usage": kv,
         "num_gpu_blocks": num_gpu_blocks,
         "block_size": block_size,

@@ -35,6 +35,7 @@ class ListWorkload:
                     yield env.timeout(r.arrival_s - env.now)
                 submit(r)
                 self._submitted += 1
+
         env.process(arrivals())
 
     def on_finish(self, request_id, output_token_ids, now) -> None:

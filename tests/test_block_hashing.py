@@ -69,8 +69,9 @@ def test_unknown_algorithm_names_the_field():
 
 def test_extra_keys_order_and_cache_salt_on_first_block_only():
     lora = LoRARequest("ad", 1, "/p")
-    req = Request("a", list(range(12)), 1, lora_request=lora, cache_salt="s",
-                  mm_features=[("img", 2, 5)])
+    req = Request(
+        "a", list(range(12)), 1, lora_request=lora, cache_salt="s", mm_features=[("img", 2, 5)]
+    )
     keys0, idx = generate_block_hash_extra_keys(req, 0, 4, 0)
     assert keys0 == (("lora", "ad", "/p"), ("mm", "img", 2), ("cache_salt", "s"))
     keys1, idx = generate_block_hash_extra_keys(req, 4, 8, idx)
@@ -85,8 +86,9 @@ def test_salt_and_lora_change_hashes():
     hasher = BlockHasher.from_name(4, "sha256")
     base = Request("a", list(range(8)), 1, block_hasher=hasher).block_hashes
     salted = Request("b", list(range(8)), 1, cache_salt="x", block_hasher=hasher).block_hashes
-    lora = Request("c", list(range(8)), 1, lora_request=LoRARequest.from_id(3),
-                   block_hasher=hasher).block_hashes
+    lora = Request(
+        "c", list(range(8)), 1, lora_request=LoRARequest.from_id(3), block_hasher=hasher
+    ).block_hashes
     assert salted[0] != base[0] and salted[1] != base[1]  # the chain carries the salt on
     assert lora[0] != base[0] and lora[1] != salted[1]
 

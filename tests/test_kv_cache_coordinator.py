@@ -22,8 +22,9 @@ BS = 4
 
 
 def config(*specs, num_blocks=64):
-    return KVCacheConfig(num_blocks, [], [KVCacheGroupSpec([f"l{i}"], s)
-                                          for i, s in enumerate(specs)])
+    return KVCacheConfig(
+        num_blocks, [], [KVCacheGroupSpec([f"l{i}"], s) for i, s in enumerate(specs)]
+    )
 
 
 FULL = FullAttentionSpec(block_size=BS)

@@ -17,22 +17,31 @@ from sim.conformance.ops import run_ops
 
 
 def make_manager(num_blocks, groups=("full",), window=32, block_size=16, **kw):
-    specs = {"full": FullAttentionSpec(block_size=block_size),
-             "sliding": SlidingWindowSpec(block_size=block_size, sliding_window=window)}
-    cfg = KVCacheConfig(num_blocks, [], [KVCacheGroupSpec([f"l{i}"], specs[g])
-                                         for i, g in enumerate(groups)])
+    specs = {
+        "full": FullAttentionSpec(block_size=block_size),
+        "sliding": SlidingWindowSpec(block_size=block_size, sliding_window=window),
+    }
+    cfg = KVCacheConfig(
+        num_blocks, [], [KVCacheGroupSpec([f"l{i}"], specs[g]) for i, g in enumerate(groups)]
+    )
     kw.setdefault("max_model_len", 8192)
     return KVCacheManager(cfg, enable_caching=kw.pop("enable_caching", True), **kw)
 
 
-@pytest.mark.parametrize("sample,groups", [("ops_example.jsonl", ["full"]),
-                                           ("ops_example_hybrid_swa32.jsonl", ["full", "sliding"])])
+@pytest.mark.parametrize(
+    "sample,groups",
+    [("ops_example.jsonl", ["full"]), ("ops_example_hybrid_swa32.jsonl", ["full", "sliding"])],
+)
 def test_reproduces_vllm_op_samples(data_dir, sample, groups):
     ops = json.loads((data_dir / "ops_example.json").read_text())
     expected = [json.loads(line) for line in (data_dir / sample).open()]
     header = expected[0]
-    config = {"num_gpu_blocks": header["num_gpu_blocks"], "kv_groups": groups,
-              "sliding_window": 32, "enable_kv_cache_events": "kv_events" in expected[1]}
+    config = {
+        "num_gpu_blocks": header["num_gpu_blocks"],
+        "kv_groups": groups,
+        "sliding_window": 32,
+        "enable_kv_cache_events": "kv_events" in expected[1],
+    }
     got = list(run_ops(ops, config, check_invariants=True))
     want = expected[1:]
     assert len(got) == len(want)
@@ -103,14 +112,19 @@ def test_full_sequence_must_fit_and_watermark():
     manager = make_manager(11, watermark=0.2)  # 10 usable, watermark int(0.2*11)=2 blocks
     r = Request("x", list(range(128)), 1, block_hasher=hasher)  # 8 blocks
     # Only the first chunk (1 block) fits the free count, but the whole prompt must.
-    assert manager.allocate_slots(r, 16, full_sequence_must_fit=True,
-                                  has_scheduled_reqs=False) is not None
+    assert (
+        manager.allocate_slots(r, 16, full_sequence_must_fit=True, has_scheduled_reqs=False)
+        is not None
+    )
     manager.free(r)
     r2 = Request("y", list(range(200, 344)), 1, block_hasher=hasher)  # 9 blocks
-    assert manager.allocate_slots(r2, 16, full_sequence_must_fit=True,
-                                  has_scheduled_reqs=True) is None  # 9 + 2 > 10
-    assert manager.allocate_slots(r2, 16, full_sequence_must_fit=True,
-                                  has_scheduled_reqs=False) is not None
+    assert (
+        manager.allocate_slots(r2, 16, full_sequence_must_fit=True, has_scheduled_reqs=True) is None
+    )  # 9 + 2 > 10
+    assert (
+        manager.allocate_slots(r2, 16, full_sequence_must_fit=True, has_scheduled_reqs=False)
+        is not None
+    )
     r3 = Request("z", list(range(500, 516)), 1, block_hasher=hasher)
     r3.status = RequestStatus.RUNNING  # the watermark only gates waiting requests
     assert manager.allocate_slots(r3, 16, has_scheduled_reqs=True) is not None

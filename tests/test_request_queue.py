@@ -7,8 +7,10 @@ from kvcore.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_
 
 
 def reqs():
-    return [Request(f"r{i}", [1], 1, priority=p, arrival_time=t)
-            for i, (p, t) in enumerate([(2, 0.0), (1, 1.0), (1, 0.5)])]
+    return [
+        Request(f"r{i}", [1], 1, priority=p, arrival_time=t)
+        for i, (p, t) in enumerate([(2, 0.0), (1, 1.0), (1, 0.5)])
+    ]
 
 
 def test_fcfs_prepend_puts_request_first():

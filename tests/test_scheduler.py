@@ -24,16 +24,21 @@ HASHER = BlockHasher.from_name(BS, "sha256")
 
 def add(s, rid, n, max_tokens=4, priority=0, arrival=0.0, base=None):
     base = hash(rid) % 10000 * 1000 if base is None else base
-    r = Request(rid, [base + i for i in range(n)], max_tokens, arrival_time=arrival,
-                priority=priority, block_hasher=HASHER)
+    r = Request(
+        rid,
+        [base + i for i in range(n)],
+        max_tokens,
+        arrival_time=arrival,
+        priority=priority,
+        block_hasher=HASHER,
+    )
     s.add_request(r)
     return r
 
 
 def step(s):
     out = s.schedule()
-    sampled = {rid: [7] for rid in out.num_scheduled_tokens
-               if not s.requests[rid].is_prefill_chunk}
+    sampled = {rid: [7] for rid in out.num_scheduled_tokens if not s.requests[rid].is_prefill_chunk}
     res = s.update_from_output(out, sampled)
     s.check_invariants()
     return out, res
@@ -79,8 +84,8 @@ def test_max_num_seqs_limits_admissions():
 
 def test_fcfs_preempts_last_admitted_and_admits_nothing_that_step():
     s = make(num_blocks=9, max_model_len=200)  # 8 usable blocks
-    a = add(s, "a", 60, max_tokens=100, base=0)      # 4 blocks
-    b = add(s, "b", 60, max_tokens=100, base=5000)   # 4 blocks
+    a = add(s, "a", 60, max_tokens=100, base=0)  # 4 blocks
+    b = add(s, "b", 60, max_tokens=100, base=5000)  # 4 blocks
     step(s)
     add(s, "c", 5, base=9000)
     preempted = []

@@ -31,10 +31,13 @@ def ids(blocks):
 
 def test_manager_class_per_spec():
     assert get_manager_class(FullAttentionSpec(block_size=4)) is FullAttentionManager
-    assert get_manager_class(SlidingWindowSpec(block_size=4, sliding_window=8)) \
-        is SlidingWindowManager
-    assert get_manager_class(ChunkedLocalAttentionSpec(block_size=4, attention_chunk_size=8)) \
+    assert (
+        get_manager_class(SlidingWindowSpec(block_size=4, sliding_window=8)) is SlidingWindowManager
+    )
+    assert (
+        get_manager_class(ChunkedLocalAttentionSpec(block_size=4, attention_chunk_size=8))
         is ChunkedLocalAttentionManager
+    )
 
 
 def test_full_attention_hit_stops_at_first_miss_and_respects_max_length():
@@ -42,12 +45,17 @@ def test_full_attention_hit_stops_at_first_miss_and_respects_max_length():
     spec = FullAttentionSpec(block_size=BS)
     m = FullAttentionManager(spec, pool, True, 0)
     r = cached_request(pool, m, list(range(16)))
-    blocks, hit = FullAttentionManager.find_longest_cache_hit(r.block_hashes, 15, [0], pool, spec, BS)
+    blocks, hit = FullAttentionManager.find_longest_cache_hit(
+        r.block_hashes, 15, [0], pool, spec, BS
+    )
     assert hit == 12 and ids(blocks[0]) == [1, 2, 3]
-    other = Request("o", [99] + list(range(1, 16)), 1,
-                    block_hasher=BlockHasher.from_name(BS, "sha256"))
-    assert FullAttentionManager.find_longest_cache_hit(
-        other.block_hashes, 15, [0], pool, spec, BS)[1] == 0
+    other = Request(
+        "o", [99] + list(range(1, 16)), 1, block_hasher=BlockHasher.from_name(BS, "sha256")
+    )
+    assert (
+        FullAttentionManager.find_longest_cache_hit(other.block_hashes, 15, [0], pool, spec, BS)[1]
+        == 0
+    )
 
 
 def test_sliding_window_hit_needs_a_window_of_contiguous_blocks():
@@ -57,7 +65,9 @@ def test_sliding_window_hit_needs_a_window_of_contiguous_blocks():
     r = cached_request(pool, m, list(range(24)))  # blocks 1..6 cached
     # Evict block 5 (index 4) from the cache: the right-most run is then [5, 6] -> 24 tokens
     pool._evict_cached_block(m.req_to_blocks["w"][4])
-    blocks, hit = SlidingWindowManager.find_longest_cache_hit(r.block_hashes, 23, [0], pool, spec, BS)
+    blocks, hit = SlidingWindowManager.find_longest_cache_hit(
+        r.block_hashes, 23, [0], pool, spec, BS
+    )
     # max 23 tokens -> 5 blocks considered; index 4 misses, run [2,3] (ids 3,4) qualifies
     assert hit == 16
     assert [b.is_null for b in blocks[0]] == [True, True, False, False]
@@ -82,11 +92,13 @@ def test_chunked_local_hit_nulls_blocks_before_current_chunk():
     m = ChunkedLocalAttentionManager(spec, pool, True, 0)
     r = cached_request(pool, m, list(range(16)))
     blocks, hit = ChunkedLocalAttentionManager.find_longest_cache_hit(
-        r.block_hashes, 15, [0], pool, spec, BS)
+        r.block_hashes, 15, [0], pool, spec, BS
+    )
     assert hit == 12
     assert [b.is_null for b in blocks[0]] == [True, True, False]
     blocks, hit = ChunkedLocalAttentionManager.find_longest_cache_hit(
-        r.block_hashes, 16, [0], pool, spec, BS)
+        r.block_hashes, 16, [0], pool, spec, BS
+    )
     assert hit == 16 and all(b.is_null for b in blocks[0])
     assert m.get_num_skipped_tokens(13) == 8 and m.get_num_skipped_tokens(7) == 0
 
