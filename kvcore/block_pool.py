@@ -2,6 +2,10 @@
 
 Mirrors ``BlockPool`` and ``BlockHashToBlockMap`` of ``vllm/v1/core/block_pool.py``
 (vLLM 0.33.0), for the case ``hash_block_size == block_size`` (no sub-block hits).
+
+vLLM keys one map by ``block hash + 4-byte group id``; kvcore keeps one map per KV
+cache group keyed by the block hash itself (same lookups, no key to build: the
+request's hash objects are reused and their Python hash is cached).
 """
 
 from __future__ import annotations
@@ -16,14 +20,12 @@ from kvcore.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCach
 if TYPE_CHECKING:
     from kvcore.request import Request
 
-
-_NUM_SUFFIXES = 64
-_GROUP_SUFFIXES = tuple(i.to_bytes(4, "big") for i in range(_NUM_SUFFIXES))
-"""Precomputed 4-byte big-endian group-id suffixes of prefix-cache keys."""
+CacheEntry = KVCacheBlock | dict[int, KVCacheBlock]
+"""One cached block, or ``{block_id: block}`` when several hold identical content."""
 
 
 def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> bytes:
-    """Prefix-cache key: the block hash followed by the group id as 4 big-endian bytes."""
+    """Prefix-cache key as vLLM builds it: the hash, then the group id (4 bytes, big-endian)."""
     return block_hash + group_id.to_bytes(4, "big")
 
 
@@ -34,10 +36,8 @@ class BlockPool:
     skipped by sliding-window / chunked-local attention); it is never freed, evicted
     or counted. Free blocks sit in the queue in eviction order; a free block may
     still be cached (have a hash) until it is reused, which evicts it lazily.
-
-    ``cached_block_hash_to_block`` maps a key to one block, or to a dict
-    ``{block_id: block}`` when several blocks hold identical content (vLLM does not
-    deduplicate so that block tables stay append-only).
+    Duplicate content is not merged (vLLM keeps block tables append-only): a lookup
+    returns the block cached first under that hash.
     """
 
     def __init__(
@@ -50,7 +50,8 @@ class BlockPool:
         self.enable_kv_cache_events = enable_kv_cache_events
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.cached_block_hash_to_block: dict[bytes, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+        self._maps: list[dict[bytes, CacheEntry]] = []
+        """Per KV cache group: block hash -> cached block(s)."""
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[KVCacheEvent] = []
@@ -61,6 +62,21 @@ class BlockPool:
         self._head = self.free_block_queue.fake_free_list_head
         self._tail = self.free_block_queue.fake_free_list_tail
 
+    @property
+    def cached_block_hash_to_block(self) -> dict[bytes, CacheEntry]:
+        """The cache as vLLM keys it (hash + group id -> block(s)); a fresh dict."""
+        return {
+            h + gid.to_bytes(4, "big"): entry
+            for gid, m in enumerate(self._maps)
+            for h, entry in m.items()
+        }
+
+    def _map(self, group_id: int) -> dict[bytes, CacheEntry]:
+        maps = self._maps
+        while len(maps) <= group_id:
+            maps.append({})
+        return maps[group_id]
+
     # -- prefix cache lookups ------------------------------------------------------
 
     def get_cached_block(
@@ -68,15 +84,14 @@ class BlockPool:
     ) -> list[KVCacheBlock] | None:
         """One cached block per group for ``block_hash``, or None if any group misses.
 
-        With duplicates, the first block cached under the key is returned.
+        With duplicates, the first block cached under the hash is returned.
         """
-        cache = self.cached_block_hash_to_block
+        maps = self._maps
         if len(kv_cache_group_ids) == 1:  # the common case, without the loop
             gid = kv_cache_group_ids[0]
-            hit = cache.get(
-                block_hash
-                + (_GROUP_SUFFIXES[gid] if gid < _NUM_SUFFIXES else gid.to_bytes(4, "big"))
-            )
+            if gid >= len(maps):
+                return None
+            hit = maps[gid].get(block_hash)
             if hit is None:
                 return None
             if type(hit) is dict:
@@ -84,7 +99,9 @@ class BlockPool:
             return [hit]
         out = []
         for gid in kv_cache_group_ids:
-            hit = cache.get(block_hash + gid.to_bytes(4, "big"))
+            if gid >= len(maps):
+                return None
+            hit = maps[gid].get(block_hash)
             if hit is None:
                 return None
             if type(hit) is dict:
@@ -110,78 +127,94 @@ class BlockPool:
         if num_cached_blocks >= num_full_blocks:
             return
         block_hashes = request.block_hashes
-        cache = self.cached_block_hash_to_block
-        suffix = (
-            _GROUP_SUFFIXES[kv_cache_group_id]
-            if 0 <= kv_cache_group_id < _NUM_SUFFIXES
-            else kv_cache_group_id.to_bytes(4, "big")
+        if num_full_blocks > len(block_hashes):
+            raise IndexError("fewer block hashes than full blocks")
+        maps = self._maps
+        cache = (
+            maps[kv_cache_group_id]
+            if kv_cache_group_id < len(maps)
+            else self._map(kv_cache_group_id)
         )
+        null = self.null_block
         events = self.enable_kv_cache_events
-        if block_mask is None and not events:
-            # Fast path (no mask, no events): same effect as the general loop below.
-            if num_full_blocks > len(block_hashes):
-                raise IndexError("fewer block hashes than full blocks")
-            added = 0
+        added = 0
+        if block_mask is None and not events:  # the usual case: fewer checks per block
             for i in range(num_cached_blocks, num_full_blocks):
                 blk = blocks[i]
-                if blk.is_null:
+                if blk is null:
                     continue
-                if blk.block_hash is not None:
+                if blk._hash is not None:
                     raise RuntimeError(f"block {blk.block_id} is already cached")
-                key = block_hashes[i] + suffix
-                blk.block_hash = key
+                h = block_hashes[i]
+                blk._hash = h
+                blk._group = kv_cache_group_id
                 added += 1
-                existing = cache.get(key)
+                existing = cache.get(h)
                 if existing is None:
-                    cache[key] = blk
+                    cache[h] = blk
                 elif type(existing) is dict:
                     existing[blk.block_id] = blk
                 else:
-                    cache[key] = {existing.block_id: existing, blk.block_id: blk}
+                    cache[h] = {existing.block_id: existing, blk.block_id: blk}
             self.num_cached_blocks += added
             return
         new_hashes: list[int] = []
         for i in range(num_cached_blocks, num_full_blocks):
             blk = blocks[i]
-            if blk.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
+            if blk is null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
-            block_hash = block_hashes[i]
-            key = block_hash + suffix
-            if blk.block_hash is not None:
+            if blk._hash is not None:
                 raise RuntimeError(f"block {blk.block_id} is already cached")
-            blk.block_hash = key
-            self.num_cached_blocks += 1
-            existing = cache.get(key)
+            h = block_hashes[i]
+            blk._hash = h
+            blk._group = kv_cache_group_id
+            added += 1
+            existing = cache.get(h)
             if existing is None:
-                cache[key] = blk
+                cache[h] = blk
             elif type(existing) is dict:
                 existing[blk.block_id] = blk
             else:
-                cache[key] = {existing.block_id: existing, blk.block_id: blk}
+                cache[h] = {existing.block_id: existing, blk.block_id: blk}
             if events:
-                new_hashes.append(external_block_hash(block_hash))
+                new_hashes.append(external_block_hash(h))
+        self.num_cached_blocks += added
         if events:
-            parent = (
-                external_block_hash(block_hashes[num_cached_blocks - 1])
-                if num_cached_blocks > 0
-                else None
+            self._emit_block_stored(
+                request, new_hashes, num_cached_blocks, num_full_blocks, block_size,
+                kv_cache_group_id,
+            )  # fmt: skip
+
+    def _emit_block_stored(
+        self,
+        request: Request,
+        new_hashes: list[int],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        group_id: int,
+    ) -> None:
+        block_hashes = request.block_hashes
+        parent = (
+            external_block_hash(block_hashes[num_cached_blocks - 1])
+            if num_cached_blocks > 0
+            else None
+        )
+        lora = request.lora_request
+        tokens = request.all_token_ids[
+            num_cached_blocks * block_size : num_full_blocks * block_size
+        ]
+        self.kv_event_queue.append(
+            BlockStored(
+                block_hashes=new_hashes,
+                parent_block_hash=parent,
+                token_ids=list(tokens),
+                block_size=block_size,
+                lora_id=lora.lora_int_id if lora is not None else None,
+                group_idx=group_id,
+                lora_name=lora.lora_name if lora is not None else None,
             )
-            lora = request.lora_request
-            self.kv_event_queue.append(
-                BlockStored(
-                    block_hashes=new_hashes,
-                    parent_block_hash=parent,
-                    token_ids=list(
-                        request.all_token_ids[
-                            num_cached_blocks * block_size : num_full_blocks * block_size
-                        ]
-                    ),
-                    block_size=block_size,
-                    lora_id=lora.lora_int_id if lora is not None else None,
-                    group_idx=kv_cache_group_id,
-                    lora_name=lora.lora_name if lora is not None else None,
-                )
-            )
+        )
 
     # -- allocation and release ----------------------------------------------------
 
@@ -191,10 +224,8 @@ class BlockPool:
         Raises ValueError when fewer blocks are free (callers check first).
         """
         queue = self.free_block_queue
-        if num_blocks > queue.num_free_blocks:
+        if not 0 <= num_blocks <= queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        if num_blocks <= 0:
-            return []
         # popleft_n and the eviction / ref-count loop fused into one pass.
         queue.num_free_blocks -= num_blocks
         head = self._head
@@ -202,72 +233,62 @@ class BlockPool:
         ret = []
         append = ret.append
         evicted = 0
-        inline = 0
-        cache = self.cached_block_hash_to_block
-        plain = not self.enable_kv_cache_events
         # Popped blocks keep stale queue links: nothing reads them while a block is
         # referenced (touch only unlinks blocks whose ref_cnt is 0, free relinks).
         for _ in range(num_blocks):
             append(block)
             block.ref_cnt = 1  # free blocks are unreferenced
-            key = block.block_hash
-            if key is not None:
+            if block._hash is not None:
                 evicted += 1
-                if plain and cache.get(key) is block:  # the usual case, inlined
-                    del cache[key]
-                    block.block_hash = None
-                    inline += 1
-                else:
-                    self._evict_cached_block(block)
+                self._evict_cached_block(block)
             block = block.next_free_block
         head.next_free_block = block
         block.prev_free_block = head
         if evicted:
             self.num_cached_free_blocks -= evicted
-            self.num_cached_blocks -= inline
         return ret
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
         """Drop ``block`` from the prefix cache and clear its hash."""
-        key = block.block_hash
-        cache = self.cached_block_hash_to_block
-        hit = cache.pop(key, None)
+        h = block._hash
+        cache = self._maps[block._group]
+        hit = cache.get(h)
         removed = hit is block
-        if not removed and hit is not None:
-            if type(hit) is dict and block.block_id in hit:
-                del hit[block.block_id]
-                removed = True
-            if hit:
-                cache[key] = hit
-        block.block_hash = None
+        if removed:
+            del cache[h]
+        elif type(hit) is dict and block.block_id in hit:
+            del hit[block.block_id]
+            if not hit:
+                del cache[h]
+            removed = True
+        block._hash = None
         self.num_cached_blocks -= 1
         if removed and self.enable_kv_cache_events:
             self.kv_event_queue.append(
-                BlockRemoved(
-                    block_hashes=[external_block_hash(key[:-4])],
-                    group_idx=int.from_bytes(key[-4:], "big"),
-                )
+                BlockRemoved(block_hashes=[external_block_hash(h)], group_idx=block._group)
             )
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
-        queue = self.free_block_queue
+        null = self.null_block
+        unlinked = 0
+        cached = 0
         for block in blocks:
-            if block.is_null:
+            if block is null:
                 continue
-            if block.ref_cnt == 0:
-                # queue.remove(block), inlined
+            if block.ref_cnt == 0:  # in the free queue: unlink it (queue.remove, inlined)
                 prev = block.prev_free_block
                 nxt = block.next_free_block
-                if prev is None or nxt is None:
-                    raise RuntimeError(f"remove() of a block not in the free queue: {block}")
                 prev.next_free_block = nxt
                 nxt.prev_free_block = prev
                 block.prev_free_block = block.next_free_block = None
-                queue.num_free_blocks -= 1
-                if block.block_hash is not None:
-                    self.num_cached_free_blocks -= 1
+                unlinked += 1
+                if block._hash is not None:
+                    cached += 1
             block.ref_cnt += 1
+        if unlinked:
+            self.free_block_queue.num_free_blocks -= unlinked
+            self.num_cached_free_blocks -= cached
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference from each block, in eviction-priority order.
@@ -278,21 +299,21 @@ class BlockPool:
         vLLM's ``prepend_n(evict_first)`` then ``append_n(evict_last)``, linked in
         one pass: unhashed blocks go after the last one placed at the head.)
         """
-        queue = self.free_block_queue
         caching = self.enable_caching
         tail = self._tail
         ins = self._head  # unhashed blocks are linked right after ins
         num_freed = 0
         num_cached = 0
+        null = self.null_block
         for block in ordered_blocks:
-            if block.is_null:
+            if block is null:
                 continue
             ref_cnt = block.ref_cnt - 1
             block.ref_cnt = ref_cnt
             if ref_cnt:
                 continue
             num_freed += 1
-            if block.block_hash is None or not caching:
+            if block._hash is None or not caching:
                 nxt = ins.next_free_block
                 ins.next_free_block = block
                 block.prev_free_block = ins
@@ -306,16 +327,16 @@ class BlockPool:
                 block.prev_free_block = last
                 block.next_free_block = tail
                 tail.prev_free_block = block
-        queue.num_free_blocks += num_freed
+        self.free_block_queue.num_free_blocks += num_freed
         self.num_cached_free_blocks += num_cached
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only possible when no block is in use."""
         if self.num_gpu_blocks - self.free_block_queue.num_free_blocks != 1:
             return False
-        self.cached_block_hash_to_block = {}
+        self._maps = []
         for block in self.blocks:
-            block.block_hash = None
+            block._hash = None
         self.num_cached_blocks = self.num_cached_free_blocks = 0
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(AllBlocksCleared())
@@ -353,7 +374,8 @@ class BlockPool:
         in_queue = {b.block_id for b in queue}
         assert len(in_queue) == len(queue), "a block appears twice in the free queue"
         assert self.null_block.block_id not in in_queue, "the null block is in the free queue"
-        assert self.null_block.block_hash is None, "the null block is cached"
+        assert self.null_block._hash is None, "the null block is cached"
+        cached = []
         for b in self.blocks:
             if b.is_null:
                 continue
@@ -361,13 +383,13 @@ class BlockPool:
             assert (b.ref_cnt == 0) == (b.block_id in in_queue), (
                 f"block {b.block_id}: ref_cnt {b.ref_cnt} but in_queue={b.block_id in in_queue}"
             )
-            if b.block_hash is not None:
+            if b._hash is not None:
+                cached.append(b)
                 assert self.enable_caching, f"block {b.block_id} cached with caching off"
-                hit = self.cached_block_hash_to_block.get(b.block_hash)
+                hit = self._maps[b._group].get(b._hash) if b._group < len(self._maps) else None
                 assert hit is b or (type(hit) is dict and hit.get(b.block_id) is b), (
                     f"cached block {b.block_id} missing from the hash map"
                 )
-        cached = [b for b in self.blocks if b.block_hash is not None]
         assert self.num_cached_blocks == len(cached), (
             f"num_cached_blocks {self.num_cached_blocks} != {len(cached)}"
         )
@@ -375,7 +397,10 @@ class BlockPool:
         assert self.num_cached_free_blocks == cached_free, (
             f"num_cached_free_blocks {self.num_cached_free_blocks} != {cached_free}"
         )
-        for key, hit in self.cached_block_hash_to_block.items():
-            for b in hit.values() if type(hit) is dict else (hit,):
-                assert b.block_hash == key, f"hash map entry of block {b.block_id} is stale"
-            assert hit, "empty duplicate set in the hash map"
+        for gid, m in enumerate(self._maps):
+            for h, hit in m.items():
+                assert hit, "empty duplicate set in the hash map"
+                for b in hit.values() if type(hit) is dict else (hit,):
+                    assert b._hash == h and b._group == gid, (
+                        f"hash map entry of block {b.block_id} is stale"
+                    )

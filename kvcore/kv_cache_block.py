@@ -17,14 +17,17 @@ from collections.abc import Iterable
 class KVCacheBlock:
     """Metadata of one KV cache block (mirrors vLLM's ``KVCacheBlock``).
 
-    ``block_hash`` is the prefix-cache key (block hash bytes + 4-byte big-endian
-    group id) while the block is full and cached, else ``None``.
+    While the block is full and cached, ``block_hash`` is its prefix-cache key: the
+    block hash followed by the 4-byte big-endian group id (vLLM's
+    ``BlockHashWithGroupId``); else ``None``. Internally the two parts are kept apart
+    (``_hash``, ``_group``) so that lookups need not build a key.
     """
 
     __slots__ = (
         "block_id",
         "ref_cnt",
-        "block_hash",
+        "_hash",
+        "_group",
         "prev_free_block",
         "next_free_block",
         "is_null",
@@ -33,20 +36,29 @@ class KVCacheBlock:
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
-        self.block_hash: bytes | None = None
+        self._hash: bytes | None = None
+        self._group = 0
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = False
 
+    @property
+    def block_hash(self) -> bytes | None:
+        """The prefix-cache key (hash + 4-byte group id), or None when not cached."""
+        if self._hash is None:
+            return None
+        return self._hash + self._group.to_bytes(4, "big")
+
     def set_block_hash(self, block_hash: bytes) -> None:
-        """Attach a prefix-cache key; a block holds at most one."""
-        if self.block_hash is not None:
+        """Attach a prefix-cache key (hash + 4-byte group id); a block holds at most one."""
+        if self._hash is not None:
             raise RuntimeError(f"block {self.block_id} already has a hash")
-        self.block_hash = block_hash
+        self._hash = block_hash[:-4]
+        self._group = int.from_bytes(block_hash[-4:], "big")
 
     def reset_hash(self) -> None:
         """Forget the prefix-cache key (on eviction or cache reset)."""
-        self.block_hash = None
+        self._hash = None
 
     def __repr__(self) -> str:
         prev_id = self.prev_free_block.block_id if self.prev_free_block else None
