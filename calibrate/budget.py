@@ -47,6 +47,36 @@ CUDAGRAPH_BYTES = GIB // 2
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
 
+@dataclass(frozen=True)
+class MeasuredMemoryTerms:
+    """Terms a calibration's memory profile measured (bytes per rank), replacing the
+    estimates: ``non_torch_bytes`` is vLLM's ``total_consumed`` minus the weights; the
+    activation peak was measured at ``max_num_batched_tokens`` / ``max_num_seqs`` and is
+    rescaled by the analytic estimate's ratio for other batch limits."""
+
+    total_memory_bytes: int
+    weights_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+    @classmethod
+    def from_profile(cls, terms: dict[str, object]) -> MeasuredMemoryTerms:
+        """From ``ProfileResult.to_dict()`` (a calibration file's ``kv_budget``)."""
+        t = {k: int(v) for k, v in terms.items() if isinstance(v, (int, float))}
+        return cls(
+            total_memory_bytes=t["total_memory_bytes"],
+            weights_bytes=t["weights_bytes"],
+            activation_peak_bytes=t["transient_peak_headroom_bytes"],
+            non_torch_bytes=t["total_consumed_bytes"] - t["weights_bytes"],
+            cudagraph_bytes=t["cudagraph_bytes"],
+            max_num_batched_tokens=t["max_num_batched_tokens"],
+            max_num_seqs=t["max_num_seqs"],
+        )
+
+
 class KVBudgetError(ValueError):
     """The configuration leaves no room for the KV cache (message names the knob)."""
 
@@ -159,6 +189,7 @@ def compute_kv_budget(
     *,
     cudagraph_memory_bytes: int | None = None,
     non_torch_memory_bytes: int | None = None,
+    measured: MeasuredMemoryTerms | None = None,
 ) -> KVBudget:
     """The KV block budget of ``model`` on one ``gpu`` (per tensor-parallel rank).
 
@@ -166,7 +197,8 @@ def compute_kv_budget(
     ``max_position_embeddings``; ``max_num_batched_tokens`` / ``max_num_seqs`` from
     ``default_batch_limits``; graph and non-torch terms from the module's constants.
     Raises ``KVBudgetError`` (a ValueError) naming the knob when the weights leave no
-    room or one ``max_model_len`` request does not fit.
+    room or one ``max_model_len`` request does not fit. ``measured`` (from a calibration
+    file) replaces the total memory, weights, activation, non-torch and graph estimates.
     """
     tp = tensor_parallel_size
     _check_args(model, tp, gpu_memory_utilization, block_size, kv_cache_dtype)
@@ -183,13 +215,22 @@ def compute_kv_budget(
         raise KVBudgetError(f"max_num_batched_tokens ({mbt}) must be >= max_num_seqs ({seqs})")
     if num_gpu_blocks_override is not None:
         _positive("num_gpu_blocks_override", num_gpu_blocks_override)
-    requested = math.ceil(gpu.memory_bytes * gpu_memory_utilization)
+    total = gpu.memory_bytes if measured is None else measured.total_memory_bytes
+    requested = math.ceil(total * gpu_memory_utilization)
     weights = model.weight_bytes() // tp
     activation = activation_peak_bytes(model, tp, mbt, seqs)
     non_torch = non_torch_memory_bytes
     if non_torch is None:
         non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
     graphs = CUDAGRAPH_BYTES if cudagraph_memory_bytes is None else cudagraph_memory_bytes
+    if measured is not None:
+        weights, non_torch = measured.weights_bytes, measured.non_torch_bytes
+        if cudagraph_memory_bytes is None:
+            graphs = measured.cudagraph_bytes
+        at = activation_peak_bytes(
+            model, tp, measured.max_num_batched_tokens, measured.max_num_seqs
+        )
+        activation = round(measured.activation_peak_bytes * activation / at)
     available = requested - weights - activation - non_torch - graphs
     if available <= 0 and num_gpu_blocks_override is None:
         raise KVBudgetError(
@@ -230,7 +271,7 @@ def compute_kv_budget(
         max_num_seqs=seqs,
         block_size=block_size,
         kv_cache_dtype=model.kv_cache_dtype(kv_cache_dtype),
-        total_memory_bytes=gpu.memory_bytes,
+        total_memory_bytes=total,
         requested_memory_bytes=requested,
         weights_bytes=weights,
         activation_peak_bytes=activation,

@@ -6,9 +6,9 @@
   (``calibrate.roofline``), with default efficiency factors;
 * ``constant``: ``ConstantLatencyModel(step_s)``, every non-empty step the same (tests,
   conformance);
-* ``fitted``: coefficients from a calibration file. The calibration harness will define
-  the file; until then ``make_latency_model("fitted", ...)`` raises
-  ``CalibrationNotSupportedError``.
+* ``fitted``: coefficients from a calibration file written by ``kvsim calibrate``
+  (``calibrate.calibration_file.FittedLatencyModel``); a file for another model or GPU
+  than the one asked for raises ``CalibrationError``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ __all__ = [
 
 
 class CalibrationNotSupportedError(ValueError):
-    """A calibration file was given, but reading calibration files is not built yet."""
+    """Kept for callers that catch it; calibration files are supported now (a bad
+    file raises ``calibrate.calibration_file.CalibrationError``, also a ValueError)."""
 
 
 class ConstantLatencyModel(LatencyModel):
@@ -69,12 +70,20 @@ class ConstantLatencyModel(LatencyModel):
         return {"kind": self.kind, "step_s": self.step_s}
 
 
-def load_fitted_latency_model(path: str | Path, **_: Any) -> LatencyModel:
-    """The fitted model stored in calibration file ``path`` (not built yet: raises)."""
-    raise CalibrationNotSupportedError(
-        f"calibration: calibration files are not supported yet ({path}); use the "
-        f"'roofline' latency model"
-    )
+def load_fitted_latency_model(
+    path: str | Path,
+    *,
+    model: ModelSpec | None = None,
+    gpu: GPUSpec | None = None,
+    **_: Any,
+) -> LatencyModel:
+    """The fitted model stored in calibration file ``path``; with ``model`` / ``gpu``
+    given, a file for another model or GPU raises ``CalibrationError``."""
+    from calibrate.calibration_file import FittedLatencyModel, check_matches, load_calibration
+
+    cal = load_calibration(path)
+    check_matches(cal, model, gpu.name if gpu is not None else None, str(path))
+    return FittedLatencyModel(cal, str(path))
 
 
 def make_latency_model(
@@ -92,8 +101,8 @@ def make_latency_model(
 
     ``roofline`` needs ``model`` and ``gpu`` (``efficiency`` overrides the default
     factors); ``constant`` needs ``step_s`` (seconds); ``fitted`` needs ``calibration``
-    (a file path) and currently raises ``CalibrationNotSupportedError``. Bad arguments
-    raise ValueError naming the argument.
+    (a file path; ``model``/``gpu``, when given, must match it). Bad arguments raise
+    ValueError naming the argument.
     """
     if kind == "roofline":
         if model is None or gpu is None:

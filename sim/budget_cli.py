@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.table import Table
 from calibrate.budget import KVBudget, compute_kv_budget
 from calibrate.catalog import list_gpus, list_models, load_gpu, load_model
 from calibrate.gpu_spec import GIB
+from calibrate.use_calibration import calibrated_budget, resolve_calibrated
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "workloads" / "presets"
 
@@ -79,17 +81,20 @@ def budget_command(
     as_json: bool = False,
 ) -> int:
     """Print the budget (rich table, or one JSON object); return the exit status."""
-    if calibration is not None:
-        return _fail(f"--calibration: calibration files are not supported yet ({calibration})")
     try:
-        spec = load_model(model)
-        hw = load_gpu(gpu)
+        cal = None
+        if calibration is not None:
+            cal, spec, hw = resolve_calibrated(calibration, model, gpu, tensor_parallel_size)
+        else:
+            spec = load_model(model)
+            hw = load_gpu(gpu)
         kwargs = (
             {}
             if gpu_memory_utilization is None
             else {"gpu_memory_utilization": gpu_memory_utilization}
         )
-        budget = compute_kv_budget(
+        budget_fn = compute_kv_budget if cal is None else partial(calibrated_budget, cal)
+        budget = budget_fn(
             spec,
             hw,
             tensor_parallel_size=tensor_parallel_size,

@@ -9,11 +9,13 @@ Model and GPU come from the catalog (or files), the KV block budget from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from calibrate.budget import compute_kv_budget
 from calibrate.catalog import load_gpu, load_model
 from calibrate.latency import make_latency_model
+from calibrate.use_calibration import calibrated_budget, calibrated_latency, resolve_calibrated
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig
 from workloads import load_workload
@@ -46,14 +48,16 @@ class ResolvedRun:
 def resolve_run(spec: RunSpec) -> ResolvedRun:
     """Load and check everything; raise ValueError (naming the field) on bad input."""
     engine = spec.engine
+    cal = None
     if spec.calibration is not None:
-        raise ValueError(
-            f"--calibration {spec.calibration}: calibration files are not "
-            "supported yet (use the default roofline or latency_model: constant)"
+        cal, model, gpu = resolve_calibrated(
+            spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
         )
-    model = load_model(spec.model)
-    gpu = load_gpu(spec.gpu)
-    budget = compute_kv_budget(
+    else:
+        model = load_model(spec.model)
+        gpu = load_gpu(spec.gpu)
+    budget_fn = compute_kv_budget if cal is None else partial(calibrated_budget, cal)
+    budget = budget_fn(
         model,
         gpu,
         tensor_parallel_size=engine.tensor_parallel_size,
@@ -65,7 +69,9 @@ def resolve_run(spec: RunSpec) -> ResolvedRun:
         kv_cache_dtype=engine.kv_cache_dtype,
         num_gpu_blocks_override=engine.num_gpu_blocks_override,
     )
-    if engine.latency_model == "constant":
+    if cal is not None and engine.latency_model != "constant":
+        latency = calibrated_latency(cal, str(spec.calibration))
+    elif engine.latency_model == "constant":
         latency = make_latency_model("constant", step_s=engine.constant_step_s)
     else:
         latency = make_latency_model(

@@ -1,0 +1,56 @@
+"""Resolve a run's model, GPU, KV budget and latency model from a calibration file.
+
+Used by ``kvsim run --calibration`` and ``kvsim budget --calibration``: the file must
+be for the model, GPU and tensor-parallel size asked for (``CalibrationError``, a
+ValueError naming the flag, otherwise). The model may be named as the file names it
+(its spec is embedded, so e.g. ``kvsim-tiny`` needs no catalog entry); the GPU by its
+catalog name or the measured device name (``cpu`` for CPU calibrations).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from calibrate.budget import KVBudget, MeasuredMemoryTerms, compute_kv_budget
+from calibrate.calibration_file import (
+    Calibration,
+    CalibrationError,
+    FittedLatencyModel,
+    check_matches,
+    load_calibration,
+)
+from calibrate.catalog import load_gpu, load_model
+from calibrate.gpu_spec import GPUSpec
+from calibrate.model_spec import ModelSpec
+
+
+def _norm(name: str) -> str:
+    return name.lower().split("/")[-1]
+
+
+def resolve_calibrated(
+    path: str | Path, model: str, gpu: str, tensor_parallel_size: int
+) -> tuple[Calibration, ModelSpec, GPUSpec]:
+    """(calibration, model spec, GPU spec) for a run that asks for ``model`` on ``gpu``."""
+    cal = load_calibration(path)
+    spec = cal.model.spec if _norm(model) == _norm(cal.model.name) else load_model(model)
+    check_matches(cal, spec, gpu, str(path))
+    if cal.tensor_parallel_size != tensor_parallel_size:
+        raise CalibrationError(
+            f"--calibration {path}: the file is for tensor_parallel_size "
+            f"{cal.tensor_parallel_size}, not {tensor_parallel_size}"
+        )
+    hw = load_gpu(cal.gpu.catalog_name) if cal.gpu.catalog_name else cal.gpu.as_gpu_spec()
+    return cal, spec, hw
+
+
+def calibrated_budget(cal: Calibration, model: ModelSpec, gpu: GPUSpec, **kwargs: Any) -> KVBudget:
+    """``compute_kv_budget`` with the calibration's measured memory terms."""
+    measured = MeasuredMemoryTerms.from_profile(cal.kv_budget)
+    return compute_kv_budget(model, gpu, measured=measured, **kwargs)
+
+
+def calibrated_latency(cal: Calibration, path: str | Path) -> FittedLatencyModel:
+    """The fitted step-time model of ``cal``."""
+    return FittedLatencyModel(cal, str(path))
