@@ -16,7 +16,7 @@ shortcut whose results equal vLLM's step-by-step behaviour (see the tests).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,30 +25,35 @@ from kvcore.scheduler import Scheduler
 from kvcore.single_type_kv_cache_manager import FullAttentionManager
 
 
-@dataclass(slots=True)
-class StretchRecords:
-    """Per-step state after each fast-forwarded step (arrays of length ``k``)."""
+class StretchRecords(NamedTuple):
+    """Per-step state after each fast-forwarded step (lists of length ``k``)."""
 
-    num_free_blocks: np.ndarray
-    num_cached_blocks: np.ndarray
-    num_cached_free_blocks: np.ndarray
+    num_free_blocks: list[int]
+    num_cached_blocks: list[int]
+    num_cached_free_blocks: list[int]
 
 
 class DecodeStretch:
     """Up to ``max_steps`` decode-only steps that may be applied at once.
 
-    ``context_tokens[j]`` is the total number of tokens already in the KV cache of all
-    running requests at the start of step ``j`` (0-based); ``batch_size`` is constant.
+    ``context0`` is the total number of tokens already in the KV cache of all running
+    requests at the start of the first step; step ``j`` (0-based) starts with
+    ``context0 + j * batch_size`` (``context_tokens``); ``batch_size`` is constant.
     """
 
-    def __init__(self, scheduler: Scheduler, max_steps: int, computed0: np.ndarray) -> None:
+    __slots__ = ("batch_size", "computed0", "context0", "max_steps", "scheduler")
+
+    def __init__(self, scheduler: Scheduler, max_steps: int, computed0: list[int]) -> None:
         self.scheduler = scheduler
         self.max_steps = max_steps
         self.batch_size = len(scheduler.running)
         self.computed0 = computed0
-        self.context_tokens = int(computed0.sum()) + self.batch_size * np.arange(
-            max_steps, dtype=np.int64
-        )
+        self.context0 = sum(computed0)
+
+    @property
+    def context_tokens(self) -> np.ndarray:
+        """Context total at the start of each of the ``max_steps`` steps."""
+        return self.context0 + self.batch_size * np.arange(self.max_steps, dtype=np.int64)
 
     def apply(self, k: int, sample_token_id: int) -> StretchRecords:
         """Advance ``k`` (1 <= k <= max_steps) steps; return the per-step block counts."""
@@ -56,17 +61,20 @@ class DecodeStretch:
         sched = self.scheduler
         kvm = sched.kv_cache_manager
         pool = kvm.block_pool
+        free_queue = pool.free_block_queue
         managers = kvm.coordinator.single_type_managers
+        req_to_blocks = managers[0].req_to_blocks
         bs = kvm.coordinator.block_size
         la = sched.num_lookahead_tokens
         mml = sched.max_model_len
         running = sched.running
+        caching = kvm.enable_caching
         # Allocation and caching events, keyed by step, in running order.
         alloc: dict[int, list[tuple[str, int]]] = {}
         cache: dict[int, list[tuple[Request, int]]] = {}
-        for req, c0 in zip(running, self.computed0.tolist()):
+        for req, c0 in zip(running, self.computed0):
             rid = req.request_id
-            held = len(managers[0].req_to_blocks.get(rid) or ())
+            held = len(req_to_blocks.get(rid) or ())
             # Step j (1-based) schedules token c0 + j - 1 and needs slots for c0 + j + la.
             j = 1
             while j <= k:
@@ -79,16 +87,13 @@ class DecodeStretch:
                 # Jump to the next step whose slot count crosses a block boundary.
                 nxt = held * bs - la - c0 + 1
                 j = max(j + 1, nxt)
-            # Block b (0-based) is registered when c0 + j == (b + 1) * bs.
-            first_block = (c0 + 1 + bs - 1) // bs
-            for b in range(max(first_block, 1) - 1, (c0 + k) // bs):
-                j = (b + 1) * bs - c0
-                if 1 <= j <= k:
-                    cache.setdefault(j, []).append((req, (b + 1) * bs))
-        free = np.empty(k, dtype=np.int64)
-        cached = np.empty(k, dtype=np.int64)
-        cached_free = np.empty(k, dtype=np.int64)
-        num_cached_new = 0
+            if caching:
+                # Block b (0-based) is registered when c0 + j == (b + 1) * bs.
+                first_block = (c0 + 1 + bs - 1) // bs
+                for b in range(max(first_block, 1) - 1, (c0 + k) // bs):
+                    j = (b + 1) * bs - c0
+                    if 1 <= j <= k:
+                        cache.setdefault(j, []).append((req, (b + 1) * bs))
         # Tokens first (hashes must exist before caching); then allocations and caching
         # in step order. Caching touches only held blocks, allocation only free ones.
         tokens = [sample_token_id] * k
@@ -97,19 +102,25 @@ class DecodeStretch:
             req._all_token_ids.extend(tokens)
             req.num_computed_tokens += k
             req.update_block_hashes()
-        for j in range(1, k + 1):
-            for rid, required in alloc.get(j, ()):
-                num_slots = required * bs
-                for m in managers:
-                    m.allocate_new_blocks(rid, num_slots)
-            for req, num_tokens in cache.get(j, ()):
-                if kvm.enable_caching:
+        if not alloc and not cache:
+            free = [free_queue.num_free_blocks] * k
+            cached = [pool.num_cached_blocks] * k
+            cached_free = [pool.num_cached_free_blocks] * k
+        else:
+            free = []
+            cached = []
+            cached_free = []
+            for j in range(1, k + 1):
+                for rid, required in alloc.get(j, ()):
+                    num_slots = required * bs
+                    for m in managers:
+                        m.allocate_new_blocks(rid, num_slots)
+                for req, num_tokens in cache.get(j, ()):
                     for m in managers:
                         m.cache_blocks(req, num_tokens)
-                    num_cached_new += 1
-            free[j - 1] = pool.free_block_queue.num_free_blocks
-            cached[j - 1] = pool.num_cached_blocks
-            cached_free[j - 1] = pool.num_cached_free_blocks
+                free.append(free_queue.num_free_blocks)
+                cached.append(pool.num_cached_blocks)
+                cached_free.append(pool.num_cached_free_blocks)
         sched.finished_req_ids = set()
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
@@ -123,28 +134,26 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
     but the last sampled token, all groups are full attention, KV events are off, and
     the token budget covers one token per request. The stretch stops before the first
     step in which a request would finish or the free blocks would not cover the
-    allocations.
+    allocations. Pure Python: batches are small where stretches matter.
     """
-    kvm = scheduler.kv_cache_manager
     running = scheduler.running
+    if not running or scheduler.waiting:
+        return None
+    kvm = scheduler.kv_cache_manager
     if (
-        not running
-        or scheduler.waiting
-        or kvm._full_attention_managers is None
+        kvm._full_attention_managers is None
         or kvm.block_pool.enable_kv_cache_events
         or len(running) > scheduler.max_num_scheduled_tokens
     ):
         return None
     managers = kvm.coordinator.single_type_managers
-    if any(type(m) is not FullAttentionManager for m in managers):
-        return None
-    bs = kvm.coordinator.block_size
-    la = scheduler.num_lookahead_tokens
+    for m in managers:
+        if type(m) is not FullAttentionManager:
+            return None
     mml = scheduler.max_model_len
     max_steps = horizon
-    n = len(running)
-    computed0 = np.empty(n, dtype=np.int64)
-    for i, req in enumerate(running):
+    computed0 = []
+    for req in running:
         c = req.num_computed_tokens
         if (
             c != len(req._all_token_ids) - 1
@@ -153,26 +162,39 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
             or req.is_prefill_chunk
         ):
             return None
-        computed0[i] = c
+        computed0.append(c)
         # Finishes at step f (after sampling): outputs reach max_tokens or length mml.
         f = min(req.max_tokens - len(req._output_token_ids), mml - c - 1)
         if f - 1 < max_steps:
             max_steps = f - 1
-        if max_steps < 1:
-            return None
+            if max_steps < 1:
+                return None
     # Blocks: cumulative new blocks (per group) must stay within the free count.
-    held = np.fromiter(
-        (len(managers[0].req_to_blocks.get(r.request_id) or ()) for r in running),
-        dtype=np.int64,
-        count=n,
-    )
-    steps = np.arange(1, max_steps + 1, dtype=np.int64)
-    slots = np.minimum(computed0[None, :] + steps[:, None] + la, mml)
-    required = np.maximum(-(-slots // bs), held[None, :])
-    needed = (required - held[None, :]).sum(axis=1) * len(managers)
-    ok = needed <= kvm.block_pool.free_block_queue.num_free_blocks
-    if not ok[0]:
-        return None
-    if not ok.all():
-        max_steps = int(np.argmin(ok))
+    bs = kvm.coordinator.block_size
+    la = scheduler.num_lookahead_tokens
+    req_to_blocks = managers[0].req_to_blocks
+    held = [len(req_to_blocks.get(r.request_id) or ()) for r in running]
+    free = kvm.block_pool.free_block_queue.num_free_blocks
+    ng = len(managers)
+
+    def needed(s: int) -> int:
+        """New blocks (all groups) the first ``s`` steps allocate."""
+        total = 0
+        for c, h in zip(computed0, held):
+            extra = -(-min(c + s + la, mml) // bs) - h
+            if extra > 0:
+                total += extra
+        return total * ng
+
+    if needed(max_steps) > free:
+        if needed(1) > free:
+            return None
+        lo, hi = 1, max_steps  # needed(lo) <= free < needed(hi); it grows with s
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if needed(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        max_steps = lo
     return DecodeStretch(scheduler, max_steps, computed0)

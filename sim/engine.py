@@ -9,7 +9,9 @@ the latency model; sampled tokens (a fixed id, EOS ignored) are applied with
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
+from heapq import heappush
 from typing import IO, Any
 
 import numpy as np
@@ -24,6 +26,106 @@ from sim.records import RequestRecorder, StepRecorder
 SAMPLE_TOKEN_ID = 7
 FAST_FORWARD_HORIZON = 2048
 """Most decode-only steps planned at once (longer stretches are planned again)."""
+
+
+def _roofline_decode_time(model: Any) -> Callable[[int, int], float] | None:
+    """A pure-Python twin of the roofline's ``decode_step_times`` for one step.
+
+    Same IEEE operations in the same order as the numpy formula, so bit-identical for
+    dense (non-MoE) models without sliding windows; None for anything else.
+    """
+    if getattr(model, "kind", None) != "roofline":
+        return None
+    try:
+        if model.model.num_experts or any(g.window is not None for g in model.groups):
+            return None
+        dense_w = model.dense_weight_bytes + (model.model.num_moe_layers * 0.0 * model.expert_bytes)
+        bps = model.bytes_per_s
+        gfs = model.gemm_flops_per_s
+        fpt = model.flops_per_token
+        lm = model.lm_head_flops_per_request
+        tp = model.tp
+        eff = model.eff
+        if tp == 1:
+            ar_coef = None
+        else:
+            link = model.gpu.interconnect_bytes_per_s * eff.interconnect
+            ar_coef = (2.0 * (tp - 1) / tp, model.allreduce_bytes_per_token, link)
+        ar_lat = eff.allreduce_latency_s
+        two_layers = 2.0 * model.model.num_layers
+        step_oh = eff.step_overhead_s
+        req_oh = eff.per_request_overhead_s
+        afs = model.attn_flops_per_s
+        kernel = eff.attention_kernel_s
+        groups = [
+            (g.num_layers, g.decode_flops_per_pair, g.kv_bytes_per_token) for g in model.groups
+        ]
+    except AttributeError:
+        return None
+
+    def decode_time(batch: int, context: int) -> float:
+        if batch <= 0:
+            return 0.0
+        b = float(batch)
+        k = float(context)
+        weights = dense_w / bps
+        flops = (b * fpt + b * lm) / gfs
+        out = weights if weights >= flops else flops
+        if ar_coef is None:
+            out = out + 0.0
+        else:
+            c, per_tok, link = ar_coef
+            out = out + two_layers * (ar_lat + c * (b * per_tok) / link)
+        out = out + (step_oh + req_oh * b)
+        tokens = k + b
+        for layers, per_pair, kv_bytes in groups:
+            compute = tokens * per_pair / afs
+            memory = tokens * kv_bytes / bps
+            out = out + layers * ((compute if compute >= memory else memory) + kernel)
+        return out
+
+    return decode_time
+
+
+def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
+    """``f(batch, total_context)``: one decode-only step's seconds, without numpy.
+
+    Only returned when it equals ``latency_model.decode_step_times`` bit for bit on a
+    spread of checked inputs (constant and dense roofline models); else None.
+    """
+    fn: Callable[[int, int], float] | None
+    if getattr(latency_model, "kind", None) == "constant":
+        step_s = float(latency_model.step_s)
+
+        def fn(batch: int, context: int) -> float:
+            return step_s if batch > 0 else 0.0
+    else:
+        fn = _roofline_decode_time(latency_model)
+    if fn is None:
+        return None
+    rng = random.Random(0)
+    pairs = [(b, c) for b in (0, 1, 2, 3, 7, 64, 255, 1024) for c in (0, 1, 100, 4096)]
+    pairs += [(rng.randint(1, 1024), rng.randint(0, 2_000_000)) for _ in range(256)]
+    ref = latency_model.decode_step_times(
+        np.array([b for b, _ in pairs], dtype=np.int64),
+        np.array([c for _, c in pairs], dtype=np.int64),
+    ).tolist()
+    if any(fn(b, c) != r for (b, c), r in zip(pairs, ref)):
+        return None
+    return fn
+
+
+def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
+    """An event that fires at absolute time ``when`` (>= now), scheduled as a Timeout.
+
+    ``env.timeout(d)`` lands at ``env.now + d``; a stretch of steps ends where the
+    sequential sums land, which this places exactly, in one event.
+    """
+    event = simpy.Event(env)
+    event._ok = True
+    event._value = None
+    heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), event))
+    return event
 
 
 class SimulationStuck(RuntimeError):
@@ -77,6 +179,8 @@ class ReplicaEngine:
             not windows and scheduler.kv_cache_manager._full_attention_managers is not None
         )
         self.fast_forward = fast_forward and self._vector_decode
+        self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
+        steps.num_writers += 1
         self.num_fast_forwarded = 0
         self.max_model_len = scheduler.max_model_len
         self.pool = scheduler.kv_cache_manager.block_pool
@@ -159,19 +263,30 @@ class ReplicaEngine:
                 continue
             yield from self._execute(out)
 
+    def _decode_duration(self, batch: int, context: int) -> float:
+        """Seconds of one decode-only step (the same value fast-forward computes)."""
+        if self._decode_time is not None:
+            return self._decode_time(batch, context)
+        return float(
+            self.latency_model.decode_step_times(
+                np.array([batch], dtype=np.int64), np.array([context], dtype=np.int64)
+            )[0]
+        )
+
     def _execute(self, out):
         env = self.env
         scheduler = self.scheduler
         reqs = scheduler.requests
         n_sched = out.num_scheduled_tokens
-        new_tokens = np.fromiter(n_sched.values(), dtype=np.int64, count=len(n_sched))
-        context = np.empty_like(new_tokens)
         prefill = decode = 0
+        context_sum = 0
+        contexts = []
         sampled: dict[str, list[int]] = {}
-        for i, (rid, n) in enumerate(n_sched.items()):
+        for rid, n in n_sched.items():
             req = reqs[rid]
             ctx = req.num_computed_tokens - n
-            context[i] = ctx
+            contexts.append(ctx)
+            context_sum += ctx
             if n == 1 and ctx == req.num_tokens - 1:
                 decode += 1
             else:
@@ -181,14 +296,14 @@ class ReplicaEngine:
         if prefill == 0 and self._vector_decode:
             # Decode-only steps use the vectorized formula, as fast-forward does, so
             # both paths give bit-identical durations.
-            duration = float(
-                self.latency_model.decode_step_times(
-                    np.array([decode], dtype=np.int64),
-                    np.array([int(context.sum())], dtype=np.int64),
-                )[0]
-            )
+            duration = self._decode_duration(decode, context_sum)
         else:
-            duration = float(self.latency_model.step_time(new_tokens, context))
+            duration = float(
+                self.latency_model.step_time(
+                    np.fromiter(n_sched.values(), dtype=np.int64, count=len(n_sched)),
+                    np.array(contexts, dtype=np.int64),
+                )
+            )
         start = env.now
         yield env.timeout(duration)
         yield env.timeout(0)  # let arrivals due at this instant join before the next step
@@ -241,79 +356,103 @@ class ReplicaEngine:
         for req in result.finished_requests:
             self._finish(req, now)
 
+    def _stretch_times(self, stretch: Any, until: float) -> tuple[list[float], list[float], float]:
+        """Start times and durations of the stretch's steps that start before ``until``.
+
+        Times are summed one step after another, as per-step timeouts would; returns
+        ``(starts, durations, end)`` with ``end`` the last step's end.
+        """
+        t = self.env.now
+        starts: list[float] = []
+        durations: list[float] = []
+        batch = stretch.batch_size
+        fn = self._decode_time
+        if fn is not None:
+            ctx = stretch.context0
+            for _ in range(stretch.max_steps):
+                if t >= until:
+                    break
+                d = fn(batch, ctx)
+                starts.append(t)
+                durations.append(d)
+                t = t + d
+                ctx += batch
+            return starts, durations, t
+        all_d = self.latency_model.decode_step_times(
+            np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens
+        ).tolist()
+        for d in all_d:
+            if t >= until:
+                break
+            starts.append(t)
+            durations.append(d)
+            t = t + d
+        return starts, durations, t
+
     def _try_fast_forward(self):
         """Advance a stretch of decode-only steps at once; yield its timeouts.
 
         Returns True when it advanced (the stretch ends before any arrival or other
-        event, any finish and any allocation the pool cannot serve).
+        event, any finish and any allocation the pool cannot serve). With one replica
+        writing the records, the whole stretch is one event at its exact end time; with
+        several, each step keeps its own events and writes its rows when it ends, so
+        rows interleave across replicas as they do step by step.
         """
         scheduler = self.scheduler
-        if self._pending:
+        if self._pending or scheduler.waiting or not scheduler.running:
+            return False
+        env = self.env
+        next_event = env.peek()
+        if next_event <= env.now:
             return False
         stretch = plan_decode_stretch(scheduler, FAST_FORWARD_HORIZON)
         if stretch is None or stretch.max_steps < 2:
             return False
-        env = self.env
-        batch = stretch.batch_size
-        durations = self.latency_model.decode_step_times(
-            np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens
-        ).tolist()
-        next_event = env.peek()
-        starts = []
-        t = env.now
-        for d in durations:
-            if t >= next_event:
-                break
-            starts.append(t)
-            t = t + d
+        starts, durations, end = self._stretch_times(stretch, next_event)
         k = len(starts)
         if k < 2:
             return False
         recs = stretch.apply(k, SAMPLE_TOKEN_ID)
-        pool = self.pool
-        usable = pool.num_gpu_blocks - 1
-        free = recs.num_free_blocks.tolist()
-        cached = recs.num_cached_blocks.tolist()
-        cached_free = recs.num_cached_free_blocks.tolist()
-        add = self.steps.add
+        batch = stretch.batch_size
         step0 = self.num_steps
-        ids = [r.request_id for r in scheduler.running]
-        for j in range(k):
-            f = free[j]
-            add(
-                self.replica_id,
-                step0 + j,
-                starts[j],
-                durations[j],
-                batch,
-                0,
-                0,
-                batch,
-                0,
-                1.0 - f / usable if usable else 0.0,
-                f,
-                cached[j],
-                0,
-                0,
-                cached_free[j],
-                usable - f,
-            )
-        if self.decisions is not None:
-            scheduled = json.dumps(dict.fromkeys(ids, 1))
-            for j in range(k):
-                self.decisions.write(
-                    f'{{"replica": {self.replica_id}, "step": {step0 + j}, "scheduled": '
-                    f'{scheduled}, "preempted": [], "finished": [], "num_free_blocks": '
-                    f"{free[j]}}}\n"
-                )
         self.num_steps += k
         self.num_fast_forwarded += k
-        for j in range(k):
-            yield env.timeout(durations[j])
-        yield env.timeout(0)
+        usable = self.pool.num_gpu_blocks - 1
+        steps = self.steps
+        if steps.num_writers == 1:
+            steps.add_decode_steps(self.replica_id, step0, starts, durations, batch, usable, *recs)
+            if self.decisions is not None:
+                self._write_decisions(step0, 0, k, recs[0])
+            yield timeout_at(env, end)
+            yield env.timeout(0)
+        else:
+            free, cached, cached_free = recs
+            for j in range(k):
+                yield env.timeout(durations[j])
+                yield env.timeout(0)
+                steps.add_decode_steps(
+                    self.replica_id,
+                    step0 + j,
+                    starts[j : j + 1],
+                    durations[j : j + 1],
+                    batch,
+                    usable,
+                    free[j : j + 1],
+                    cached[j : j + 1],
+                    cached_free[j : j + 1],
+                )
+                if self.decisions is not None:
+                    self._write_decisions(step0, j, j + 1, free)
         if self.check:
             scheduler.check_invariants()
         return True
+
+    def _write_decisions(self, step0: int, lo: int, hi: int, free: list[int]) -> None:
+        """decisions.jsonl lines of fast-forwarded steps ``step0 + lo .. step0 + hi - 1``."""
+        scheduled = json.dumps(dict.fromkeys((r.request_id for r in self.scheduler.running), 1))
+        head = f'{{"replica": {self.replica_id}, "step": '
+        mid = f', "scheduled": {scheduled}, "preempted": [], "finished": [], "num_free_blocks": '
+        self.decisions.write("".join(f"{head}{step0 + j}{mid}{free[j]}}}\n" for j in range(lo, hi)))
 
     def _finish(self, req: Request, now: float) -> None:
         rid = req.request_id

@@ -56,13 +56,31 @@ class _CsvSink:
         self._writer = csv.writer(self._file, lineterminator="\n")
         self._writer.writerow(columns)
         self._rows: list[tuple] = []
+        self._text: list[str] = []
+        self._num_text_rows = 0
 
     def add(self, row: tuple) -> None:
         self._rows.append(row)
         if len(self._rows) >= _FLUSH_ROWS:
             self.flush()
 
+    def add_lines(self, text: str, num_rows: int) -> None:
+        """Already formatted rows (``num_rows`` lines), written after the pending ones."""
+        if self._rows:
+            self.flush()
+        self._text.append(text)
+        self._num_text_rows += num_rows
+        if self._num_text_rows >= _FLUSH_ROWS:
+            self._flush_text()
+
+    def _flush_text(self) -> None:
+        self._file.write("".join(self._text))
+        self._text.clear()
+        self._num_text_rows = 0
+
     def flush(self) -> None:
+        if self._text:
+            self._flush_text()
         self._writer.writerows(self._rows)
         self._rows.clear()
 
@@ -72,20 +90,22 @@ class _CsvSink:
 
 
 class StepRecorder:
-    """Writes ``steps.csv``; keeps start, duration, KV usage and queue lengths."""
+    """Writes ``steps.csv``; keeps only what the summary needs.
+
+    Kept per step: duration and KV usage (8-byte floats, for the duration-weighted mean
+    and percentiles); everything else goes to disk only, so memory is 16 bytes a step.
+    ``num_writers`` counts the engines writing here (fast-forward writes its rows in
+    bulk only when it is the sole writer, so row order never changes).
+    """
 
     def __init__(self, path: Path) -> None:
         self._sink = _CsvSink(path, STEP_COLUMNS)
-        self.start_s = array("d")
         self.duration_s = array("d")
         self.kv_usage = array("d")
-        self.num_running = array("l")
-        self.num_waiting = array("l")
-        self.num_preempted = array("l")
-        self.num_cached_free = array("l")
-        self.num_in_use = array("l")
+        self.num_steps = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.num_writers = 0
 
     def add(
         self,
@@ -106,6 +126,7 @@ class StepRecorder:
         num_cached_free: int,
         num_in_use: int,
     ) -> None:
+        """One step's row (``num_in_use``: blocks held, kept for callers' symmetry)."""
         self._sink.add(
             (
                 replica,
@@ -125,16 +146,55 @@ class StepRecorder:
                 num_cached_free,
             )
         )
-        self.start_s.append(start_s)
         self.duration_s.append(duration_s)
         self.kv_usage.append(kv_usage)
-        self.num_running.append(num_running)
-        self.num_waiting.append(num_waiting)
-        self.num_preempted.append(num_preempted)
-        self.num_cached_free.append(num_cached_free)
-        self.num_in_use.append(num_in_use)
+        self.num_steps += 1
         self.prefix_queries += prefix_queries
         self.prefix_hits += prefix_hits
+
+    def add_decode_steps(
+        self,
+        replica: int,
+        step0: int,
+        starts: list[float],
+        durations: list[float],
+        batch: int,
+        usable_blocks: int,
+        num_free_blocks: list[int],
+        num_cached_blocks: list[int],
+        num_cached_free: list[int],
+    ) -> None:
+        """Rows of consecutive decode-only steps of ``batch`` requests (fast-forward).
+
+        Byte-identical to calling :meth:`add` per step: nothing waits, is preempted or
+        prefilled, no prefix queries; KV usage is ``1 - free / usable`` as
+        ``BlockPool.get_usage`` computes it.
+        """
+        if usable_blocks:
+            usage = [1.0 - f / usable_blocks for f in num_free_blocks]
+        else:
+            usage = [0.0] * len(num_free_blocks)
+        mid = f",{batch},0,0,{batch},0,"
+        head = f"{replica},"
+        self._sink.add_lines(
+            "".join(
+                f"{head}{step0 + j},{_fmt(s)},{_fmt(d)}{mid}{_fmt(u)},{f},{c},0,0,{cf}\n"
+                for j, (s, d, u, f, c, cf) in enumerate(
+                    zip(
+                        starts,
+                        durations,
+                        usage,
+                        num_free_blocks,
+                        num_cached_blocks,
+                        num_cached_free,
+                    )
+                )
+            ),
+            len(starts),
+        )
+        self.duration_s.extend(durations)
+        self.kv_usage.extend(usage)
+        self.num_steps += len(starts)
 
     def close(self) -> None:
         self._sink.close()

@@ -64,5 +64,5 @@ def build_summary(
         "kv_usage": kv,
         "num_gpu_blocks": num_gpu_blocks,
         "block_size": block_size,
-        "num_steps": len(steps.start_s),
+        "num_steps": steps.num_steps,
     }

@@ -1,0 +1,159 @@
+"""Fast-forward benchmarks (issue 7), each printed with fast-forward on and off.
+
+(a) 20,000 requests, Poisson 4 req/s, prompt 512, output 128, Llama-3.1-8B on
+    A100-80GB: process wall time including start-up (imports, configuration), the
+    simulation alone, and the off/on ratio. Target: <= 2.4 s wall with fast-forward.
+(b) the same at 12 and 24 req/s.
+(c) heavy load: the requests all queued at t = 0 (arrival ``burst``), max_num_seqs
+    128: engine steps per wall-second.
+(d) ``--million``: 1,000,000 ``chat`` requests: wall time and peak RSS (target < 2 GB).
+
+Each run is a fresh ``python`` process (``--child``) so start-up and peak RSS are the
+run's own; records go to a temporary directory; plots and the HTML report are skipped.
+
+Usage (from the repo root)::
+
+    .venv/bin/python tests/bench/bench_fastforward.py            # (a), (b), (c)
+    .venv/bin/python tests/bench/bench_fastforward.py --only a --no-off
+    .venv/bin/python tests/bench/bench_fastforward.py --million  # adds (d), long
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _child(workload: str, model: str, gpu: str, ff: bool, max_num_seqs: int | None) -> None:
+    """Simulate once in this process; print one JSON line of figures."""
+    t0 = time.perf_counter()
+    import resource
+
+    sys.path.insert(0, str(REPO))
+    from sim.engine_config import EngineConfig
+    from sim.run import RunSpec, simulate
+    from sim.setup import resolve_run
+
+    engine = EngineConfig(max_num_seqs=max_num_seqs) if max_num_seqs else EngineConfig()
+    resolved = resolve_run(RunSpec(workload=workload, model=model, gpu=gpu, engine=engine))
+    t1 = time.perf_counter()
+    cpu1 = time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        summary = simulate(resolved, Path(out), fast_forward=ff)
+    t2 = time.perf_counter()
+    print(
+        json.dumps(
+            {
+                "startup_s": t1 - t0,
+                "sim_s": t2 - t1,
+                "sim_cpu_s": time.process_time() - cpu1,
+                "num_steps": summary["num_steps"],
+                "num_finished": summary["num_finished"],
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            }
+        )
+    )
+
+
+def _run(workload: str, ff: bool, model: str, gpu: str, max_num_seqs: int | None = None) -> dict:
+    """One child process; its figures plus the process wall time (start-up included)."""
+    cmd = [sys.executable, __file__, "--child", workload, model, gpu, "1" if ff else "0"]
+    cmd.append(str(max_num_seqs or 0))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
+    wall = time.perf_counter() - t0
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures["wall_s"] = wall
+    return figures
+
+
+def _yaml(tmp: Path, name: str, rate: float | None, num: int) -> str:
+    arrival = "{type: burst}" if rate is None else f"{{type: poisson, rate: {rate}}}"
+    path = tmp / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\narrival: {arrival}\nprompt_len: 512\noutput_len: 128\n"
+        f"num_requests: {num}\nseed: 0\n"
+    )
+    return str(path)
+
+
+def _both(label: str, workload: str, args: argparse.Namespace, seqs: int | None = None) -> None:
+    model, gpu = "Llama-3.1-8B", "A100-80GB"
+    on = _run(workload, True, model, gpu, seqs)
+    print(
+        f"{label} FF on : wall {on['wall_s']:.2f} s (start-up {on['startup_s']:.2f} s, "
+        f"sim {on['sim_s']:.2f} s, sim cpu {on['sim_cpu_s']:.2f} s), "
+        f"{on['num_steps']:,} steps, {on['num_steps'] / on['sim_s']:,.0f} steps/s, "
+        f"peak RSS {on['peak_rss_mib']:.0f} MiB",
+        flush=True,
+    )
+    if args.no_off:
+        return
+    off = _run(workload, False, model, gpu, seqs)
+    print(
+        f"{label} FF off: wall {off['wall_s']:.2f} s (start-up {off['startup_s']:.2f} s, "
+        f"sim {off['sim_s']:.2f} s, sim cpu {off['sim_cpu_s']:.2f} s), "
+        f"{off['num_steps']:,} steps, {off['num_steps'] / off['sim_s']:,.0f} steps/s, "
+        f"peak RSS {off['peak_rss_mib']:.0f} MiB",
+        flush=True,
+    )
+    print(
+        f"{label} ratio off/on: wall {off['wall_s'] / on['wall_s']:.2f}x, "
+        f"sim {off['sim_s'] / on['sim_s']:.2f}x",
+        flush=True,
+    )
+
+
+def main() -> int:
+    """Run the selected benchmarks; print each figure with fast-forward on and off."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        wl, model, gpu, ff, seqs = sys.argv[2:7]
+        _child(wl, model, gpu, ff == "1", int(seqs) or None)
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="abc", help="which of a, b, c to run (e.g. 'ac')")
+    p.add_argument("--no-off", action="store_true", help="skip the fast-forward-off runs")
+    p.add_argument("--million", action="store_true", help="also run (d): 1,000,000 chat")
+    p.add_argument("--heavy-requests", type=int, default=2000, help="requests in (c)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        if "a" in args.only:
+            _both("(a) 4 req/s ", _yaml(tmp, "vidur4", 4.0, 20000), args)
+        if "b" in args.only:
+            for rate in (12.0, 24.0):
+                _both(f"(b) {rate:.0f} req/s", _yaml(tmp, f"vidur{rate:.0f}", rate, 20000), args)
+        if "c" in args.only:
+            heavy = _yaml(tmp, "burst", None, args.heavy_requests)
+            _both("(c) burst, 128 seqs", heavy, args, seqs=128)
+        if args.million:
+            import yaml
+
+            sys.path.insert(0, str(REPO))
+            from workloads.loader import PRESET_DIR
+
+            data = yaml.safe_load((PRESET_DIR / "chat.yaml").read_text())
+            data["num_requests"] = 1_000_000
+            path = tmp / "chat_million.yaml"
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+            model, gpu = "Llama-3.1-8B", "H100-SXM"
+            for ff in (True, False) if not args.no_off else (True,):
+                r = _run(str(path), ff, model, gpu)
+                print(
+                    f"(d) 1M chat FF {'on ' if ff else 'off'}: wall {r['wall_s']:.1f} s, "
+                    f"{r['num_steps']:,} steps, peak RSS {r['peak_rss_mib']:.0f} MiB "
+                    f"({'under' if r['peak_rss_mib'] < 2048 else 'OVER'} 2 GB)",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

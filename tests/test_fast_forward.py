@@ -1,0 +1,305 @@
+"""Exact fast-forward: runs with it on and off must write byte-identical records.
+
+``CASES`` random small workloads (light and heavy load, shared prefixes, sessions,
+priorities, KV pressure with preemption, chunked prefill and prefix caching on and
+off, constant and roofline latency, a hybrid sliding-window model) are simulated both
+ways with :func:`sim.run.simulate`; ``requests.csv``, ``steps.csv``,
+``decisions.jsonl`` and the summary (less wall time) must match exactly. Unit tests
+cover :func:`kvcore.fast_forward.plan_decode_stretch`'s stopping rules.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvcore.block_hashing import BlockHasher
+from kvcore.fast_forward import plan_decode_stretch
+from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from kvcore.request import Request
+from kvcore.scheduler import Scheduler
+from kvcore.scheduler_config import SchedulerConfig
+from sim.engine import SAMPLE_TOKEN_ID, ReplicaEngine
+from sim.engine_config import EngineConfig
+from sim.run import RunSpec, simulate
+from sim.setup import resolve_run
+
+CASES = 200
+FILES = ("requests.csv", "steps.csv", "decisions.jsonl")
+_HAS_REPLICAS = "num_replicas" in inspect.signature(simulate).parameters
+
+
+def _length(rng: random.Random, lo: int, hi: int) -> Any:
+    if rng.random() < 0.4:
+        return rng.randint(lo, hi)
+    return {"type": "uniform", "min": lo, "max": hi}
+
+
+def _case(i: int) -> tuple[dict[str, Any], dict[str, Any], str, int]:
+    """Workload YAML data, engine settings, model and replica count of case ``i``."""
+    rng = random.Random(1000 + i)
+    heavy = rng.random() < 0.35
+    pressure = rng.random() < 0.3
+    wl: dict[str, Any] = {
+        "name": f"ff{i}",
+        "seed": i,
+        "num_requests": rng.randint(15, 40) if not heavy else rng.randint(15, 30),
+        "prompt_len": _length(rng, 8, 300),
+        "output_len": _length(rng, 1, 150),
+    }
+    if heavy:
+        wl["arrival"] = {"type": "burst"}
+    else:
+        wl["arrival"] = {
+            "type": rng.choice(["poisson", "constant", "gamma"]),
+            "rate": rng.choice([0.5, 2.0, 8.0, 30.0]),
+        }
+        if wl["arrival"]["type"] == "gamma":
+            wl["arrival"]["burstiness"] = rng.choice([0.3, 1.0])
+    if rng.random() < 0.4:
+        wl["shared_prefix"] = {
+            "num_groups": rng.randint(1, 4),
+            "prefix_len": rng.randint(16, 200),
+        }
+    if rng.random() < 0.25:
+        wl["sessions"] = {
+            "turns": {"type": "uniform", "min": 2, "max": 4},
+            "think_time_s": rng.choice([0.0, 0.2, 1.0]),
+        }
+    priority = rng.random() < 0.25
+    if priority:
+        wl["priority"] = {"values": [0, 1, 2]}
+    eng: dict[str, Any] = {
+        "enable_chunked_prefill": rng.random() < 0.7,
+        "enable_prefix_caching": rng.random() < 0.75,
+        "scheduling_policy": "priority" if priority else "fcfs",
+        "max_num_seqs": rng.choice([4, 16, 64, 128]),
+    }
+    if rng.random() < 0.5:
+        eng["latency_model"] = "constant"
+        eng["constant_step_s"] = rng.choice([0.005, 0.02])
+    if pressure:
+        # Small cache: preemptions. max_model_len small enough to pass the budget check.
+        eng["max_model_len"] = 1024
+        eng["max_num_batched_tokens"] = 1024
+    else:
+        eng["max_model_len"] = 2048
+    if not eng["enable_chunked_prefill"]:
+        eng["max_num_batched_tokens"] = eng["max_model_len"]
+    if rng.random() < 0.3:
+        eng["block_size"] = rng.choice([8, 32])
+    model = "Gemma-3-27B" if rng.random() < 0.1 else "Llama-3.1-8B"
+    if pressure:
+        # Gemma-3's hybrid layout shares each block among about 8 layer groups.
+        groups = 8 if model.startswith("Gemma") else 1
+        blocks = rng.randint(1100, 2500) // eng.get("block_size", 16) + 2
+        eng["num_gpu_blocks_override"] = blocks * groups
+    replicas = rng.choice([1, 1, 2, 3]) if _HAS_REPLICAS else 1
+    return wl, eng, model, replicas
+
+
+def _strip_wall(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip_wall(v) for k, v in obj.items() if k != "wall_s"}
+    if isinstance(obj, list):
+        return [_strip_wall(v) for v in obj]
+    return obj
+
+
+def _simulate(
+    workload: Path, eng: dict[str, Any], model: str, replicas: int, out: Path, ff: bool
+) -> dict[str, Any]:
+    resolved = resolve_run(RunSpec(workload=str(workload), model=model, engine=EngineConfig(**eng)))
+    out.mkdir()
+    kwargs: dict[str, Any] = {"num_replicas": replicas} if replicas > 1 else {}
+    return simulate(resolved, out, decisions=True, fast_forward=ff, **kwargs)
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_fast_forward_identical(case: int, tmp_path: Path) -> None:
+    """Fast-forward on and off write identical records and summaries."""
+    wl, eng, model, replicas = _case(case)
+    path = tmp_path / "wl.yaml"
+    path.write_text(yaml.safe_dump(wl))
+    on = _simulate(path, eng, model, replicas, tmp_path / "on", True)
+    off = _simulate(path, eng, model, replicas, tmp_path / "off", False)
+    assert _strip_wall(on) == _strip_wall(off)
+    for name in FILES:
+        a = (tmp_path / "on" / name).read_bytes()
+        b = (tmp_path / "off" / name).read_bytes()
+        assert a == b, f"{name} differs (case {case}: {wl}, {eng}, {model})"
+
+
+def test_cases_cover_the_space() -> None:
+    """The random cases include every feature the exactness claim is about."""
+    cases = [_case(i) for i in range(CASES)]
+    assert any(wl["arrival"]["type"] == "burst" for wl, *_ in cases)
+    assert any("shared_prefix" in wl for wl, *_ in cases)
+    assert any("sessions" in wl for wl, *_ in cases)
+    assert any(e["scheduling_policy"] == "priority" for _, e, *_ in cases)
+    assert any("num_gpu_blocks_override" in e for _, e, *_ in cases)
+    assert any(not e["enable_chunked_prefill"] for _, e, *_ in cases)
+    assert any(not e["enable_prefix_caching"] for _, e, *_ in cases)
+    assert any(e.get("latency_model") == "constant" for _, e, *_ in cases)
+    assert any(m == "Gemma-3-27B" for *_, m, _ in cases)
+
+
+def _light_engine(tmp_path: Path, fast_forward: bool | None) -> tuple[ReplicaEngine, dict]:
+    """Simulate a light-load workload; return the engine and the summary."""
+    wl = {
+        "name": "light",
+        "seed": 3,
+        "num_requests": 20,
+        "arrival": {"type": "poisson", "rate": 1.0},
+        "prompt_len": 100,
+        "output_len": 100,
+    }
+    path = tmp_path / "light.yaml"
+    path.write_text(yaml.safe_dump(wl))
+    resolved = resolve_run(RunSpec(workload=str(path)))
+    engines: list[ReplicaEngine] = []
+    original = ReplicaEngine.__init__
+
+    def spy(self: ReplicaEngine, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        engines.append(self)
+
+    ReplicaEngine.__init__ = spy  # type: ignore[method-assign]
+    try:
+        out = tmp_path / f"light-{fast_forward}"
+        out.mkdir()
+        kwargs = {} if fast_forward is None else {"fast_forward": fast_forward}
+        summary = simulate(resolved, out, **kwargs)
+    finally:
+        ReplicaEngine.__init__ = original  # type: ignore[method-assign]
+    assert len(engines) == 1
+    return engines[0], summary
+
+
+def test_fast_forward_engages_by_default(tmp_path: Path) -> None:
+    """At light load most steps are fast-forwarded, with no switch given."""
+    assert inspect.signature(simulate).parameters["fast_forward"].default is True
+    assert inspect.signature(ReplicaEngine).parameters["fast_forward"].default is True
+    engine, summary = _light_engine(tmp_path, None)
+    assert engine.fast_forward
+    assert engine.num_fast_forwarded > summary["num_steps"] // 2
+    off, _ = _light_engine(tmp_path, False)
+    assert off.num_fast_forwarded == 0
+
+
+# ---- plan_decode_stretch ------------------------------------------------------------
+
+BLOCK = 16
+
+
+def _scheduler(num_blocks: int, max_model_len: int = 4096, caching: bool = True) -> Scheduler:
+    config = KVCacheConfig(
+        num_blocks, [], [KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK))]
+    )
+    return Scheduler(
+        SchedulerConfig(max_model_len=max_model_len, max_num_batched_tokens=4096, max_num_seqs=64),
+        config,
+        enable_caching=caching,
+    )
+
+
+def _add(sched: Scheduler, rid: str, prompt: int, max_tokens: int) -> None:
+    ids = [1000 + hash(rid) % 1000 + i for i in range(prompt)]
+    sched.add_request(Request(rid, ids, max_tokens, block_hasher=BlockHasher.from_name(BLOCK)))
+
+
+def _step(sched: Scheduler) -> None:
+    out = sched.schedule()
+    sampled = {
+        rid: [SAMPLE_TOKEN_ID]
+        for rid in out.num_scheduled_tokens
+        if not sched.requests[rid].is_prefill_chunk
+    }
+    sched.update_from_output(out, sampled)
+
+
+def test_plan_stops_before_a_finish() -> None:
+    """A request with ``r`` tokens left limits the stretch to ``r - 1`` steps."""
+    sched = _scheduler(200)
+    _add(sched, "a", 40, 30)
+    _add(sched, "b", 20, 10)
+    _step(sched)  # prefill both: one output token each
+    plan = plan_decode_stretch(sched, 1000)
+    assert plan is not None
+    # b has 9 tokens left: it finishes at the 9th step, so 8 steps are safe.
+    assert plan.max_steps == 8
+    assert plan_decode_stretch(sched, 5).max_steps == 5
+
+
+def test_plan_stops_at_max_model_len() -> None:
+    """A request about to reach ``max_model_len`` ends the stretch before its finish."""
+    sched = _scheduler(200, max_model_len=64)
+    _add(sched, "a", 50, 100)
+    _step(sched)  # 50 computed, 51 tokens
+    plan = plan_decode_stretch(sched, 1000)
+    assert plan is not None
+    # Finishes when its length reaches 64: after 13 more steps; 12 are safe.
+    assert plan.max_steps == 64 - 50 - 2
+
+
+def test_plan_stops_before_an_unservable_block() -> None:
+    """The stretch ends before the first block crossing the free blocks cannot cover."""
+    sched = _scheduler(5)  # 4 usable blocks
+    _add(sched, "a", 47, 100)  # 3 blocks; slot 48 fits, slot 49 needs block 4
+    _add(sched, "b", 1, 100)
+    _step(sched)
+    assert sched.kv_cache_manager.block_pool.get_num_free_blocks() == 0
+    # a holds 3 blocks (48 slots) and has 47 computed + 1 sampled: step 1 schedules
+    # token 48 (needs 48 slots, fits), step 2 would need 49 slots: a fourth block.
+    plan = plan_decode_stretch(sched, 1000)
+    assert plan is not None
+    assert plan.max_steps == 1
+    sched2 = _scheduler(5)
+    _add(sched2, "a", 48, 100)
+    _add(sched2, "b", 1, 100)
+    _step(sched2)
+    assert plan_decode_stretch(sched2, 1000) is None
+
+
+def test_plan_nothing_while_requests_wait() -> None:
+    """Nothing is planned while a request waits, or before the prefill is done."""
+    sched = _scheduler(200)
+    _add(sched, "a", 40, 30)
+    assert plan_decode_stretch(sched, 100) is None  # only waiting
+    _step(sched)
+    assert plan_decode_stretch(sched, 100) is not None
+    _add(sched, "b", 10, 30)
+    assert plan_decode_stretch(sched, 100) is None
+
+
+def test_plan_apply_equals_stepping() -> None:
+    """Applying k planned steps leaves the same blocks, hashes and tokens as k steps."""
+    states = []
+    for ff in (True, False):
+        sched = _scheduler(100)
+        _add(sched, "a", 30, 80)
+        _add(sched, "b", 17, 80)
+        _step(sched)
+        plan = plan_decode_stretch(sched, 40)
+        assert plan is not None and plan.max_steps == 40
+        if ff:
+            plan.apply(40, SAMPLE_TOKEN_ID)
+        else:
+            for _ in range(40):
+                _step(sched)
+        kvm = sched.kv_cache_manager
+        states.append(
+            (
+                {r: kvm.get_block_ids(r) for r in ("a", "b")},
+                {r: list(sched.requests[r].block_hashes) for r in ("a", "b")},
+                {r: sched.requests[r].num_computed_tokens for r in ("a", "b")},
+                kvm.block_pool.get_num_free_blocks(),
+                kvm.block_pool.num_cached_blocks,
+            )
+        )
+    assert states[0] == states[1]
