@@ -1,0 +1,137 @@
+"""The plan report: the probe curve against the SLO lines, the answer, and a
+self-contained ``report.html``, from ``plan.json`` alone.
+
+One panel per SLO: each steady seed's metric at each probed value (dots), the worst
+seed per probe (line), the SLO (dashed), the answer (green) and the bracket around
+it (shaded). Saturated or failed seeds have no meaningful latency: they are drawn as
+red crosses along the top edge, never as values.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from reports.html import _STYLE  # noqa: E402
+
+
+def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
+    """Write the probe-curve figure of a plan to ``path`` (PNG)."""
+    slo = doc["slo"]
+    probes = doc["probes"]
+    fig, axes = plt.subplots(len(slo), 1, figsize=(7, 2.6 * len(slo)), squeeze=False)
+    log_x = doc["param"] in ("rate", "num_gpu_blocks")
+    for ax, (metric, bound) in zip(axes[:, 0], slo.items()):
+        worst_x, worst_y = [], []
+        for p in probes:
+            ys = [s["metrics"][metric] for s in p["seeds"] if s.get("metrics")]
+            ax.scatter([p["value"]] * len(ys), ys, s=14, color="tab:blue", alpha=0.6)
+            if len(ys) == len(p["seeds"]):
+                worst_x.append(p["value"])
+                worst_y.append(max(ys))
+            if len(ys) < len(p["seeds"]):
+                ax.scatter(
+                    [p["value"]],
+                    [1.0],
+                    marker="x",
+                    color="tab:red",
+                    s=40,
+                    transform=ax.get_xaxis_transform(),
+                    clip_on=False,
+                )
+        if worst_x:
+            ax.plot(worst_x, worst_y, color="tab:blue", lw=1, label="worst seed")
+        ax.axhline(bound, color="tab:orange", ls="--", label=f"SLO {bound:g}")
+        b = doc["bracket"]
+        if b["last_pass"] is not None and b["first_fail"] is not None:
+            lo, hi = sorted((b["last_pass"], b["first_fail"]))
+            ax.axvspan(lo, hi, color="tab:green", alpha=0.12)
+        if doc["answer"] is not None:
+            ax.axvline(doc["answer"], color="tab:green", label=f"answer {doc['answer']:.4g}")
+        if log_x:
+            ax.set_xscale("log")
+        values = [p["value"] for p in probes]
+        if values:
+            lo, hi = min(values), max(values)
+            pad = (hi / lo) ** 0.05 if log_x and lo > 0 else None
+            if pad:
+                ax.set_xlim(lo / pad, hi * pad)
+            else:
+                span = (hi - lo) or 1.0
+                ax.set_xlim(lo - 0.05 * span, hi + 0.05 * span)
+        ax.set_ylabel(metric)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[-1, 0].set_xlabel(f"{doc['param']} (red x: saturated or failed, latency not meaningful)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _probe_rows(doc: dict[str, Any]) -> str:
+    rows = []
+    for p in doc["probes"]:
+        for s in p["seeds"]:
+            m = s.get("metrics")
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in m.items()) if m else "(not meaningful)"
+            why = "; ".join(s.get("failures") or [])
+            cells = (
+                f"{p['value']:.4g}",
+                "pass" if p["passed"] else "fail",
+                str(s["seed"]),
+                s.get("state", ""),
+                shown,
+                why,
+            )
+            rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return "\n".join(rows)
+
+
+def render_plan_report(plan_dir: Path) -> Path:
+    """Write ``plots/plan_probe_curve.png`` and ``report.html`` from ``plan.json``."""
+    plan_dir = Path(plan_dir)
+    doc = json.loads((plan_dir / "plan.json").read_text())
+    png = plot_probe_curve(doc, plan_dir / "plots" / "plan_probe_curve.png")
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    b, ci = doc["bracket"], doc["confidence_interval"]
+    answer = "none" if doc["answer"] is None else f"{doc['answer']:.4g} {doc['unit']}"
+    facts = {
+        "question": doc["question"],
+        "status": doc["status"],
+        "answer": answer,
+        "bracket (last pass / first fail)": f"{b['last_pass']} / {b['first_fail']}",
+        "per-seed answers (confidence interval)": f"{ci['low']:.4g} .. {ci['high']:.4g}"
+        if ci
+        else "n/a",
+        "SLOs": ", ".join(f"{k} <= {v:g}" for k, v in doc["slo"].items()),
+        "probes": str(doc["num_probes"]),
+    }
+    table = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+        for k, v in facts.items()
+    )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("value", "probe", "seed", "verdict", "metrics", "failures")
+    )
+    title = f"kvsim plan: {doc['question']}"
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<h2>Answer</h2><table>{table}</table>"
+        f"<h2>Probe curve</h2><img alt='probe curve' src='data:image/png;base64,{data}'>"
+        f"<h2>Probes</h2><table><tr>{head}</tr>{_probe_rows(doc)}</table>"
+        f"<h2>Plan</h2><pre>{html.escape(json.dumps(doc['plan'], indent=2))}</pre>"
+        "</body></html>\n"
+    )
+    out = plan_dir / "report.html"
+    out.write_text(page)
+    return out

@@ -1,0 +1,143 @@
+"""A cluster: N replica engines (one SimPy process each) behind a router.
+
+The workload submits to :meth:`Cluster.submit`, which asks the router for a replica
+and hands the request to that replica's engine. Every engine gets the workload
+itself as its callback target: a request lives on exactly one replica, so
+``on_finish`` reaches the workload once per request, and each engine waits on the
+shared ``done()`` / ``all_submitted`` to know when arrivals are over. All engines
+write to the same step and request recorders (rows carry the replica id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import IO, Any
+
+import simpy
+
+from kvcore.block_hashing import BlockHasher
+from kvcore.request import LoRARequest, Request
+from kvcore.scheduler import Scheduler
+from kvcore.scheduler_config import SchedulerConfig
+from sim.engine import ReplicaEngine
+from sim.records import RequestRecorder, StepRecorder
+from sim.router import Router
+
+
+def build_scheduler(resolved: Any) -> Scheduler:
+    """A fresh kvcore Scheduler for one replica of a resolved run."""
+    engine_cfg = resolved.engine
+    return Scheduler(
+        SchedulerConfig(
+            max_model_len=resolved.max_model_len,
+            max_num_batched_tokens=resolved.max_num_batched_tokens,
+            max_num_seqs=resolved.max_num_seqs,
+            enable_chunked_prefill=engine_cfg.enable_chunked_prefill,
+            long_prefill_token_threshold=engine_cfg.long_prefill_token_threshold,
+            policy=engine_cfg.scheduling_policy,
+        ),
+        resolved.kv_cache_config,
+        enable_caching=engine_cfg.enable_prefix_caching,
+    )
+
+
+class EngineView:
+    """The read-only :class:`sim.router.ReplicaView` of one ``ReplicaEngine``."""
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine: ReplicaEngine) -> None:
+        self.engine = engine
+
+    @property
+    def num_outstanding(self) -> int:
+        return self.engine.num_outstanding
+
+    @property
+    def kv_usage(self) -> float:
+        return self.engine.scheduler.kv_cache_manager.block_pool.get_usage()
+
+    def cached_prefix_tokens(self, request: object) -> int:
+        """Tokens of the (hashed kvcore) request's prompt cached on this replica now."""
+        manager = self.engine.scheduler.kv_cache_manager
+        return manager.get_computed_blocks(request)[1]
+
+
+class Cluster:
+    """N replicas of one resolved run behind ``router``."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        resolved: Any,
+        num_replicas: int,
+        router: Router,
+        steps: StepRecorder,
+        requests: RequestRecorder,
+        *,
+        check: bool = False,
+        decisions: IO[str] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        fast_forward: bool = True,
+    ) -> None:
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas: must be >= 1 (got {num_replicas})")
+        engine_cfg = resolved.engine
+        self.env = env
+        self.router = router
+        self.hasher = BlockHasher.from_name(
+            engine_cfg.block_size, engine_cfg.prefix_caching_hash_algo
+        )
+        self.engines = [
+            ReplicaEngine(
+                env,
+                i,
+                build_scheduler(resolved),
+                resolved.latency_model,
+                self.hasher,
+                steps,
+                requests,
+                resolved.workload,
+                check=check,
+                decisions=decisions,
+                on_progress=on_progress,
+                fast_forward=fast_forward,
+            )
+            for i in range(num_replicas)
+        ]
+        self.views = [EngineView(e) for e in self.engines]
+        self.num_routed = [0] * num_replicas
+        if num_replicas == 1:
+            self.process: simpy.Event = self.engines[0].process
+        else:
+            self.process = simpy.AllOf(env, [e.process for e in self.engines])
+
+    def _routing_request(self, sr: Any) -> Any:
+        """The request as the router sees it: hashed into blocks when it needs that."""
+        if not self.router.needs_prefix:
+            return sr
+        lora = LoRARequest.from_id(sr.lora_id) if sr.lora_id else None
+        return Request(
+            sr.request_id,
+            sr.prompt_token_ids,
+            sr.max_tokens,
+            arrival_time=self.env.now,
+            priority=sr.priority,
+            lora_request=lora,
+            cache_salt=sr.cache_salt,
+            block_hasher=self.hasher,
+        )
+
+    def submit(self, sr: Any) -> None:
+        """Route one arriving request to a replica."""
+        if len(self.engines) == 1:
+            i = 0
+        else:
+            i = self.router.choose(self._routing_request(sr), self.views)
+        self.num_routed[i] += 1
+        self.engines[i].submit(sr)
+
+    @property
+    def num_rejected(self) -> int:
+        """Requests rejected by any replica (prompt of at least max_model_len tokens)."""
+        return sum(e.num_rejected for e in self.engines)

@@ -1,0 +1,48 @@
+"""Body of ``kvsim plan``: load the plan (file then flags), run it, print the answer.
+
+Exit status: 0 with an answer (also when every probe passed up to the search limit,
+which is said); 2 on bad input and when no probed value meets the SLOs (an
+impossible SLO: the message names the failing SLO at the easiest probe, and
+``plan.json`` with the probes is still written); 1 on internal errors.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from sim.plan.runner import describe, run_plan
+from sim.plan.spec import PlanError, load_plan
+
+
+def _infeasible_message(doc: dict[str, Any], out: Path) -> str:
+    probes = doc["probes"]
+    easiest = probes[0] if doc["want"] == "max" else probes[-1]
+    seed = next(s for s in easiest["seeds"] if not s["passed"])
+    why = "; ".join(seed["failures"])
+    return (
+        f"no {doc['param']} searched meets the SLOs: at {doc['param']}="
+        f"{easiest['value']:g} (the easiest probe) seed {seed['seed']} fails: {why}; "
+        f"probes in {out / 'plan.json'}"
+    )
+
+
+def plan_command(path: str | None, out: str | None, overrides: dict[str, Any]) -> int:
+    """Run ``kvsim plan``; returns the exit status."""
+    try:
+        plan = load_plan(path, overrides)
+        source = path or "plan flags"
+        out_dir = (
+            Path(out) if out else Path("plans") / f"{Path(plan.workload).stem}_{plan.question}"
+        )
+        doc = run_plan(plan, out_dir, source)
+    except PlanError as e:
+        print(f"kvsim: error: {e}", file=sys.stderr)
+        return 2
+    if doc["status"] == "infeasible":
+        print(f"kvsim: error: {_infeasible_message(doc, out_dir)}", file=sys.stderr)
+        return 2
+    print(describe(doc))
+    print(f"plan: {out_dir / 'plan.json'}, report: {out_dir / 'report.html'}")
+    return 0

@@ -1,0 +1,137 @@
+"""Bisection over one monotone parameter, and the answer with its uncertainty.
+
+``want="max"``: the SLOs hold below some boundary (request rate, max_num_seqs) and
+the answer is the highest passing value. ``want="min"``: they hold above it (replica
+count, KV blocks, gpu_memory_utilization) and the answer is the lowest passing value.
+Rates bisect geometrically; other floats arithmetically; integers to adjacent values.
+
+Outcomes (``status``): ``bracketed`` (a passing and a failing probe within the
+tolerance), ``at_bound`` (every probe up to the search limit passed, so the answer is
+the limit and the true boundary lies beyond it), ``infeasible`` (no probed value
+passes), ``max_probes`` (stopped by the probe budget; the bracket is wider).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Probe = Callable[[float], bool]
+EXPAND_LIMIT = 4096.0
+"""How far (as a multiple of ``low``) an open-ended search doubles before stopping."""
+
+
+@dataclass
+class SearchResult:
+    """Where the boundary lies: ``last_pass`` and ``first_fail`` bracket it."""
+
+    status: str
+    answer: float | None
+    last_pass: float | None
+    first_fail: float | None
+    num_probes: int
+
+
+@dataclass
+class Bisection:
+    """Search settings; ``probe(value)`` runs all seeds and returns True on a pass."""
+
+    probe: Probe
+    want: Literal["max", "min"]
+    integer: bool
+    geometric: bool
+    rel_tol: float
+    max_probes: int
+    num_probes: int = 0
+
+    def _try(self, x: float) -> bool:
+        self.num_probes += 1
+        return self.probe(x)
+
+    def _mid(self, a: float, b: float) -> float:
+        if self.integer:
+            return float((int(a) + int(b)) // 2)
+        return math.sqrt(a * b) if self.geometric else (a + b) / 2
+
+    def _close(self, a: float, b: float) -> bool:
+        if self.integer:
+            return abs(b - a) <= 1
+        return abs(b - a) <= self.rel_tol * max(abs(a), abs(b))
+
+    def _grow(self, x: float) -> float:
+        return float(max(int(x) + 1, int(x) * 2)) if self.integer else x * 2
+
+    def run(self, low: float, high: float | None) -> SearchResult:
+        """Bracket, then bisect until close or out of probes."""
+        good, bad = (low, high) if self.want == "max" else (high, low)
+        limit = low * EXPAND_LIMIT if high is None else high
+        if self.want == "max":
+            if not self._try(low):
+                return self._result("infeasible", None, low)
+            good = low
+            if high is not None:
+                if self._try(high):
+                    return self._result("at_bound", high, None)
+                bad = high
+            else:
+                bad = None
+                while bad is None:
+                    nxt = self._grow(good)
+                    if nxt > limit or self.num_probes >= self.max_probes:
+                        return self._result("at_bound", good, None)
+                    if self._try(nxt):
+                        good = nxt
+                    else:
+                        bad = nxt
+        else:
+            if high is not None:
+                if not self._try(high):
+                    return self._result("infeasible", None, high)
+                good = high
+                if self._try(low):
+                    return self._result("at_bound", low, None)
+                bad = low
+            else:
+                if self._try(low):
+                    return self._result("at_bound", low, None)
+                bad, good = low, None
+                while good is None:
+                    nxt = self._grow(bad)
+                    if nxt > limit or self.num_probes >= self.max_probes:
+                        return self._result("infeasible", None, bad)
+                    if self._try(nxt):
+                        good = nxt
+                    else:
+                        bad = nxt
+        while not self._close(good, bad):
+            if self.num_probes >= self.max_probes:
+                return self._result("max_probes", good, bad)
+            mid = self._mid(good, bad)
+            if mid in (good, bad):
+                break
+            if self._try(mid):
+                good = mid
+            else:
+                bad = mid
+        return self._result("bracketed", good, bad)
+
+    def _result(self, status: str, good: float | None, bad: float | None) -> SearchResult:
+        return SearchResult(status, good, good, bad, self.num_probes)
+
+
+def seed_answers(probes: list[dict[str, Any]], want: str) -> dict[int, float | None]:
+    """Each seed's own answer from the probes: the best value it passed with no
+    failure of that seed on the near side (below for ``max``, above for ``min``)."""
+    ordered = sorted(probes, key=lambda p: p["value"], reverse=(want == "min"))
+    seeds = [s["seed"] for s in ordered[0]["seeds"]] if ordered else []
+    out: dict[int, float | None] = {}
+    for i, seed in enumerate(seeds):
+        best = None
+        for p in ordered:
+            if not p["seeds"][i]["passed"]:
+                break
+            best = p["value"]
+        out[seed] = best
+    return out

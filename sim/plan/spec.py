@@ -1,0 +1,169 @@
+"""The plan spec (``kvsim plan PLAN.yaml`` or flags), validated strictly.
+
+Schema (every key optional unless said otherwise)::
+
+    workload: chat            # preset name or workload YAML (a synthetic spec)
+    model: Llama-3.1-8B
+    gpu: H100-SXM
+    engine: {max_num_seqs: 64}   # EngineConfig fields (vLLM engine-argument names)
+    num_requests: 300         # overrides the workload's num_requests in every probe
+    seeds: [0, 1, 2]          # a probe passes only if every seed passes (default [0, 1])
+    slo:                      # required, at least one; all > 0
+      ttft_p90_s: 0.5
+      tpot_p99_s: 0.05
+      e2e_p99_s: 30
+      max_preemptions_per_request: 0.1
+    question: max_rate        # max_rate | min_replicas | min_kv (required)
+    rate: 20                  # min_replicas (required), min_kv: the target rate, req/s
+    num_replicas: 1           # max_rate, min_kv: replicas behind the router
+    router: round_robin       # round_robin | least_outstanding | least_kv | prefix_aware
+    knob: num_gpu_blocks      # min_kv: num_gpu_blocks | gpu_memory_utilization | max_num_seqs
+    search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
+
+``search.high`` may be left out: the search then doubles from ``low`` until a probe
+fails (max_rate, max_num_seqs) or passes (min_replicas, min_kv). Defaults of ``low``:
+0.5 req/s, 1 replica, 16 blocks, gpu_memory_utilization 0.1, max_num_seqs 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.engine_config import EngineConfig
+from sim.router import ROUTERS
+
+QUESTIONS = ("max_rate", "min_replicas", "min_kv")
+KNOBS = ("num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs")
+SLO_KEYS = ("ttft_p90_s", "tpot_p99_s", "e2e_p99_s", "max_preemptions_per_request")
+
+
+class PlanError(ValueError):
+    """Bad plan input; ``str(err)`` is one line naming the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SLO(_Strict):
+    """Service-level objectives; a run meets them when every given bound holds."""
+
+    ttft_p90_s: float | None = Field(default=None, gt=0)
+    tpot_p99_s: float | None = Field(default=None, gt=0)
+    e2e_p99_s: float | None = Field(default=None, gt=0)
+    max_preemptions_per_request: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _some(self) -> SLO:
+        if all(getattr(self, k) is None for k in SLO_KEYS):
+            raise ValueError(f"give at least one of {', '.join(SLO_KEYS)}")
+        return self
+
+    def bounds(self) -> dict[str, float]:
+        """The SLOs that were given, by name."""
+        return {k: getattr(self, k) for k in SLO_KEYS if getattr(self, k) is not None}
+
+
+class Search(_Strict):
+    """Bisection range and stopping rule."""
+
+    low: float | None = Field(default=None, gt=0)
+    high: float | None = Field(default=None, gt=0)
+    rel_tol: float = Field(default=0.05, gt=0, lt=1)
+    max_probes: int = Field(default=12, ge=2, le=64)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Search:
+        if self.low is not None and self.high is not None and self.high <= self.low:
+            raise ValueError(f"high ({self.high:g}) must be above low ({self.low:g})")
+        return self
+
+
+class PlanSpec(_Strict):
+    """A capacity question; see the module docstring."""
+
+    workload: str = "chat"
+    model: str = "Llama-3.1-8B"
+    gpu: str = "H100-SXM"
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    num_requests: int | None = Field(default=None, ge=1)
+    seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
+    slo: SLO
+    question: Literal["max_rate", "min_replicas", "min_kv"]
+    rate: float | None = Field(default=None, gt=0)
+    num_replicas: int = Field(default=1, ge=1)
+    router: str = "round_robin"
+    knob: Literal["num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs"] = "num_gpu_blocks"
+    search: Search = Field(default_factory=Search)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlanSpec:
+        if self.router not in ROUTERS:
+            raise ValueError(
+                f"router: unknown router {self.router!r}; allowed: {', '.join(ROUTERS)}"
+            )
+        if any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds: must be distinct integers >= 0")
+        if self.question == "max_rate" and self.rate is not None:
+            raise ValueError("rate: max_rate searches the rate; leave rate out")
+        if self.question == "min_replicas" and self.rate is None:
+            raise ValueError("rate: min_replicas needs the target rate (req/s)")
+        return self
+
+
+def _first_error(source: str, err: ValidationError) -> PlanError:
+    first = err.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        parent: Any = PlanSpec
+        for part in first["loc"][:-1]:
+            ann = (
+                parent.model_fields[str(part)].annotation
+                if hasattr(parent, "model_fields")
+                else None
+            )
+            parent = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+            if parent is None:
+                break
+        allowed = ", ".join(parent.model_fields) if parent is not None else ""
+        msg = f"unknown key; allowed: {allowed}" if allowed else "unknown key"
+    elif first["type"] == "literal_error":
+        msg = f"{msg} (got {first.get('input')!r})"
+    return PlanError(f"{source}: {field}: {msg}")
+
+
+def load_plan(path: str | None, overrides: dict[str, Any]) -> PlanSpec:
+    """A plan from a YAML file (safe loading), then flags (flags win). PlanError if bad."""
+    data: dict[str, Any] = {}
+    source = path or "plan flags"
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise PlanError(f"{path}: cannot read plan file: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"line {mark.line + 1}: " if mark is not None else ""
+            raise PlanError(f"{path}: {where}YAML syntax error") from None
+        if not isinstance(loaded, dict):
+            raise PlanError(f"{path}: (top level): a plan must be a YAML mapping")
+        data = loaded
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        parts = key.split(".")
+        target = data
+        for part in parts[:-1]:
+            sub = target.get(part)
+            target[part] = sub = dict(sub) if isinstance(sub, dict) else {}
+            target = sub
+        target[parts[-1]] = value
+    try:
+        return PlanSpec.model_validate(data)
+    except ValidationError as e:
+        raise _first_error(source, e) from None

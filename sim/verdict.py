@@ -1,0 +1,190 @@
+"""Verdicts: did a run reach a steady state, or is the configuration saturated?
+
+Judged from the step and request records alone (``steps.csv``, ``requests.csv``),
+so a verdict can be recomputed from any run directory. The offered load is the
+arrival rate seen in ``requests.csv``; the *arrival window* runs from the first to
+the last arrival. A run is **saturated** when any of these holds:
+
+- ``queue``: the waiting queue (``num_waiting`` summed over replicas) grows over the
+  second half of the arrival window: least-squares slope above
+  ``queue_growth_frac`` x the arrival rate and growth of at least
+  ``max(min_queue_growth, 5% of the requests)``;
+- ``throughput``: in the second half of the arrival window, requests finish at less
+  than ``throughput_frac`` of the rate at which they arrive (the backlog of
+  requests in the system grows without bound);
+- ``preemptions``: more than ``max_preemptions_per_request`` preemptions per
+  finished request (a preemption storm);
+- ``livelock``: a replica runs ``livelock_steps`` or more consecutive steps that
+  decode no token while preempting requests (steps without progress).
+
+Otherwise the run is **steady**. Runs with too few arrivals or an arrival window of
+zero (a burst) cannot show queue growth; their verdict notes that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+STEADY = "steady"
+SATURATED = "saturated"
+_GRID = 64
+
+
+@dataclass(frozen=True)
+class VerdictThresholds:
+    """Where "steady" ends; see the module docstring."""
+
+    queue_growth_frac: float = 0.1
+    min_queue_growth: int = 3
+    throughput_frac: float = 0.75
+    max_preemptions_per_request: float = 1.0
+    livelock_steps: int = 100
+    min_arrivals: int = 20
+
+
+def _step_fn(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Value of the last record at or before each grid time (0 before the first)."""
+    idx = np.searchsorted(times, grid, side="right") - 1
+    out = np.where(idx >= 0, values[np.clip(idx, 0, None)], 0)
+    return out.astype(np.float64)
+
+
+def _slope(grid: np.ndarray, y: np.ndarray) -> float:
+    t = grid - grid.mean()
+    denom = float((t * t).sum())
+    return float((t * (y - y.mean())).sum() / denom) if denom > 0 else 0.0
+
+
+def _longest_no_progress(steps: pd.DataFrame) -> int:
+    """Longest run, on one replica, of steps that decode nothing, if it preempts."""
+    best = 0
+    for _, g in steps.groupby("replica", sort=True):
+        pre = g["num_preempted"].to_numpy()
+        if not pre.any():
+            continue
+        stuck = (g["num_decode_tokens"].to_numpy() == 0).astype(np.int8)
+        run = pre_in_run = 0
+        for s, p in zip(stuck, pre):
+            if s:
+                run += 1
+                pre_in_run += int(p)
+                if pre_in_run > 0:
+                    best = max(best, run)
+            else:
+                run = pre_in_run = 0
+    return best
+
+
+def judge(
+    steps: pd.DataFrame,
+    requests: pd.DataFrame,
+    thresholds: VerdictThresholds | None = None,
+) -> dict[str, Any]:
+    """``{state, reasons, notes, offered_rps, finish_rps_second_half}`` of one run."""
+    th = thresholds or VerdictThresholds()
+    reasons: list[str] = []
+    notes: list[str] = []
+    arrivals = np.sort(requests["arrival_s"].to_numpy(dtype=np.float64))
+    finishes = np.sort(requests["finish_s"].to_numpy(dtype=np.float64))
+    n = arrivals.size
+    out: dict[str, Any] = {"offered_rps": 0.0, "finish_rps_second_half": 0.0}
+    window = float(arrivals[-1] - arrivals[0]) if n else 0.0
+    if n < th.min_arrivals or window <= 0:
+        notes.append(
+            f"{n} arrivals over {window:.3g} s: too few or too short to judge queue growth"
+        )
+    else:
+        rate = (n - 1) / window
+        mid, end = arrivals[0] + window / 2, arrivals[-1]
+        half = end - mid
+        arrived = np.searchsorted(arrivals, end, "right") - np.searchsorted(arrivals, mid, "right")
+        done = np.searchsorted(finishes, end, "right") - np.searchsorted(finishes, mid, "right")
+        out["offered_rps"] = rate
+        out["finish_rps_second_half"] = done / half
+        if arrived > 0 and done < th.throughput_frac * arrived:
+            reasons.append(
+                f"throughput: {done / half:.3g} req/s finished in the second half of the "
+                f"arrival window, below the offered {arrived / half:.3g} req/s"
+            )
+        grid = np.linspace(mid, end, _GRID)
+        waiting = np.zeros(_GRID)
+        for _, g in steps.groupby("replica", sort=True):
+            waiting += _step_fn(
+                g["start_s"].to_numpy(np.float64), g["num_waiting"].to_numpy(), grid
+            )
+        slope = _slope(grid, waiting)
+        growth = slope * half
+        if slope > th.queue_growth_frac * rate and growth >= max(th.min_queue_growth, 0.05 * n):
+            reasons.append(
+                f"queue: the waiting queue grows by {slope:.3g} req/s over the second half "
+                f"of the arrival window (to {waiting[-1]:.0f} waiting)"
+            )
+    finished = len(requests)
+    preempt = requests["num_preemptions"].sum() / finished if finished else 0.0
+    if preempt > th.max_preemptions_per_request:
+        reasons.append(
+            f"preemptions: {preempt:.3g} per request (storm above "
+            f"{th.max_preemptions_per_request:g})"
+        )
+    stuck = _longest_no_progress(steps) if len(steps) else 0
+    if stuck >= th.livelock_steps:
+        reasons.append(f"livelock: {stuck} consecutive steps decode nothing while preempting")
+    state = SATURATED if reasons else STEADY
+    return {"state": state, "reasons": reasons, "notes": notes, **out}
+
+
+STEP_USECOLS = ["replica", "start_s", "num_waiting", "num_decode_tokens", "num_preempted"]
+REQUEST_USECOLS = ["replica", "arrival_s", "finish_s", "num_preemptions"]
+STEP_EXTRA = ["duration_s", "kv_usage", "prefix_queries", "prefix_hits"]
+REQUEST_EXTRA = ["output_tokens"]
+
+
+def read_records(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The columns verdicts and per-replica summaries need, from a run directory."""
+    steps = pd.read_csv(run_dir / "steps.csv", usecols=STEP_USECOLS + STEP_EXTRA)
+    requests = pd.read_csv(run_dir / "requests.csv", usecols=REQUEST_USECOLS + REQUEST_EXTRA)
+    return steps, requests
+
+
+def judge_run_dir(run_dir: Path, thresholds: VerdictThresholds | None = None) -> dict[str, Any]:
+    """The verdict of a finished run directory."""
+    steps, requests = read_records(Path(run_dir))
+    return judge(steps, requests, thresholds)
+
+
+def replica_summaries(
+    steps: pd.DataFrame, requests: pd.DataFrame, num_replicas: int = 0
+) -> list[dict[str, Any]]:
+    """Per-replica ``{replica, num_finished, num_steps, num_preemptions,
+    prefix_cache_hit_rate, kv_usage_mean, output_tokens}`` (``kv_usage_mean``
+    weighted by step duration), one entry per replica: ids 0..num_replicas-1 and any
+    other id in the records."""
+    ids = sorted(
+        set(range(num_replicas))
+        | set(steps["replica"].unique())
+        | set(requests["replica"].unique())
+    )
+    out = []
+    for r in ids:
+        s = steps[steps["replica"] == r]
+        q = requests[requests["replica"] == r]
+        dur = s["duration_s"].to_numpy()
+        usage = s["kv_usage"].to_numpy()
+        queries = int(s["prefix_queries"].sum())
+        out.append(
+            {
+                "replica": int(r),
+                "num_finished": len(q),
+                "num_steps": len(s),
+                "num_preemptions": int(q["num_preemptions"].sum()),
+                "output_tokens": int(q["output_tokens"].sum()),
+                "prefix_cache_hit_rate": int(s["prefix_hits"].sum()) / queries if queries else 0.0,
+                "kv_usage_mean": float(np.average(usage, weights=dur)) if dur.sum() > 0 else 0.0,
+            }
+        )
+    return out
