@@ -1,0 +1,80 @@
+"""A sweep's records as a table for plotting: ``sweep.csv`` plus the axes in ``sweep.yaml``.
+
+Replications (seeds) of one grid cell are averaged; the spread is kept as min/max.
+The first axis that takes more than one value is the x axis of the sweep plots; the
+other varying axes make one line per combination of their values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+
+@dataclass
+class SweepFrame:
+    """The finished points of a sweep and how to plot them."""
+
+    name: str
+    rows: pd.DataFrame  # every sweep.csv row
+    axes: list[str]  # every axis path, in spec order
+    x: str  # the x axis (``point`` when no axis varies)
+    series: list[str]  # the other varying axes (one line per combination)
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        """Rows of points that ran to the end."""
+        return self.rows[self.rows["status"] == "ok"]
+
+    def saturated(self) -> pd.Series:
+        """Per row: the run's verdict says it is saturated (latency is not meaningful)."""
+        verdict = self.rows["verdict"].fillna("").astype(str).str.lower()
+        return verdict.str.startswith("saturat") | verdict.str.contains("livelock")
+
+    def cell_keys(self) -> list[str]:
+        return [self.x, *self.series]
+
+    def x_is_numeric(self) -> bool:
+        col = self.rows[self.x]
+        return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+    def series_label(self, key: tuple) -> str:
+        """``rate=8, router=prefix_aware`` (last component of each path)."""
+        return ", ".join(f"{s.rsplit('.', 1)[-1]}={v}" for s, v in zip(self.series, key))
+
+
+def load_sweep_frame(sweep_dir: Path) -> SweepFrame:
+    """Read ``sweep.csv`` and ``sweep.yaml`` of a sweep directory (ValueError if missing)."""
+    csv_path = sweep_dir / "sweep.csv"
+    if not csv_path.is_file():
+        raise ValueError(f"{sweep_dir}: not a sweep directory (no sweep.csv)")
+    rows = pd.read_csv(csv_path, keep_default_na=True)
+    meta_path = sweep_dir / "sweep.yaml"
+    meta = yaml.safe_load(meta_path.read_text()) if meta_path.is_file() else {}
+    spec = (meta or {}).get("spec") or {}
+    axes = [a["path"] for a in spec.get("axes") or []]
+    axes += [a["path"] for group in spec.get("zip") or [] for a in group]
+    if not axes:  # no sweep.yaml: the columns between point_id and seed
+        cols = list(rows.columns)
+        axes = cols[cols.index("point_id") + 1 : cols.index("seed")]
+    axes = [a for a in axes if a in rows.columns]
+    zipped_followers = {a["path"] for group in spec.get("zip") or [] for a in group[1:]}
+    varying = [a for a in axes if rows[a].nunique(dropna=False) > 1 and a not in zipped_followers]
+    return SweepFrame(
+        name=str(spec.get("name") or sweep_dir.name),
+        rows=rows,
+        axes=axes,
+        x=varying[0] if varying else "point",
+        series=varying[1:],
+    )
+
+
+def aggregate(frame: SweepFrame, rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Mean, min and max of ``column`` over seeds, per grid cell (columns: keys + stats)."""
+    keys = frame.cell_keys()
+    data = rows[[*keys, column]].dropna(subset=[column])
+    grouped = data.groupby(keys, sort=False, dropna=False)[column]
+    return grouped.agg(["mean", "min", "max"]).reset_index()

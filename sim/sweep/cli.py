@@ -1,0 +1,128 @@
+"""Bodies of ``kvsim sweep`` and ``kvsim report``; each returns the exit status.
+
+Bad input (spec, flags, directory): one message on stderr, exit 2. A point that fails
+with an internal error: the other points still run, the error is printed, exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from sim.sweep.runner import SweepResult, run_sweep
+from sim.sweep.spec import SweepSpecError, load_sweep_spec
+
+
+def _fail(message: str, status: int = 2) -> int:
+    print(f"kvsim: error: {message}", file=sys.stderr)
+    return status
+
+
+def _default_out(spec_path: str) -> Path:
+    try:
+        name = load_sweep_spec(spec_path).name
+    except SweepSpecError:
+        name = None
+    return Path("runs") / "sweeps" / (name or Path(spec_path).stem)
+
+
+def sweep_command(
+    spec_path: str,
+    out: str | None,
+    executor: str,
+    jobs: int | None,
+    address: str | None,
+    scale: float,
+) -> int:
+    """Run (or resume) a sweep with a progress bar on a terminal; print where it went."""
+    out_dir = Path(out) if out else _default_out(spec_path)
+    console = Console(stderr=True)
+    kwargs = dict(executor=executor, jobs=jobs, address=address, scale=scale)
+    try:
+        if console.is_terminal:
+            columns = [
+                "[progress.description]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+            ]
+            with Progress(*columns, console=console, transient=True) as progress:
+                task = progress.add_task("sweep", total=None)
+
+                def start(total: int, done: int) -> None:
+                    progress.update(task, total=total, completed=done)
+
+                result = run_sweep(
+                    spec_path,
+                    out_dir,
+                    on_start=start,
+                    on_point=lambda p, s: progress.advance(task),
+                    **kwargs,
+                )
+        else:
+            result = run_sweep(spec_path, out_dir, **kwargs)
+    except SweepSpecError as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        print(
+            f"kvsim: interrupted; finished points are kept in {out_dir}, "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    return _report_result(result)
+
+
+def _report_result(result: SweepResult) -> int:
+    ran = sum(result.statuses.values())
+    parts = [f"{n} {s}" for s, n in sorted(result.statuses.items())]
+    print(
+        f"kvsim sweep: {result.num_points} points, {result.skipped} already done, {ran} run"
+        + (f" ({', '.join(parts)})" if parts else "")
+        + f" -> {result.out / 'sweep.csv'}, {result.out / 'report.html'}"
+    )
+    for index, err in sorted(result.errors.items()):
+        first = (str(err).strip().splitlines() or [type(err).__name__])[-1]
+        print(f"kvsim: error: point {index}: {first}", file=sys.stderr)
+    return 1 if result.errors else 0
+
+
+def report_command(directory: str) -> int:
+    """Re-render plots and report.html of a run or a sweep directory from its records."""
+    path = Path(directory)
+    try:
+        if (path / "sweep.csv").is_file():
+            from reports.sweep_html import render_sweep_report
+
+            page = render_sweep_report(path)
+        elif (path / "summary.json").is_file():
+            page = _render_run(path)
+        else:
+            return _fail(
+                f"{directory}: not a run or sweep directory (no summary.json or sweep.csv)"
+            )
+    except (OSError, ValueError, KeyError) as e:
+        return _fail(f"{directory}: cannot render the report: {e}")
+    print(f"kvsim report: {page}")
+    return 0
+
+
+def _render_run(path: Path) -> Path:
+    from reports.html import render_report
+    from reports.plots import render_run_plots
+
+    summary = json.loads((path / "summary.json").read_text())
+    config_file = path / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    config = config if isinstance(config, dict) else {}
+    workload = config.get("workload") or {}
+    name = workload.get("name", "?") if isinstance(workload, dict) else "?"
+    render_run_plots(path, int(summary["num_gpu_blocks"]))
+    return render_report(
+        path, title=f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}"
+    )

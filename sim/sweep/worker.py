@@ -1,0 +1,112 @@
+"""Run one sweep point in a worker process (local pool or Ray task).
+
+A point either completes as a full run directory (``sim.run.run`` writes it under a
+temporary name and renames it into place) or ends in a directory holding only
+``error.json`` (the simulation got stuck or served nothing; both are deterministic, so a
+rerun does not retry them). Anything else is an internal error: nothing is written and
+the exception propagates, so a rerun retries the point.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sim.engine import SimulationStuck
+from sim.engine_config import EngineConfig
+from sim.run import NothingServed, RunSpec, run
+
+ERROR_FILE = "error.json"
+
+
+def make_run_spec(run_kwargs: dict[str, Any], workload_path: str | Path | None) -> RunSpec:
+    """A ``RunSpec`` from a point's run mapping (``engine`` as a mapping)."""
+    kwargs = dict(run_kwargs)
+    kwargs["engine"] = EngineConfig(**(kwargs.get("engine") or {}))
+    if workload_path is not None:
+        kwargs["workload"] = str(workload_path)
+    return RunSpec(**kwargs)
+
+
+def write_failure(out: Path, status: str, message: str) -> None:
+    """Write ``out/error.json`` as a whole directory renamed into place."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        (tmp / ERROR_FILE).write_text(
+            json.dumps({"status": status, "error": message}, indent=2) + "\n"
+        )
+        tmp.chmod(0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def run_point(payload: dict[str, Any]) -> str:
+    """Run one point into ``payload["out"]``; return its status (``ok``, ``stuck``,
+    ``rejected``, ``invalid``).
+
+    ``payload``: ``run`` (RunSpec keyword arguments), ``out`` (the point directory),
+    ``workload_path`` and ``workload_yaml`` (an edited workload, or both ``None``).
+    """
+    out = Path(payload["out"])
+    workload_path = payload.get("workload_path")
+    with tempfile.TemporaryDirectory(prefix="kvsim-point-") as scratch:
+        if workload_path is not None and not Path(workload_path).is_file():
+            # A worker on another machine: the sweep directory is not shared.
+            workload_path = Path(scratch) / Path(workload_path).name
+            workload_path.write_text(payload["workload_yaml"])
+        try:
+            run(make_run_spec(payload["run"], workload_path), out)
+        except SimulationStuck as e:
+            write_failure(out, "stuck", str(e))
+            return "stuck"
+        except NothingServed as e:
+            write_failure(out, "rejected", str(e))
+            return "rejected"
+        except ValueError as e:
+            write_failure(out, "invalid", str(e))
+            return "invalid"
+    return "ok"
+
+
+def run_point_packed(payload: dict[str, Any]) -> tuple[str, bytes]:
+    """Run one point in a scratch directory; return its status and the directory as a
+    gzip'd tar (for Ray workers whose disk the driver cannot see)."""
+    with tempfile.TemporaryDirectory(prefix="kvsim-ray-point-") as scratch:
+        out = Path(scratch) / "point"
+        status = run_point({**payload, "out": str(out)})
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(out, arcname="point")
+        return status, buf.getvalue()
+
+
+def unpack_point(data: bytes, out: Path) -> None:
+    """Extract a packed point directory to ``out`` via a temporary name and a rename."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")
+            else:  # pragma: no cover - Python < 3.10.12
+                tar.extractall(tmp)  # noqa: S202 - our own archive, made by run_point_packed
+        src = tmp / "point"
+        src.chmod(0o755)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            shutil.rmtree(old)
+        src.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

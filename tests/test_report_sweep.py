@@ -1,0 +1,123 @@
+"""Sweep reports and ``kvsim report``: rendered from a directory's records alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+from sim_run_helpers import kvsim_cli, run_sim, write_yaml
+
+from reports.sweep_data import load_sweep_frame
+from reports.sweep_html import render_sweep_report
+from sim.sweep.table import METRIC_COLUMNS, header
+
+EVIL = "<script>alert('x')</script>"
+
+
+def fake_sweep(out: Path) -> Path:
+    """A sweep directory made by hand: blocks x rate x 2 seeds, one failed cell,
+    saturated points at the highest rate, a hostile name."""
+    blocks, rates = [100, 400, 1600], [2.0, 8.0, 32.0]
+    spec = {
+        "name": EVIL,
+        "axes": [
+            {"path": "engine.num_gpu_blocks_override", "values": blocks},
+            {"path": "workload.arrival.rate", "values": rates},
+        ],
+        "seeds": [0, 1],
+    }
+    out.mkdir(parents=True)
+    write_yaml(out / "sweep.yaml", {"kvsim_version": "test", "spec": spec})
+    axes = [a["path"] for a in spec["axes"]]
+    rows = []
+    for b in blocks:
+        for r in rates:
+            for seed in (0, 1):
+                index = len(rows)
+                lead = [str(index), f"{index:04d}-x", str(b), repr(r), str(seed)]
+                if b == 100 and r == 32.0:
+                    blank = [""] * len(METRIC_COLUMNS)
+                    rows.append([*lead, "stuck", *blank, "", f"stuck {EVIL}"])
+                    continue
+                metrics = {c: 0.5 for c in METRIC_COLUMNS}
+                metrics["throughput_rps"] = min(r, 20.0)
+                metrics["preemptions_per_request"] = 100.0 / b * r / 8 + 0.01 * seed
+                metrics["router"] = ""
+                verdict = "saturated" if r == 32.0 else "steady"
+                cells = [str(metrics[c]) for c in METRIC_COLUMNS]
+                rows.append([*lead, "ok", *cells, verdict, ""])
+    with (out / "sweep.csv").open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header(axes))
+        writer.writerows(rows)
+    return out
+
+
+def test_sweep_frame_reads_axes_and_verdicts(tmp_path: Path) -> None:
+    frame = load_sweep_frame(fake_sweep(tmp_path / "s"))
+    assert frame.x == "engine.num_gpu_blocks_override"
+    assert frame.series == ["workload.arrival.rate"]
+    assert len(frame.ok) == 16 and int(frame.saturated().sum()) == 4
+
+
+def test_sweep_report_has_every_plot_and_escapes_inputs(tmp_path: Path) -> None:
+    out = fake_sweep(tmp_path / "s")
+    page = render_sweep_report(out).read_text()
+    plots = {p.name for p in (out / "plots").glob("*.png")}
+    assert plots == {
+        "throughput.png",
+        "latency.png",
+        "preemptions.png",
+        "prefix_cache.png",
+        "kv_usage.png",
+        "heatmap_preemptions.png",
+    }
+    assert page.count("data:image/png;base64,") == len(plots)
+    assert EVIL not in page and "&lt;script&gt;" in page
+    assert "stuck" in page
+
+
+def test_categorical_single_axis_sweep(tmp_path: Path) -> None:
+    out = fake_sweep(tmp_path / "s")
+    meta = yaml.safe_load((out / "sweep.yaml").read_text())
+    meta["spec"]["axes"] = [{"path": "router", "values": ["round_robin", "prefix_aware"]}]
+    write_yaml(out / "sweep.yaml", meta)
+    with (out / "sweep.csv").open() as f:
+        rows = list(csv.reader(f))
+    cols = header(["router"])
+    new = [cols] + [
+        [r[0], r[1], ["round_robin", "prefix_aware"][i % 2], *r[4:]] for i, r in enumerate(rows[1:])
+    ]
+    with (out / "sweep.csv").open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(new)
+    render_sweep_report(out)
+    assert (out / "plots" / "prefix_cache.png").is_file()
+    assert not (out / "plots" / "heatmap_preemptions.png").exists()
+
+
+def test_kvsim_report_rerenders_run_and_sweep_dirs(tmp_path: Path) -> None:
+    workload = write_yaml(
+        tmp_path / "w.yaml",
+        {
+            "arrival": {"type": "poisson", "rate": 4.0},
+            "prompt_len": {"type": "fixed", "value": 100},
+            "output_len": {"type": "fixed", "value": 20},
+            "num_requests": 15,
+        },
+    )
+    run_dir = tmp_path / "run"
+    run_sim(workload, run_dir, latency_model="constant")
+    before = json.loads((run_dir / "summary.json").read_text())
+    shutil.rmtree(run_dir / "plots")
+    (run_dir / "report.html").unlink()
+    sweep_dir = fake_sweep(tmp_path / "sweep")
+    for target in (run_dir, sweep_dir):
+        proc = kvsim_cli("report", str(target))
+        assert proc.returncode == 0, proc.stderr
+        assert (target / "report.html").is_file()
+    assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {"kv_usage.png", "latency.png"}
+    assert json.loads((run_dir / "summary.json").read_text()) == before
+    assert "kvsim run: w on" in (run_dir / "report.html").read_text()

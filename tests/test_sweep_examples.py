@@ -1,0 +1,117 @@
+"""The example sweeps in workloads/sweeps/, run end to end at a reduced size.
+
+Each example keeps its base and axes but runs about 40 requests per point (``--scale``)
+and a subset of each axis's values, so the whole module stays within seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sim.run import RunSpec
+from sim.sweep import run_sweep
+from workloads.loader import PRESET_DIR
+
+SWEEPS = Path(__file__).resolve().parent.parent / "workloads" / "sweeps"
+REQUESTS = 40
+
+
+def reduced(name: str, tmp_path: Path, keep: dict[str, list[Any]], seeds: list[int]) -> Path:
+    """A copy of example ``name`` with only the ``keep`` values of its axes."""
+    data = yaml.safe_load((SWEEPS / f"{name}.yaml").read_text())
+    for axis in data["axes"]:
+        values = keep.get(axis["path"], axis["values"])
+        assert set(values) <= set(axis["values"]), f"{axis['path']}: {values}"
+        axis["values"] = values
+    data["seeds"] = seeds
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def scale_for(preset: str) -> float:
+    spec = yaml.safe_load((PRESET_DIR / f"{preset}.yaml").read_text())
+    return REQUESTS / spec["num_requests"]
+
+
+def run_example(path: Path, out: Path, preset: str) -> list[dict[str, str]]:
+    result = run_sweep(path, out, jobs=2, scale=scale_for(preset))
+    assert not result.errors, result.errors
+    assert (out / "report.html").is_file()
+    with (out / "sweep.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == result.num_points
+    assert {r["status"] for r in rows} == {"ok"}, [r["error"] for r in rows]
+    assert {r["num_requests"] for r in rows} == {str(REQUESTS)}
+    return rows
+
+
+def mean_by(rows: list[dict[str, str]], key: str, metric: str) -> dict[float, float]:
+    groups: dict[float, list[float]] = {}
+    for r in rows:
+        groups.setdefault(float(r[key]), []).append(float(r[metric]))
+    return {k: sum(v) / len(v) for k, v in sorted(groups.items())}
+
+
+def test_every_example_is_a_valid_spec() -> None:
+    from sim.sweep import prepare
+
+    names = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
+    assert names == ["agent-routers", "chat-qps", "kv-cliff", "rag-prefix-caching"]
+    for name in names:
+        if name == "agent-routers" and not _has_replicas():
+            continue
+        prepare(SWEEPS / f"{name}.yaml")
+
+
+def test_chat_qps(tmp_path: Path) -> None:
+    path = reduced("chat-qps", tmp_path, {"workload.arrival.rate": [2, 16, 64]}, [0])
+    rows = run_example(path, tmp_path / "out", "chat")
+    throughput = [float(r["throughput_rps"]) for r in rows]
+    assert throughput == sorted(throughput)
+    plots = {p.name for p in (tmp_path / "out" / "plots").glob("*.png")}
+    assert {"throughput.png", "latency.png", "preemptions.png", "kv_usage.png"} <= plots
+
+
+def test_preemption_rate_rises_as_kv_blocks_shrink(tmp_path: Path) -> None:
+    """The kv-cliff example at 16 req/s: fewer blocks, more preemptions per request
+    (mean over two seeds; a rise of at most 0.05 between neighbours counts as noise)."""
+    blocks = [300, 450, 700, 2500]
+    keep = {"engine.num_gpu_blocks_override": blocks, "workload.arrival.rate": [16]}
+    path = reduced("kv-cliff", tmp_path, keep, [0, 1])
+    rows = run_example(path, tmp_path / "out", "chat")
+    rate = mean_by(rows, "engine.num_gpu_blocks_override", "preemptions_per_request")
+    shrinking = [rate[b] for b in sorted(blocks, reverse=True)]
+    assert all(b >= a - 0.05 for a, b in zip(shrinking, shrinking[1:])), rate
+    assert shrinking[-1] > shrinking[0] + 0.1, rate
+    assert shrinking[0] == 0.0, rate
+    assert (tmp_path / "out" / "plots" / "preemptions.png").is_file()
+
+
+def test_rag_prefix_caching(tmp_path: Path) -> None:
+    path = reduced("rag-prefix-caching", tmp_path, {"workload.arrival.rate": [4]}, [0])
+    rows = run_example(path, tmp_path / "out", "rag")
+    hits = {r["engine.enable_prefix_caching"]: float(r["prefix_cache_hit_rate"]) for r in rows}
+    ttft = {r["engine.enable_prefix_caching"]: float(r["ttft_s_p50"]) for r in rows}
+    assert hits["false"] == 0.0 and hits["true"] > 0.5, hits
+    assert ttft["true"] < ttft["false"], ttft
+
+
+def _has_replicas() -> bool:
+    names = {f.name for f in dataclasses.fields(RunSpec)}
+    return {"num_replicas", "router"} <= names
+
+
+@pytest.mark.skipif(not _has_replicas(), reason="RunSpec has no num_replicas/router yet")
+def test_agent_routers(tmp_path: Path) -> None:
+    keep = {"router": ["round_robin", "prefix_aware"], "workload.arrival.rate": [2]}
+    path = reduced("agent-routers", tmp_path, keep, [0])
+    rows = run_example(path, tmp_path / "out", "agent")
+    hits = {r["router"]: float(r["prefix_cache_hit_rate"]) for r in rows}
+    assert hits["prefix_aware"] > hits["round_robin"], hits
