@@ -42,6 +42,11 @@ def run(
     ),
     decisions: bool = typer.Option(False, "--decisions", help="write decisions.jsonl"),
     check: bool = typer.Option(False, "--check", help="check kvcore invariants every step"),
+    fast_forward: bool = typer.Option(
+        True,
+        "--fast-forward/--no-fast-forward",
+        help="advance decode-only stretches at once (identical results)",
+    ),
     block_size: int = typer.Option(None, "--block-size"),
     gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization"),
     num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
@@ -62,8 +67,14 @@ def run(
     constant_step_s: float = typer.Option(
         None, "--constant-step-s", help="seconds per step for --latency-model constant"
     ),
+    num_replicas: int = typer.Option(None, "--num-replicas", help="replicas [default: 1]"),
+    router: str = typer.Option(
+        None,
+        "--router",
+        help="round_robin, least_outstanding, least_kv or prefix_aware [default: round_robin]",
+    ),
 ) -> None:
-    """Simulate one vLLM replica serving a workload; write summary, records, plots, report."""
+    """Simulate vLLM replicas serving a workload; write summary, records, plots, report."""
     from sim.run_cli import run_command
 
     overrides = dict(
@@ -84,7 +95,19 @@ def run(
     )
     raise typer.Exit(
         run_command(
-            workload, engine, model, gpu, calibration, seed, out, decisions, check, overrides
+            workload,
+            engine,
+            model,
+            gpu,
+            calibration,
+            seed,
+            out,
+            decisions,
+            check,
+            overrides,
+            num_replicas=num_replicas,
+            router=router,
+            fast_forward=fast_forward,
         )
     )
 
@@ -141,7 +164,9 @@ def budget(
     block_size: int = typer.Option(16, "--block-size"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto or fp8"),
     num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
-    calibration: str = typer.Option(None, "--calibration", help="(not supported yet)"),
+    calibration: str = typer.Option(
+        None, "--calibration", help="calibration file from kvsim calibrate"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """The KV block budget (num_gpu_blocks) per GPU and each term it was derived from."""
@@ -163,6 +188,106 @@ def budget(
             as_json,
         )
     )
+
+
+@app.command()
+def plan(
+    plan_file: str = typer.Argument(None, help="plan YAML (see `sim/plan/spec.py`)"),
+    out: str = typer.Option(None, "--out", help="plan directory [default: plans/<...>]"),
+    question: str = typer.Option(None, "--question", help="max_rate, min_replicas or min_kv"),
+    workload: str = typer.Option(None, "--workload", help="preset or workload YAML"),
+    model: str = typer.Option(None, "--model"),
+    gpu: str = typer.Option(None, "--gpu"),
+    ttft_p90_s: float = typer.Option(None, "--ttft-p90-s"),
+    tpot_p99_s: float = typer.Option(None, "--tpot-p99-s"),
+    e2e_p99_s: float = typer.Option(None, "--e2e-p99-s"),
+    max_preemptions_per_request: float = typer.Option(None, "--max-preemptions-per-request"),
+    rate: float = typer.Option(None, "--rate", help="target rate (min_replicas, min_kv)"),
+    num_replicas: int = typer.Option(None, "--num-replicas"),
+    router: str = typer.Option(None, "--router"),
+    knob: str = typer.Option(
+        None, "--knob", help="min_kv: num_gpu_blocks, gpu_memory_utilization or max_num_seqs"
+    ),
+    low: float = typer.Option(None, "--low", help="search range low end"),
+    high: float = typer.Option(None, "--high", help="search range high end"),
+    max_probes: int = typer.Option(None, "--max-probes"),
+    num_seeds: int = typer.Option(None, "--seeds", help="seeds 0..N-1 per probe"),
+    num_requests: int = typer.Option(None, "--num-requests", help="requests per run"),
+    max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
+    num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
+) -> None:
+    """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs."""
+    from sim.plan.cli import plan_command
+
+    overrides = {
+        "question": question,
+        "workload": workload,
+        "model": model,
+        "gpu": gpu,
+        "slo.ttft_p90_s": ttft_p90_s,
+        "slo.tpot_p99_s": tpot_p99_s,
+        "slo.e2e_p99_s": e2e_p99_s,
+        "slo.max_preemptions_per_request": max_preemptions_per_request,
+        "rate": rate,
+        "num_replicas": num_replicas,
+        "router": router,
+        "knob": knob,
+        "search.low": low,
+        "search.high": high,
+        "search.max_probes": max_probes,
+        "seeds": list(range(num_seeds)) if num_seeds is not None and num_seeds > 0 else num_seeds,
+        "num_requests": num_requests,
+        "engine.max_num_seqs": max_num_seqs,
+        "engine.num_gpu_blocks_override": num_gpu_blocks_override,
+    }
+    raise typer.Exit(plan_command(plan_file, out, overrides))
+
+
+@app.command()
+def sweep(
+    spec: str = typer.Argument(..., help="sweep spec (YAML): base run, axes, seeds"),
+    out: str = typer.Option(None, "--out", help="sweep directory [default: runs/sweeps/<name>]"),
+    executor: str = typer.Option("local", "--executor", help="local (processes) or ray"),
+    jobs: int = typer.Option(
+        None, "--jobs", help="points run at once [default: CPUs (local), all (ray)]"
+    ),
+    address: str = typer.Option(
+        None, "--address", help="Ray cluster address [default: start a local Ray instance]"
+    ),
+    scale: float = typer.Option(
+        1.0, "--scale", help="multiply each workload's num_requests (or duration_s) by this"
+    ),
+) -> None:
+    """Run a grid of simulations in parallel, resumably: run directories, sweep.csv, report."""
+    from sim.sweep.cli import sweep_command
+
+    raise typer.Exit(sweep_command(spec, out, executor, jobs, address, scale))
+
+
+@app.command()
+def report(directory: str = typer.Argument(..., help="a run or sweep directory")) -> None:
+    """(Re)render plots and report.html of a run or sweep directory from its records."""
+    from sim.sweep.cli import report_command
+
+    raise typer.Exit(report_command(directory))
+
+
+@app.command()
+def calibrate(
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    model: str = typer.Option(
+        None, "--model", help="catalog name or config.json [default: kvsim-tiny on cpu]"
+    ),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel size (one rank is profiled)"),
+    quick: bool = typer.Option(False, "--quick", help="a smaller sweep (CPU: < 1 minute)"),
+    out: str = typer.Option(None, "--out", help="calibration YAML [default: calibration-*.yaml]"),
+    num_layers: int = typer.Option(None, "--num-layers", help="profile only this many layers"),
+) -> None:
+    """Profile memory (vLLM's profile_run) and step times on this machine; write a
+    calibration file for `kvsim run/budget --calibration`. Needs torch."""
+    from calibrate.cli import calibrate_command
+
+    raise typer.Exit(calibrate_command(device, model, tp, quick, out, num_layers))
 
 
 @app.command(name="list")

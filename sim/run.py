@@ -20,14 +20,13 @@ import simpy
 import yaml
 
 from kvcore import VLLM_VERSION, __version__
-from kvcore.block_hashing import BlockHasher
-from kvcore.scheduler import Scheduler
-from kvcore.scheduler_config import SchedulerConfig
-from sim.engine import ReplicaEngine
+from sim.cluster import Cluster
 from sim.engine_config import EngineConfig
 from sim.records import RequestRecorder, StepRecorder
+from sim.router import make_router
 from sim.setup import ResolvedRun, resolve_run
 from sim.summary import build_summary
+from sim.verdict import judge, read_records, replica_summaries
 
 DEFAULT_WORKLOAD = "chat"
 DEFAULT_MODEL = "Llama-3.1-8B"
@@ -50,6 +49,17 @@ class RunSpec:
     calibration: str | None = None
     decisions: bool = False
     check: bool = False
+    num_replicas: int = 1
+    router: str = "round_robin"
+    fast_forward: bool = True
+    """Advance decode-only stretches at once (identical results; off only to prove it)."""
+
+
+def check_cluster(spec: RunSpec) -> None:
+    """ValueError naming the field when ``num_replicas`` or ``router`` is bad."""
+    if not isinstance(spec.num_replicas, int) or spec.num_replicas < 1:
+        raise ValueError(f"--num-replicas: must be an integer >= 1 (got {spec.num_replicas!r})")
+    make_router(spec.router)
 
 
 def simulate(
@@ -60,61 +70,57 @@ def simulate(
     check: bool = False,
     fast_forward: bool = True,
     on_progress: Callable[[int], None] | None = None,
+    num_replicas: int = 1,
+    router: str = "round_robin",
 ) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
-    ``decisions.jsonl``) into ``out_dir``; return the summary."""
+    ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
+    verdict and one entry per replica)."""
     wall0 = time.perf_counter()
     env = simpy.Environment()
     steps = StepRecorder(out_dir / "steps.csv")
     requests = RequestRecorder(out_dir / "requests.csv")
     decisions_file = (out_dir / "decisions.jsonl").open("w") if decisions else None
-    workload = resolved.workload
-    engine_cfg = resolved.engine
-    scheduler = Scheduler(
-        SchedulerConfig(
-            max_model_len=resolved.max_model_len,
-            max_num_batched_tokens=resolved.max_num_batched_tokens,
-            max_num_seqs=resolved.max_num_seqs,
-            enable_chunked_prefill=engine_cfg.enable_chunked_prefill,
-            long_prefill_token_threshold=engine_cfg.long_prefill_token_threshold,
-            policy=engine_cfg.scheduling_policy,
-        ),
-        resolved.kv_cache_config,
-        enable_caching=engine_cfg.enable_prefix_caching,
-    )
-    hasher = BlockHasher.from_name(engine_cfg.block_size, engine_cfg.prefix_caching_hash_algo)
-    engine = ReplicaEngine(
+    cluster = Cluster(
         env,
-        0,
-        scheduler,
-        resolved.latency_model,
-        hasher,
+        resolved,
+        num_replicas,
+        make_router(router),
         steps,
         requests,
-        workload,
         check=check,
         decisions=decisions_file,
         on_progress=on_progress,
         fast_forward=fast_forward,
     )
-    workload.start(env, engine.submit)
+    resolved.workload.start(env, cluster.submit)
     try:
-        env.run(until=engine.process)
+        env.run(until=cluster.process)
     finally:
         steps.close()
         requests.close()
         if decisions_file is not None:
             decisions_file.close()
-    return build_summary(
+    summary = build_summary(
         steps,
         requests,
-        num_requests=requests.num_finished + engine.num_rejected,
-        num_rejected=engine.num_rejected,
+        num_requests=requests.num_finished + cluster.num_rejected,
+        num_rejected=cluster.num_rejected,
         sim_duration_s=env.now,
         wall_s=time.perf_counter() - wall0,
         num_gpu_blocks=resolved.num_gpu_blocks,
-        block_size=engine_cfg.block_size,
+        block_size=resolved.engine.block_size,
     )
+    step_df, request_df = read_records(out_dir)
+    summary["verdict"] = judge(step_df, request_df)
+    summary["num_replicas"] = num_replicas
+    summary["router"] = router
+    summary["replicas"] = [
+        {**r, "num_routed": cluster.num_routed[r["replica"]]}
+        for r in replica_summaries(step_df, request_df, num_replicas)
+    ]
+    summary["wall_s"] = time.perf_counter() - wall0
+    return summary
 
 
 def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
@@ -135,6 +141,12 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
         },
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
+        # Only clusters name these, so a one-replica config.yaml is as it always was.
+        **(
+            {"num_replicas": spec.num_replicas, "router": spec.router}
+            if spec.num_replicas > 1
+            else {}
+        ),
     }
 
 
@@ -143,8 +155,14 @@ def run(
     out: Path,
     on_progress: Callable[[int], None] | None = None,
     resolved: ResolvedRun | None = None,
+    render: bool = True,
 ) -> dict[str, Any]:
-    """Resolve, simulate and write the whole run directory at ``out``; return the summary."""
+    """Resolve, simulate and write the whole run directory at ``out``; return the summary.
+
+    ``render=False`` skips plots and ``report.html`` (planning probes; ``kvsim report``
+    renders them later from the records).
+    """
+    check_cluster(spec)
     resolved = resolved or resolve_run(spec)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +170,14 @@ def run(
     tmp.chmod(0o755)
     try:
         summary = simulate(
-            resolved, tmp, decisions=spec.decisions, check=spec.check, on_progress=on_progress
+            resolved,
+            tmp,
+            decisions=spec.decisions,
+            check=spec.check,
+            fast_forward=spec.fast_forward,
+            on_progress=on_progress,
+            num_replicas=spec.num_replicas,
+            router=spec.router,
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(
@@ -165,15 +190,16 @@ def run(
             yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False)
         )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        from reports.html import render_report
-        from reports.plots import render_run_plots
+        if render:
+            from reports.html import render_report
+            from reports.plots import render_run_plots
 
-        render_run_plots(tmp, resolved.num_gpu_blocks)
-        render_report(
-            tmp,
-            title=f"kvsim run: {resolved.workload_name} on "
-            f"{resolved.model_name} / {resolved.gpu_name}",
-        )
+            render_run_plots(tmp, resolved.num_gpu_blocks)
+            render_report(
+                tmp,
+                title=f"kvsim run: {resolved.workload_name} on "
+                f"{resolved.model_name} / {resolved.gpu_name}",
+            )
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             out.rename(old)

@@ -18,7 +18,15 @@ from rich.table import Table
 
 from sim.engine import SimulationStuck
 from sim.engine_config import EngineConfig
-from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD, NothingServed, RunSpec, run
+from sim.run import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    DEFAULT_WORKLOAD,
+    NothingServed,
+    RunSpec,
+    check_cluster,
+    run,
+)
 from sim.setup import resolve_run
 
 
@@ -93,6 +101,18 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
     t.add_row("GPU blocks x block size", f"{summary['num_gpu_blocks']:,} x {summary['block_size']}")
     t.add_row("engine steps", f"{summary['num_steps']:,}")
     t.add_row("wall time", f"{summary['wall_s']:.2f} s")
+    if summary.get("num_replicas", 1) > 1:
+        per = ", ".join(
+            f"{r['num_finished']:,} ({r['prefix_cache_hit_rate']:.0%} hit)"
+            for r in summary["replicas"]
+        )
+        t.add_row(f"replicas ({summary['router']})", per)
+    verdict = summary.get("verdict")
+    if verdict is not None:
+        text = verdict["state"]
+        if verdict["reasons"]:
+            text += ": " + "; ".join(verdict["reasons"])
+        t.add_row("verdict", text)
     return t
 
 
@@ -107,6 +127,9 @@ def run_command(
     decisions: bool,
     check: bool,
     engine_overrides: dict[str, Any],
+    num_replicas: int | None = None,
+    router: str | None = None,
+    fast_forward: bool = True,
 ) -> int:
     """Body of ``kvsim run``; returns the exit status."""
     try:
@@ -120,7 +143,11 @@ def run_command(
             calibration=calibration,
             decisions=decisions,
             check=check,
+            num_replicas=1 if num_replicas is None else num_replicas,
+            router=router or "round_robin",
+            fast_forward=fast_forward,
         )
+        check_cluster(spec)
         resolved = resolve_run(spec)
     except ValueError as e:
         return _fail(str(e))
