@@ -181,10 +181,29 @@ def plot_heatmap(frame: SweepFrame, path: Path, column: str = "preemptions_per_r
             text = f"{grid[i, j]:.3g}" + ("\nsaturated" if sat[i, j] else "")
             color = "k" if grid[i, j] > mid else "w"
             ax.text(j, i, text, ha="center", va="center", fontsize=7, color=color)
+    _draw_frontier(ax, sat)
     ax.set_xticks(range(len(xvals)), [str(v) for v in xvals])
     ax.set_yticks(range(len(yvals)), [str(v) for v in yvals])
     ax.set(xlabel=xkey, ylabel=ykey, title=f"{column} (mean over seeds)")
     return _save(fig, path)
+
+
+def _draw_frontier(ax: plt.Axes, sat: np.ndarray) -> None:
+    """Outline the saturated cells (the saturation frontier) in red."""
+    rows, cols = sat.shape
+    for i in range(rows):
+        for j in range(cols):
+            if not sat[i, j]:
+                continue
+            edges = (
+                (j == 0 or not sat[i, j - 1], [j - 0.5, j - 0.5], [i - 0.5, i + 0.5]),
+                (j == cols - 1 or not sat[i, j + 1], [j + 0.5, j + 0.5], [i - 0.5, i + 0.5]),
+                (i == 0 or not sat[i - 1, j], [j - 0.5, j + 0.5], [i - 0.5, i - 0.5]),
+                (i == rows - 1 or not sat[i + 1, j], [j - 0.5, j + 0.5], [i + 0.5, i + 0.5]),
+            )
+            for draw, xs, ys in edges:
+                if draw:
+                    ax.plot(xs, ys, color="red", lw=2)
 
 
 def render_sweep_plots(sweep_dir: Path) -> list[Path]:

@@ -59,6 +59,12 @@ def test_max_rate_on_chat_is_bracketed_by_its_probes(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert saved["answer"] == doc["answer"]
     assert (tmp_path / "plan" / "report.html").read_text().count("data:image/png") == 1
+    # `kvsim report` re-renders a plan directory from plan.json alone.
+    from sim.sweep.cli import report_command
+
+    (tmp_path / "plan" / "report.html").unlink()
+    assert report_command(str(tmp_path / "plan")) == 0
+    assert (tmp_path / "plan" / "report.html").read_text().count("data:image/png") == 1
 
 
 def test_bisection_finds_the_boundary() -> None:

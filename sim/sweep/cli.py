@@ -93,18 +93,23 @@ def _report_result(result: SweepResult) -> int:
 
 
 def report_command(directory: str) -> int:
-    """Re-render plots and report.html of a run or a sweep directory from its records."""
+    """Re-render plots and report.html of a run, sweep or plan directory from its records."""
     path = Path(directory)
     try:
         if (path / "sweep.csv").is_file():
             from reports.sweep_html import render_sweep_report
 
             page = render_sweep_report(path)
+        elif (path / "plan.json").is_file():
+            from reports.plan_report import render_plan_report
+
+            page = render_plan_report(path)
         elif (path / "summary.json").is_file():
             page = _render_run(path)
         else:
             return _fail(
-                f"{directory}: not a run or sweep directory (no summary.json or sweep.csv)"
+                f"{directory}: not a run, sweep or plan directory (no summary.json, sweep.csv or "
+                "plan.json)"
             )
     except (OSError, ValueError, KeyError) as e:
         return _fail(f"{directory}: cannot render the report: {e}")
