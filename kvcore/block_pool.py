@@ -302,6 +302,7 @@ class BlockPool:
         caching = self.enable_caching
         tail = self._tail
         ins = self._head  # unhashed blocks are linked right after ins
+        last = tail.prev_free_block  # hashed blocks are linked after last
         num_freed = 0
         num_cached = 0
         null = self.null_block
@@ -319,16 +320,19 @@ class BlockPool:
                 block.prev_free_block = ins
                 block.next_free_block = nxt
                 nxt.prev_free_block = block
+                if nxt is tail:  # the queue had nothing after ins: block is now last
+                    last = block
                 ins = block
             else:
                 num_cached += 1
-                last = tail.prev_free_block
                 last.next_free_block = block
                 block.prev_free_block = last
-                block.next_free_block = tail
-                tail.prev_free_block = block
-        self.free_block_queue.num_free_blocks += num_freed
-        self.num_cached_free_blocks += num_cached
+                last = block
+        if num_freed:
+            last.next_free_block = tail  # close the list after the appended blocks
+            tail.prev_free_block = last
+            self.free_block_queue.num_free_blocks += num_freed
+            self.num_cached_free_blocks += num_cached
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only possible when no block is in use."""
