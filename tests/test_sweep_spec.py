@@ -142,7 +142,7 @@ def test_cli_bad_spec_exits_2_with_one_line(tmp_path: Path) -> None:
     assert "axes[0].values: empty axis" in lines[0]
     assert not (tmp_path / "out").exists()
     missing = kvsim_cli("report", str(tmp_path / "nowhere"))
-    assert missing.returncode == 2 and "not a run or sweep directory" in missing.stderr
+    assert missing.returncode == 2 and "not a run, sweep or plan directory" in missing.stderr
 
 
 def test_workload_file_is_found_next_to_the_spec(tmp_path: Path) -> None:
