@@ -28,7 +28,6 @@ LATENCY_MODEL_KINDS = ("roofline", "constant", "fitted")
 
 __all__ = [
     "LATENCY_MODEL_KINDS",
-    "CalibrationNotSupportedError",
     "ConstantLatencyModel",
     "LatencyModel",
     "RooflineEfficiency",
@@ -36,11 +35,6 @@ __all__ = [
     "load_fitted_latency_model",
     "make_latency_model",
 ]
-
-
-class CalibrationNotSupportedError(ValueError):
-    """Kept for callers that catch it; calibration files are supported now (a bad
-    file raises ``calibrate.calibration_file.CalibrationError``, also a ValueError)."""
 
 
 class ConstantLatencyModel(LatencyModel):

@@ -24,11 +24,6 @@ CacheEntry = KVCacheBlock | dict[int, KVCacheBlock]
 """One cached block, or ``{block_id: block}`` when several hold identical content."""
 
 
-def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> bytes:
-    """Prefix-cache key as vLLM builds it: the hash, then the group id (4 bytes, big-endian)."""
-    return block_hash + group_id.to_bytes(4, "big")
-
-
 class BlockPool:
     """Owns every ``KVCacheBlock`` and the free queue (mirrors vLLM's ``BlockPool``).
 

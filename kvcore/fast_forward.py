@@ -141,7 +141,7 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
         return None
     kvm = scheduler.kv_cache_manager
     if (
-        kvm._full_attention_managers is None
+        kvm.full_attention_managers is None
         or kvm.block_pool.enable_kv_cache_events
         or len(running) > scheduler.max_num_scheduled_tokens
     ):

@@ -92,11 +92,13 @@ class KVCacheManager:
         self.block_pool = self.coordinator.block_pool
         managers = self.coordinator.single_type_managers
         self._block_size = self.coordinator.block_size
-        self._full_attention_managers = (
+        self.full_attention_managers = (
             managers
             if managers and all(type(m) is FullAttentionManager for m in managers)
             else None
         )
+        """The managers when every group is full attention (no block ever leaves a
+        window), else None: enables the decode shortcut and exact fast-forward."""
         self.kv_cache_config = kv_cache_config
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
@@ -166,7 +168,7 @@ class KVCacheManager:
         if (
             new_computed_blocks is None
             and not full_sequence_must_fit
-            and self._full_attention_managers is not None
+            and self.full_attention_managers is not None
         ):
             return self._allocate_full_attention(
                 request,
@@ -235,7 +237,7 @@ class KVCacheManager:
         total_computed = min(request.num_computed_tokens, max_len)
         num_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, max_len)
         required = -(-num_need_slot // self._block_size)
-        managers = self._full_attention_managers
+        managers = self.full_attention_managers
         need = 0
         for m in managers:
             blocks = m.req_to_blocks.get(request_id)

@@ -30,7 +30,6 @@ class SchedulerOutput:
     preempted_req_ids: set[str]
     finished_req_ids: set[str]
     """Requests that finished since the previous step."""
-    num_preempted_this_step: int = 0
 
     def get_new_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """Block ids per group of ``req_to_new_blocks[request_id]``."""

@@ -108,7 +108,6 @@ class Scheduler:
             req_to_new_blocks=plan.new_blocks,
             preempted_req_ids=self.reset_preempted_req_ids,
             finished_req_ids=self.finished_req_ids,
-            num_preempted_this_step=len(plan.preempted),
         )
         self._update_after_schedule(plan.num_scheduled)
         return out

@@ -13,7 +13,7 @@ shared null block and free them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from kvcore.block_pool import BlockPool
 from kvcore.kv_cache_block import KVCacheBlock
@@ -40,8 +40,6 @@ def _trim_null_head(blocks: list[KVCacheBlock]) -> list[KVCacheBlock]:
 
 class SingleTypeKVCacheManager:
     """Block tables of one KV cache group (mirrors ``SingleTypeKVCacheManager``)."""
-
-    spec_types: ClassVar[tuple[type, ...]] = ()
 
     def __init__(
         self,
@@ -205,8 +203,6 @@ class SingleTypeKVCacheManager:
 class FullAttentionManager(SingleTypeKVCacheManager):
     """Full attention: every block is kept until the request finishes."""
 
-    spec_types = (FullAttentionSpec,)
-
     @classmethod
     def find_longest_cache_hit(
         cls,
@@ -236,8 +232,6 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
     """Sliding-window attention of ``sliding_window`` tokens."""
-
-    spec_types = (SlidingWindowSpec,)
 
     def __init__(self, kv_cache_spec: SlidingWindowSpec, *args, **kwargs) -> None:
         super().__init__(kv_cache_spec, *args, **kwargs)
@@ -306,8 +300,6 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
 class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     """Chunked local attention: tokens attend within chunks of ``attention_chunk_size``."""
-
-    spec_types = (ChunkedLocalAttentionSpec,)
 
     def __init__(self, kv_cache_spec: ChunkedLocalAttentionSpec, *args, **kwargs) -> None:
         super().__init__(kv_cache_spec, *args, **kwargs)

@@ -75,7 +75,7 @@ class ReplicaEngine:
         # Decode-only steps are timed with the vectorized formula (bit-identical with
         # fast-forward) where it is exact: no sliding-window attention anywhere.
         self._vector_decode = (
-            not windows and scheduler.kv_cache_manager._full_attention_managers is not None
+            not windows and scheduler.kv_cache_manager.full_attention_managers is not None
         )
         self.fast_forward = fast_forward and self._vector_decode
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
