@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
 
 class KVCacheCoordinator:
-    """Fans allocation, caching and freeing out to one manager per group, in order."""
+    """Mirrors ``KVCacheCoordinator`` (vLLM 0.33.0).
+
+    Fans allocation, caching and freeing out to one manager per group, in order."""
 
     def __init__(
         self,
@@ -131,7 +133,9 @@ class KVCacheCoordinator:
 
 
 class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
-    """Prefix caching off: lookups always miss, nothing is cached."""
+    """Mirrors ``KVCacheCoordinatorNoPrefixCache``.
+
+    Prefix caching off: lookups always miss, nothing is cached."""
 
     def __init__(
         self,
@@ -149,7 +153,9 @@ class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
 
 
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
-    """Exactly one KV cache group."""
+    """Mirrors ``UnitaryKVCacheCoordinator``.
+
+    Exactly one KV cache group."""
 
     def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
         m = self.single_type_managers[0]
@@ -165,7 +171,9 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
 
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
-    """Several groups: a hit must hold for every attention type (fixed-point search).
+    """Mirrors ``HybridKVCacheCoordinator``.
+
+    Several groups: a hit must hold for every attention type (fixed-point search).
 
     Groups with equal specs are looked up together; full-attention specs go first.
     """

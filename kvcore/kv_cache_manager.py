@@ -34,7 +34,9 @@ class KVCacheBlocks:
 
 @dataclass(slots=True)
 class PrefixCacheStats:
-    """Prefix-cache counters since the last ``make_prefix_cache_stats`` (tokens).
+    """Mirrors ``vllm.v1.metrics.stats.PrefixCacheStats``.
+
+    Prefix-cache counters since the last ``make_prefix_cache_stats`` (tokens).
 
     Recorded once per admission after a lookup: ``queries`` are the request's tokens,
     ``hits`` its locally cached tokens; previously preempted requests count apart.
@@ -60,7 +62,9 @@ class PrefixCacheStats:
 
 
 class KVCacheManager:
-    """Prefix-cache lookup, slot allocation and release for requests.
+    """Mirrors vLLM 0.33.0's ``vllm.v1.core.kv_cache_manager.KVCacheManager``.
+
+    Prefix-cache lookup, slot allocation and release for requests.
 
     ``watermark`` is a fraction of ``num_blocks`` kept free when admitting waiting
     requests while others run. ``max_in_flight_tokens`` bounds tokens scheduled but

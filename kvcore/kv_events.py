@@ -12,7 +12,9 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class BlockStored:
-    """Full blocks were registered in the prefix cache (one event per caching call)."""
+    """Mirrors ``vllm.distributed.kv_events.BlockStored``.
+
+    Full blocks were registered in the prefix cache (one event per caching call)."""
 
     block_hashes: list[int]
     parent_block_hash: int | None
@@ -37,7 +39,9 @@ class BlockStored:
 
 @dataclass(frozen=True, slots=True)
 class BlockRemoved:
-    """A cached block was evicted (one event per removed hash key)."""
+    """Mirrors ``BlockRemoved``.
+
+    A cached block was evicted (one event per removed hash key)."""
 
     block_hashes: list[int]
     group_idx: int
@@ -53,7 +57,9 @@ class BlockRemoved:
 
 @dataclass(frozen=True, slots=True)
 class AllBlocksCleared:
-    """The prefix cache was reset."""
+    """Mirrors ``AllBlocksCleared``.
+
+    The prefix cache was reset."""
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "AllBlocksCleared"}

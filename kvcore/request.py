@@ -35,7 +35,9 @@ class RequestStatus(enum.IntEnum):
 
 @dataclass(frozen=True)
 class LoRARequest:
-    """The LoRA adapter of a request; its name and path enter every block hash."""
+    """Mirrors the hashed fields of ``vllm.lora.request.LoRARequest``.
+
+    The LoRA adapter of a request; its name and path enter every block hash."""
 
     lora_name: str
     lora_int_id: int

@@ -12,7 +12,9 @@ SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
 class FCFSRequestQueue(deque):
-    """First come, first served; preempted requests go back to the front."""
+    """Mirrors ``FCFSRequestQueue``.
+
+    First come, first served; preempted requests go back to the front."""
 
     def add_request(self, request: Request) -> None:
         self.append(request)
@@ -34,7 +36,9 @@ class FCFSRequestQueue(deque):
 
 
 class PriorityRequestQueue:
-    """Heap ordered by (priority, arrival time, request id); 'prepend' just re-adds."""
+    """Mirrors ``PriorityRequestQueue``.
+
+    Heap ordered by (priority, arrival time, request id); 'prepend' just re-adds."""
 
     def __init__(self) -> None:
         self._heap: list[Request] = []

@@ -15,7 +15,9 @@ from kvcore.request import Request
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """One step's plan. Token counts are tokens scheduled in this step."""
+    """Mirrors the scheduling part of ``vllm.v1.core.sched.output.SchedulerOutput``.
+
+    One step's plan. Token counts are tokens scheduled in this step."""
 
     num_scheduled_tokens: dict[str, int]
     """Request id -> tokens scheduled, in scheduling order (running first)."""

@@ -35,7 +35,9 @@ class _StepPlan:
 
 
 class Scheduler:
-    """Decides, step by step, which requests run and how many tokens each computes.
+    """Mirrors vLLM 0.33.0's ``vllm.v1.core.sched.scheduler.Scheduler`` (sync mode).
+
+    Decides, step by step, which requests run and how many tokens each computes.
 
     Running requests are served first, in admission order; waiting requests are
     admitted only in steps without preemption, strictly in queue order (the first

@@ -201,7 +201,9 @@ class SingleTypeKVCacheManager:
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
-    """Full attention: every block is kept until the request finishes."""
+    """Mirrors ``FullAttentionManager``.
+
+    Full attention: every block is kept until the request finishes."""
 
     @classmethod
     def find_longest_cache_hit(
@@ -231,7 +233,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
-    """Sliding-window attention of ``sliding_window`` tokens."""
+    """Mirrors ``SlidingWindowManager``.
+
+    Sliding-window attention of ``sliding_window`` tokens."""
 
     def __init__(self, kv_cache_spec: SlidingWindowSpec, *args, **kwargs) -> None:
         super().__init__(kv_cache_spec, *args, **kwargs)
@@ -299,7 +303,9 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
 
 class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
-    """Chunked local attention: tokens attend within chunks of ``attention_chunk_size``."""
+    """Mirrors ``ChunkedLocalAttentionManager``.
+
+    Chunked local attention: tokens attend within chunks of ``attention_chunk_size``."""
 
     def __init__(self, kv_cache_spec: ChunkedLocalAttentionSpec, *args, **kwargs) -> None:
         super().__init__(kv_cache_spec, *args, **kwargs)
