@@ -1,13 +1,16 @@
 """Exact fast-forward over decode-only steps.
 
 When every running request only decodes (one token per step), nothing waits and no
-request finishes or needs a block the pool cannot give, consecutive ``schedule()`` /
+request needs a block the pool cannot give, consecutive ``schedule()`` /
 ``update_from_output()`` pairs change nothing but token counts, block tables at block
-boundaries and prefix-cache registrations of newly full blocks. :func:`plan_decode_stretch`
-says how many such steps can pass; :meth:`DecodeStretch.apply` performs ``k`` of them at
-once, in exactly the order step-by-step scheduling would: block allocations in
-(step, running order, group) order from the free-queue head, each newly full block
-registered with its hash at the step whose scheduled token fills it.
+boundaries and prefix-cache registrations of newly full blocks, until a step in which
+requests finish. :func:`plan_decode_stretch` says how many such steps can pass (the
+last may be the first step in which requests finish); :meth:`DecodeStretch.apply`
+performs ``k`` of them at once, in exactly the order step-by-step scheduling would:
+block allocations in (step, running order, group) order from the free-queue head, each
+newly full block registered with its hash at the step whose scheduled token fills it,
+and, when step ``k`` is the finishing step, the finished requests freed in running
+order after that step's allocations, as ``update_from_output`` frees them.
 
 Scope: full-attention groups only, KV events off, no speculative drafts. Everything
 else returns ``None`` (the caller steps normally). Mirrors nothing in vLLM: it is a
@@ -20,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvcore.request import Request
+from kvcore.request import Request, RequestStatus
 from kvcore.scheduler import Scheduler
 from kvcore.single_type_kv_cache_manager import FullAttentionManager
 
@@ -39,24 +42,49 @@ class DecodeStretch:
     ``context0`` is the total number of tokens already in the KV cache of all running
     requests at the start of the first step; step ``j`` (0-based) starts with
     ``context0 + j * batch_size`` (``context_tokens``); ``batch_size`` is constant.
+    When ``finishes`` is true, step ``max_steps`` is the first step in which requests
+    finish (those whose ``steps_left`` equals ``max_steps``); else no request finishes
+    within the stretch.
     """
 
-    __slots__ = ("batch_size", "computed0", "context0", "max_steps", "scheduler")
+    __slots__ = (
+        "batch_size",
+        "computed0",
+        "context0",
+        "finishes",
+        "max_steps",
+        "scheduler",
+        "steps_left",
+    )
 
-    def __init__(self, scheduler: Scheduler, max_steps: int, computed0: list[int]) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        max_steps: int,
+        computed0: list[int],
+        steps_left: list[int],
+        finishes: bool,
+    ) -> None:
         self.scheduler = scheduler
         self.max_steps = max_steps
         self.batch_size = len(scheduler.running)
         self.computed0 = computed0
         self.context0 = sum(computed0)
+        self.steps_left = steps_left
+        self.finishes = finishes
 
     @property
     def context_tokens(self) -> np.ndarray:
         """Context total at the start of each of the ``max_steps`` steps."""
         return self.context0 + self.batch_size * np.arange(self.max_steps, dtype=np.int64)
 
-    def apply(self, k: int, sample_token_id: int) -> StretchRecords:
-        """Advance ``k`` (1 <= k <= max_steps) steps; return the per-step block counts."""
+    def apply(self, k: int, sample_token_id: int) -> tuple[StretchRecords, list[Request]]:
+        """Advance ``k`` (1 <= k <= max_steps) steps.
+
+        Returns the per-step block counts (after each step's frees) and the requests
+        that finished in step ``k`` (empty unless ``k == max_steps`` and ``finishes``),
+        in running order, freed and removed from ``running`` as step-by-step would.
+        """
         assert 1 <= k <= self.max_steps
         sched = self.scheduler
         kvm = sched.kv_cache_manager
@@ -102,7 +130,11 @@ class DecodeStretch:
             req._all_token_ids.extend(tokens)
             req.num_computed_tokens += k
             req.update_block_hashes()
-        if not alloc and not cache:
+        finished: list[Request] = []
+        if self.finishes and k == self.max_steps:
+            finished = [r for r, left in zip(running, self.steps_left) if left == k]
+        sched.finished_req_ids = set()
+        if not alloc and not cache and not finished:
             free = [free_queue.num_free_blocks] * k
             cached = [pool.num_cached_blocks] * k
             cached_free = [pool.num_cached_free_blocks] * k
@@ -111,6 +143,12 @@ class DecodeStretch:
             cached = []
             cached_free = []
             for j in range(1, k + 1):
+                if j == k and finished:
+                    self._finish_last_step(alloc.get(j, ()), cache.get(j, ()), finished)
+                    free.append(free_queue.num_free_blocks)
+                    cached.append(pool.num_cached_blocks)
+                    cached_free.append(pool.num_cached_free_blocks)
+                    break
                 for rid, required in alloc.get(j, ()):
                     num_slots = required * bs
                     for m in managers:
@@ -121,20 +159,44 @@ class DecodeStretch:
                 free.append(free_queue.num_free_blocks)
                 cached.append(pool.num_cached_blocks)
                 cached_free.append(pool.num_cached_free_blocks)
-        sched.finished_req_ids = set()
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
-        return StretchRecords(free, cached, cached_free)
+        return StretchRecords(free, cached, cached_free), finished
+
+    def _finish_last_step(
+        self,
+        allocs: list[tuple[str, int]] | tuple[()],
+        caches: list[tuple[Request, int]] | tuple[()],
+        finished: list[Request],
+    ) -> None:
+        """The finishing step: its allocations and caching, then the frees in running
+        order (``check_stop``'s length cap, ``_free_request``), then ``running`` pruned."""
+        sched = self.scheduler
+        kvm = sched.kv_cache_manager
+        managers = kvm.coordinator.single_type_managers
+        bs = kvm.coordinator.block_size
+        for rid, required in allocs:
+            for m in managers:
+                m.allocate_new_blocks(rid, required * bs)
+        for req, num_tokens in caches:
+            for m in managers:
+                m.cache_blocks(req, num_tokens)
+        for req in finished:
+            req.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            sched._free_request(req)
+        gone = set(finished)
+        sched.running = [r for r in sched.running if r not in gone]
 
 
 def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | None:
     """The longest decode-only stretch (at most ``horizon`` steps) starting now, or None.
 
     Eligible when nothing waits, every running request has its whole sequence computed
-    but the last sampled token, all groups are full attention, KV events are off, and
-    the token budget covers one token per request. The stretch stops before the first
-    step in which a request would finish or the free blocks would not cover the
-    allocations. Pure Python: batches are small where stretches matter.
+    but the last sampled token and stops only on length (no EOS or stop tokens), all
+    groups are full attention, KV events are off, and the token budget covers one
+    token per request. The stretch ends with the first step in which a request
+    finishes (``finishes``), or before the first step whose allocations the free
+    blocks would not cover. Pure Python: batches are small where stretches matter.
     """
     running = scheduler.running
     if not running or scheduler.waiting:
@@ -151,8 +213,9 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
         if type(m) is not FullAttentionManager:
             return None
     mml = scheduler.max_model_len
-    max_steps = horizon
+    first_finish = horizon + 1
     computed0 = []
+    steps_left = []
     for req in running:
         c = req.num_computed_tokens
         if (
@@ -160,15 +223,20 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
             or req.spec_token_ids
             or req.num_output_placeholders
             or req.is_prefill_chunk
+            or req.eos_token_id is not None
+            or req.stop_token_ids
         ):
             return None
         computed0.append(c)
         # Finishes at step f (after sampling): outputs reach max_tokens or length mml.
         f = min(req.max_tokens - len(req._output_token_ids), mml - c - 1)
-        if f - 1 < max_steps:
-            max_steps = f - 1
-            if max_steps < 1:
-                return None
+        if f < 1:
+            return None
+        steps_left.append(f)
+        if f < first_finish:
+            first_finish = f
+    finishes = first_finish <= horizon
+    max_steps = first_finish if finishes else horizon
     # Blocks: cumulative new blocks (per group) must stay within the free count.
     bs = kvm.coordinator.block_size
     la = scheduler.num_lookahead_tokens
@@ -197,4 +265,5 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
             else:
                 hi = mid
         max_steps = lo
-    return DecodeStretch(scheduler, max_steps, computed0)
+        finishes = False
+    return DecodeStretch(scheduler, max_steps, computed0, steps_left, finishes)

@@ -45,9 +45,12 @@ class KVCacheBlock:
     @property
     def block_hash(self) -> bytes | None:
         """The prefix-cache key (hash + 4-byte group id), or None when not cached."""
-        if self._hash is None:
+        h = self._hash
+        if h is None:
             return None
-        return self._hash + self._group.to_bytes(4, "big")
+        if isinstance(h, int):  # FastBlockHasher's 64-bit hashes (the simulator's)
+            h = (h & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")
+        return h + self._group.to_bytes(4, "big")
 
     def set_block_hash(self, block_hash: bytes) -> None:
         """Attach a prefix-cache key (hash + 4-byte group id); a block holds at most one."""

@@ -15,7 +15,7 @@ from typing import IO, Any
 import numpy as np
 import simpy
 
-from kvcore.block_hashing import BlockHasher
+from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.fast_forward import plan_decode_stretch
 from kvcore.request import LoRARequest, Request
 from kvcore.scheduler import Scheduler
@@ -49,7 +49,7 @@ class ReplicaEngine:
         replica_id: int,
         scheduler: Scheduler,
         latency_model: Any,
-        hasher: BlockHasher,
+        hasher: BlockHasher | FastBlockHasher,
         steps: StepRecorder,
         requests: RequestRecorder,
         workload: Any,
@@ -291,8 +291,10 @@ class ReplicaEngine:
     def _try_fast_forward(self):
         """Advance a stretch of decode-only steps at once; yield its timeouts.
 
-        Returns True when it advanced (the stretch ends before any arrival or other
-        event, any finish and any allocation the pool cannot serve). With one replica
+        Returns True when it advanced. The stretch's steps all start before the next
+        SimPy event (an arrival or another replica's step), none needs a block the pool
+        cannot serve, and its last step may be one in which requests finish if that step
+        also ends before the next event (frees are visible to routers). With one replica
         writing the records, the whole stretch is one event at its exact end time; with
         several, each step keeps its own events and writes its rows when it ends, so
         rows interleave across replicas as they do step by step.
@@ -305,23 +307,34 @@ class ReplicaEngine:
         if next_event <= env.now:
             return False
         stretch = plan_decode_stretch(scheduler, FAST_FORWARD_HORIZON)
-        if stretch is None or stretch.max_steps < 2:
+        if stretch is None:
             return False
         starts, durations, end = self._stretch_times(stretch, next_event)
         k = len(starts)
-        if k < 2:
+        if k == stretch.max_steps and stretch.finishes and not end < next_event:
+            k -= 1  # the finishing step would end at or after the next event
+            if k:
+                end = starts[k]
+                del starts[k:], durations[k:]
+        if k < 1:
             return False
-        recs = stretch.apply(k, SAMPLE_TOKEN_ID)
         batch = stretch.batch_size
+        rids = (
+            [r.request_id for r in scheduler.running] if self.decisions is not None else None
+        )
+        recs, finished = stretch.apply(k, SAMPLE_TOKEN_ID)
         step0 = self.num_steps
         self.num_steps += k
         self.num_fast_forwarded += k
         usable = self.pool.num_gpu_blocks - 1
         steps = self.steps
+        last_running = batch - len(finished)
         if steps.num_writers == 1:
-            steps.add_decode_steps(self.replica_id, step0, starts, durations, batch, usable, *recs)
-            if self.decisions is not None:
-                self._write_decisions(step0, 0, k, recs[0])
+            steps.add_decode_steps(
+                self.replica_id, step0, starts, durations, batch, last_running, usable, *recs
+            )
+            if rids is not None:
+                self._write_decisions(rids, step0, 0, k, recs[0], finished)
             yield timeout_at(env, end)
             yield env.timeout(0)
         else:
@@ -335,23 +348,44 @@ class ReplicaEngine:
                     starts[j : j + 1],
                     durations[j : j + 1],
                     batch,
+                    last_running if j == k - 1 else batch,
                     usable,
                     free[j : j + 1],
                     cached[j : j + 1],
                     cached_free[j : j + 1],
                 )
-                if self.decisions is not None:
-                    self._write_decisions(step0, j, j + 1, free)
+                if rids is not None:
+                    self._write_decisions(
+                        rids, step0, j, j + 1, free, finished if j == k - 1 else []
+                    )
         if self.check:
             scheduler.check_invariants()
+        if finished:
+            now = env.now
+            for req in finished:
+                self._finish(req, now)
         return True
 
-    def _write_decisions(self, step0: int, lo: int, hi: int, free: list[int]) -> None:
-        """decisions.jsonl lines of fast-forwarded steps ``step0 + lo .. step0 + hi - 1``."""
-        scheduled = json.dumps(dict.fromkeys((r.request_id for r in self.scheduler.running), 1))
+    def _write_decisions(
+        self,
+        rids: list[str],
+        step0: int,
+        lo: int,
+        hi: int,
+        free: list[int],
+        finished: list[Request],
+    ) -> None:
+        """decisions.jsonl lines of fast-forwarded steps ``step0 + lo .. step0 + hi - 1``
+        (``finished``: the requests finishing in the stretch's last step)."""
+        scheduled = json.dumps(dict.fromkeys(rids, 1))
         head = f'{{"replica": {self.replica_id}, "step": '
-        mid = f', "scheduled": {scheduled}, "preempted": [], "finished": [], "num_free_blocks": '
-        self.decisions.write("".join(f"{head}{step0 + j}{mid}{free[j]}}}\n" for j in range(lo, hi)))
+        mid = f', "scheduled": {scheduled}, "preempted": [], "finished": '
+        tail = ', "num_free_blocks": '
+        lines = [f"{head}{step0 + j}{mid}[]{tail}{free[j]}}}\n" for j in range(lo, hi)]
+        if finished and hi == len(free):
+            done = json.dumps([r.request_id for r in finished])
+            lines[-1] = f"{head}{step0 + hi - 1}{mid}{done}{tail}{free[hi - 1]}}}\n"
+        self.decisions.write("".join(lines))
 
     def _finish(self, req: Request, now: float) -> None:
         rid = req.request_id

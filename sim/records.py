@@ -159,6 +159,7 @@ class StepRecorder:
         starts: list[float],
         durations: list[float],
         batch: int,
+        last_running: int,
         usable_blocks: int,
         num_free_blocks: list[int],
         num_cached_blocks: list[int],
@@ -167,34 +168,40 @@ class StepRecorder:
         """Rows of consecutive decode-only steps of ``batch`` requests (fast-forward).
 
         Byte-identical to calling :meth:`add` per step: nothing waits, is preempted or
-        prefilled, no prefix queries; KV usage is ``1 - free / usable`` as
-        ``BlockPool.get_usage`` computes it.
+        prefilled, no prefix queries; ``last_running`` requests run after the last step
+        (fewer than ``batch`` when requests finish in it); KV usage is
+        ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
         """
+        k = len(starts)
         if usable_blocks:
             usage = [1.0 - f / usable_blocks for f in num_free_blocks]
         else:
-            usage = [0.0] * len(num_free_blocks)
-        mid = f",{batch},0,0,{batch},0,"
-        head = f"{replica},"
-        self._sink.add_lines(
-            "".join(
-                f"{head}{step0 + j},{_fmt(s)},{_fmt(d)}{mid}{_fmt(u)},{f},{c},0,0,{cf}\n"
-                for j, (s, d, u, f, c, cf) in enumerate(
-                    zip(
-                        starts,
-                        durations,
-                        usage,
-                        num_free_blocks,
-                        num_cached_blocks,
-                        num_cached_free,
-                    )
-                )
-            ),
-            len(starts),
-        )
+            usage = [0.0] * k
+        # One %-format over all rows: "%.9g" is _fmt's format, applied in C.
+        row = f"{replica},%d,%.9g,%.9g,{batch},0,0,{batch},0,%.9g,%d,%d,0,0,%d\n"
+        values = [
+            v
+            for fields in zip(
+                range(step0, step0 + k),
+                starts,
+                durations,
+                usage,
+                num_free_blocks,
+                num_cached_blocks,
+                num_cached_free,
+            )
+            for v in fields
+        ]
+        text = (row * k) % tuple(values)
+        if last_running != batch:
+            cut = text.rfind("\n", 0, len(text) - 1) + 1
+            head, rest = text[:cut], text[cut:].split(",")
+            rest[4] = str(last_running)
+            text = head + ",".join(rest)
+        self._sink.add_lines(text, k)
         self.duration_s.extend(durations)
         self.kv_usage.extend(usage)
-        self.num_steps += len(starts)
+        self.num_steps += k
 
     def close(self) -> None:
         self._sink.close()

@@ -223,17 +223,63 @@ def _step(sched: Scheduler) -> None:
     sched.update_from_output(out, sampled)
 
 
-def test_plan_stops_before_a_finish() -> None:
-    """A request with ``r`` tokens left limits the stretch to ``r - 1`` steps."""
+def test_plan_ends_with_the_first_finish() -> None:
+    """A request with ``r`` tokens left ends the stretch with its finishing step ``r``."""
     sched = _scheduler(200)
     _add(sched, "a", 40, 30)
     _add(sched, "b", 20, 10)
     _step(sched)  # prefill both: one output token each
     plan = plan_decode_stretch(sched, 1000)
     assert plan is not None
-    # b has 9 tokens left: it finishes at the 9th step, so 8 steps are safe.
-    assert plan.max_steps == 8
-    assert plan_decode_stretch(sched, 5).max_steps == 5
+    # b has 9 tokens left: it finishes in the 9th step.
+    assert plan.max_steps == 9 and plan.finishes
+    short = plan_decode_stretch(sched, 5)
+    assert short.max_steps == 5 and not short.finishes
+    # Applying fewer steps than planned finishes nothing.
+    _records, finished = plan.apply(8, SAMPLE_TOKEN_ID)
+    assert finished == [] and len(sched.running) == 2
+
+
+def test_plan_apply_through_a_finish_equals_stepping() -> None:
+    """The finishing step frees the finished requests' blocks exactly as stepping does."""
+    states = []
+    for ff in (True, False):
+        sched = _scheduler(40)
+        _add(sched, "a", 30, 25)
+        _add(sched, "b", 17, 12)
+        _add(sched, "c", 40, 12)
+        _step(sched)
+        plan = plan_decode_stretch(sched, 1000)
+        assert plan is not None and plan.max_steps == 11 and plan.finishes
+        if ff:
+            _records, finished = plan.apply(11, SAMPLE_TOKEN_ID)
+            done = [r.request_id for r in finished]
+        else:
+            for _ in range(10):
+                _step(sched)
+            out = sched.schedule()
+            result = sched.update_from_output(
+                out, {rid: [SAMPLE_TOKEN_ID] for rid in out.num_scheduled_tokens}
+            )
+            done = result.finished_req_ids
+        pool = sched.kv_cache_manager.block_pool
+        queue = []
+        blk = pool.free_block_queue.fake_free_list_head.next_free_block
+        while blk is not pool.free_block_queue.fake_free_list_tail:
+            queue.append(blk.block_id)
+            blk = blk.next_free_block
+        states.append(
+            (
+                done,
+                [r.request_id for r in sched.running],
+                sorted(sched.finished_req_ids),
+                queue,
+                pool.num_cached_blocks,
+                sched.kv_cache_manager.get_block_ids("a"),
+            )
+        )
+    assert states[0][0] == ["b", "c"]
+    assert states[0] == states[1]
 
 
 def test_plan_stops_at_max_model_len() -> None:
@@ -243,8 +289,8 @@ def test_plan_stops_at_max_model_len() -> None:
     _step(sched)  # 50 computed, 51 tokens
     plan = plan_decode_stretch(sched, 1000)
     assert plan is not None
-    # Finishes when its length reaches 64: after 13 more steps; 12 are safe.
-    assert plan.max_steps == 64 - 50 - 2
+    # Finishes when its length reaches 64: in the 13th step from now.
+    assert plan.max_steps == 64 - 50 - 1 and plan.finishes
 
 
 def test_plan_stops_before_an_unservable_block() -> None:
