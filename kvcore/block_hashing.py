@@ -223,8 +223,10 @@ class FastBlockHasher:
             return []
         parent = hashes[-1] if hashes else self.none_hash
         out = []
-        if request.lora_request is None and not request.mm_features and not (
-            request.cache_salt and start == 0
+        if (
+            request.lora_request is None
+            and not request.mm_features
+            and not (request.cache_salt and start == 0)
         ):
             while start + bs <= num_tokens:
                 parent = hash((parent, *tokens[start : start + bs]))

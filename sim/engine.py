@@ -319,9 +319,7 @@ class ReplicaEngine:
         if k < 1:
             return False
         batch = stretch.batch_size
-        rids = (
-            [r.request_id for r in scheduler.running] if self.decisions is not None else None
-        )
+        rids = [r.request_id for r in scheduler.running] if self.decisions is not None else None
         recs, finished = stretch.apply(k, SAMPLE_TOKEN_ID)
         step0 = self.num_steps
         self.num_steps += k
