@@ -89,23 +89,60 @@ class _CsvSink:
         self._file.close()
 
 
+class ReplicaSteps:
+    """One replica's step aggregates (see :class:`StepRecorder`)."""
+
+    __slots__ = (
+        "last_waiting",
+        "longest_stuck",
+        "num_steps",
+        "prefix_hits",
+        "prefix_queries",
+        "stuck_preempted",
+        "stuck_run",
+        "waiting",
+        "waiting_s",
+    )
+
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.waiting_s = array("d")  # step start times where num_waiting changes
+        self.waiting = array("q")  # num_waiting from then on
+        self.last_waiting = 0
+        self.stuck_run = 0  # consecutive steps decoding nothing
+        self.stuck_preempted = 0  # preemptions within that streak
+        self.longest_stuck = 0  # longest streak with a preemption (livelock)
+
+
 class StepRecorder:
     """Writes ``steps.csv``; keeps only what the summary needs.
 
     Kept per step: duration and KV usage (8-byte floats, for the duration-weighted mean
-    and percentiles); everything else goes to disk only, so memory is 16 bytes a step.
-    ``num_writers`` counts the engines writing here (fast-forward writes its rows in
-    bulk only when it is the sole writer, so row order never changes).
+    and percentiles) and, with several writers, the replica id (2 bytes); per replica:
+    step and prefix counts, the waiting-queue length where it changes (for the queue
+    verdict) and the livelock streak (see :mod:`sim.verdict`). Everything else goes to
+    disk only. ``num_writers`` counts the engines writing here (fast-forward writes its
+    rows in bulk only when it is the sole writer, so row order never changes).
     """
 
     def __init__(self, path: Path) -> None:
         self._sink = _CsvSink(path, STEP_COLUMNS)
         self.duration_s = array("d")
         self.kv_usage = array("d")
+        self.replica = array("H")
         self.num_steps = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.num_writers = 0
+        self.per_replica: dict[int, ReplicaSteps] = {}
+
+    def _replica(self, replica: int) -> ReplicaSteps:
+        rec = self.per_replica.get(replica)
+        if rec is None:
+            rec = self.per_replica[replica] = ReplicaSteps()
+        return rec
 
     def add(
         self,
@@ -148,9 +185,26 @@ class StepRecorder:
         )
         self.duration_s.append(duration_s)
         self.kv_usage.append(kv_usage)
+        if self.num_writers > 1:
+            self.replica.append(replica)
         self.num_steps += 1
         self.prefix_queries += prefix_queries
         self.prefix_hits += prefix_hits
+        rec = self._replica(replica)
+        rec.num_steps += 1
+        rec.prefix_queries += prefix_queries
+        rec.prefix_hits += prefix_hits
+        if num_waiting != rec.last_waiting:
+            rec.waiting_s.append(start_s)
+            rec.waiting.append(num_waiting)
+            rec.last_waiting = num_waiting
+        if num_decode_tokens == 0:
+            rec.stuck_run += 1
+            rec.stuck_preempted += num_preempted
+            if rec.stuck_preempted > 0 and rec.stuck_run > rec.longest_stuck:
+                rec.longest_stuck = rec.stuck_run
+        else:
+            rec.stuck_run = rec.stuck_preempted = 0
 
     def add_decode_steps(
         self,
@@ -201,20 +255,33 @@ class StepRecorder:
         self._sink.add_lines(text, k)
         self.duration_s.extend(durations)
         self.kv_usage.extend(usage)
+        if self.num_writers > 1:
+            self.replica.extend([replica] * k)
         self.num_steps += k
+        rec = self._replica(replica)
+        rec.num_steps += k
+        if rec.last_waiting:
+            rec.waiting_s.append(starts[0])
+            rec.waiting.append(0)
+            rec.last_waiting = 0
+        rec.stuck_run = rec.stuck_preempted = 0
 
     def close(self) -> None:
         self._sink.close()
 
 
 class RequestRecorder:
-    """Writes ``requests.csv`` as requests finish; keeps latency samples (seconds)."""
+    """Writes ``requests.csv`` as requests finish; keeps latency samples, arrival and
+    finish times (seconds, 8 bytes each) and per-replica counts."""
 
     def __init__(self, path: Path) -> None:
         self._sink = _CsvSink(path, REQUEST_COLUMNS)
         self.ttft_s = array("d")
         self.tpot_s = array("d")
         self.e2e_s = array("d")
+        self.arrival_s = array("d")
+        self.finish_s = array("d")
+        self.per_replica: dict[int, list[int]] = {}  # [finished, preemptions, output tokens]
         self.num_finished = 0
         self.num_preemptions = 0
         self.output_tokens = 0
@@ -247,6 +314,14 @@ class RequestRecorder:
         )
         self.ttft_s.append(first_token_s - arrival_s)
         self.e2e_s.append(finish_s - arrival_s)
+        self.arrival_s.append(arrival_s)
+        self.finish_s.append(finish_s)
+        counts = self.per_replica.get(replica)
+        if counts is None:
+            counts = self.per_replica[replica] = [0, 0, 0]
+        counts[0] += 1
+        counts[1] += num_preemptions
+        counts[2] += output_tokens
         if output_tokens > 1:
             self.tpot_s.append((finish_s - first_token_s) / (output_tokens - 1))
         self.num_finished += 1

@@ -26,7 +26,7 @@ from sim.records import RequestRecorder, StepRecorder
 from sim.router import make_router
 from sim.setup import ResolvedRun, resolve_run
 from sim.summary import build_summary
-from sim.verdict import judge, read_records, replica_summaries
+from sim.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
 
 DEFAULT_WORKLOAD = "chat"
 DEFAULT_MODEL = "Llama-3.1-8B"
@@ -111,13 +111,12 @@ def simulate(
         num_gpu_blocks=resolved.num_gpu_blocks,
         block_size=resolved.engine.block_size,
     )
-    step_df, request_df = read_records(out_dir)
-    summary["verdict"] = judge(step_df, request_df)
+    summary["verdict"] = judge_inputs(VerdictInputs.from_recorders(steps, requests))
     summary["num_replicas"] = num_replicas
     summary["router"] = router
     summary["replicas"] = [
         {**r, "num_routed": cluster.num_routed[r["replica"]]}
-        for r in replica_summaries(step_df, request_df, num_replicas)
+        for r in replica_summaries_from_recorders(steps, requests, num_replicas)
     ]
     summary["wall_s"] = time.perf_counter() - wall0
     return summary

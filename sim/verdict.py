@@ -1,7 +1,8 @@
 """Verdicts: did a run reach a steady state, or is the configuration saturated?
 
-Judged from the step and request records alone (``steps.csv``, ``requests.csv``),
-so a verdict can be recomputed from any run directory. The offered load is the
+Judged from the step and request records alone: during a run from the recorders'
+running aggregates (:class:`VerdictInputs`), afterwards from any run directory's
+``steps.csv`` and ``requests.csv`` (:func:`judge_run_dir`). The offered load is the
 arrival rate seen in ``requests.csv``; the *arrival window* runs from the first to
 the last arrival. A run is **saturated** when any of these holds:
 
@@ -25,10 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas only for reading run directories back
+    import pandas as pd
+
+    from sim.records import RequestRecorder, StepRecorder
 
 STEADY = "steady"
 SATURATED = "saturated"
@@ -60,6 +65,56 @@ def _slope(grid: np.ndarray, y: np.ndarray) -> float:
     return float((t * (y - y.mean())).sum() / denom) if denom > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class VerdictInputs:
+    """What a verdict is judged from.
+
+    ``arrivals`` / ``finishes``: seconds, one per finished request; ``waiting``: per
+    replica, ``(times, values)`` of ``num_waiting`` at step starts (every step or only
+    where it changes: the value of the last record at or before a time is the same);
+    ``longest_no_progress``: the longest streak, on one replica, of steps that decode
+    nothing, counted when the streak holds a preemption.
+    """
+
+    arrivals: np.ndarray
+    finishes: np.ndarray
+    num_preemptions: int
+    waiting: list[tuple[np.ndarray, np.ndarray]]
+    longest_no_progress: int
+
+    @classmethod
+    def from_recorders(cls, steps: StepRecorder, requests: RequestRecorder) -> VerdictInputs:
+        """From the recorders of a run that just ended (no file is read)."""
+        waiting = [  # a replica whose queue stayed empty adds nothing
+            (np.frombuffer(r.waiting_s, dtype=np.float64), np.frombuffer(r.waiting, dtype=np.int64))
+            for _, r in sorted(steps.per_replica.items())
+            if len(r.waiting)
+        ]
+        return cls(
+            arrivals=np.array(requests.arrival_s, dtype=np.float64),
+            finishes=np.array(requests.finish_s, dtype=np.float64),
+            num_preemptions=requests.num_preemptions,
+            waiting=waiting,
+            longest_no_progress=max(
+                (r.longest_stuck for r in steps.per_replica.values()), default=0
+            ),
+        )
+
+    @classmethod
+    def from_frames(cls, steps: pd.DataFrame, requests: pd.DataFrame) -> VerdictInputs:
+        """From ``steps.csv`` / ``requests.csv`` columns (``STEP_USECOLS``, ...)."""
+        return cls(
+            arrivals=requests["arrival_s"].to_numpy(dtype=np.float64),
+            finishes=requests["finish_s"].to_numpy(dtype=np.float64),
+            num_preemptions=int(requests["num_preemptions"].sum()),
+            waiting=[
+                (g["start_s"].to_numpy(np.float64), g["num_waiting"].to_numpy())
+                for _, g in steps.groupby("replica", sort=True)
+            ],
+            longest_no_progress=_longest_no_progress(steps) if len(steps) else 0,
+        )
+
+
 def _longest_no_progress(steps: pd.DataFrame) -> int:
     """Longest run, on one replica, of steps that decode nothing, if it preempts."""
     best = 0
@@ -85,12 +140,19 @@ def judge(
     requests: pd.DataFrame,
     thresholds: VerdictThresholds | None = None,
 ) -> dict[str, Any]:
+    """The verdict from record tables (see :func:`judge_inputs`)."""
+    return judge_inputs(VerdictInputs.from_frames(steps, requests), thresholds)
+
+
+def judge_inputs(
+    inputs: VerdictInputs, thresholds: VerdictThresholds | None = None
+) -> dict[str, Any]:
     """``{state, reasons, notes, offered_rps, finish_rps_second_half}`` of one run."""
     th = thresholds or VerdictThresholds()
     reasons: list[str] = []
     notes: list[str] = []
-    arrivals = np.sort(requests["arrival_s"].to_numpy(dtype=np.float64))
-    finishes = np.sort(requests["finish_s"].to_numpy(dtype=np.float64))
+    arrivals = np.sort(inputs.arrivals)
+    finishes = np.sort(inputs.finishes)
     n = arrivals.size
     out: dict[str, Any] = {"offered_rps": 0.0, "finish_rps_second_half": 0.0}
     window = float(arrivals[-1] - arrivals[0]) if n else 0.0
@@ -113,10 +175,8 @@ def judge(
             )
         grid = np.linspace(mid, end, _GRID)
         waiting = np.zeros(_GRID)
-        for _, g in steps.groupby("replica", sort=True):
-            waiting += _step_fn(
-                g["start_s"].to_numpy(np.float64), g["num_waiting"].to_numpy(), grid
-            )
+        for times, values in inputs.waiting:
+            waiting += _step_fn(times, values, grid)
         slope = _slope(grid, waiting)
         growth = slope * half
         if slope > th.queue_growth_frac * rate and growth >= max(th.min_queue_growth, 0.05 * n):
@@ -124,14 +184,14 @@ def judge(
                 f"queue: the waiting queue grows by {slope:.3g} req/s over the second half "
                 f"of the arrival window (to {waiting[-1]:.0f} waiting)"
             )
-    finished = len(requests)
-    preempt = requests["num_preemptions"].sum() / finished if finished else 0.0
+    finished = n
+    preempt = inputs.num_preemptions / finished if finished else 0.0
     if preempt > th.max_preemptions_per_request:
         reasons.append(
             f"preemptions: {preempt:.3g} per request (storm above "
             f"{th.max_preemptions_per_request:g})"
         )
-    stuck = _longest_no_progress(steps) if len(steps) else 0
+    stuck = inputs.longest_no_progress
     if stuck >= th.livelock_steps:
         reasons.append(f"livelock: {stuck} consecutive steps decode nothing while preempting")
     state = SATURATED if reasons else STEADY
@@ -146,6 +206,8 @@ REQUEST_EXTRA = ["output_tokens"]
 
 def read_records(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The columns verdicts and per-replica summaries need, from a run directory."""
+    import pandas as pd
+
     steps = pd.read_csv(run_dir / "steps.csv", usecols=STEP_USECOLS + STEP_EXTRA)
     requests = pd.read_csv(run_dir / "requests.csv", usecols=REQUEST_USECOLS + REQUEST_EXTRA)
     return steps, requests
@@ -185,6 +247,42 @@ def replica_summaries(
                 "output_tokens": int(q["output_tokens"].sum()),
                 "prefix_cache_hit_rate": int(s["prefix_hits"].sum()) / queries if queries else 0.0,
                 "kv_usage_mean": float(np.average(usage, weights=dur)) if dur.sum() > 0 else 0.0,
+            }
+        )
+    return out
+
+
+def replica_summaries_from_recorders(
+    steps: StepRecorder, requests: RequestRecorder, num_replicas: int = 0
+) -> list[dict[str, Any]]:
+    """:func:`replica_summaries` from the recorders of a run that just ended."""
+    ids = sorted(set(range(num_replicas)) | set(steps.per_replica) | set(requests.per_replica))
+    dur_all = np.frombuffer(steps.duration_s, dtype=np.float64) if steps.num_steps else None
+    usage_all = np.frombuffer(steps.kv_usage, dtype=np.float64) if steps.num_steps else None
+    several = len(steps.replica) == steps.num_steps and steps.num_writers > 1
+    replica_of = np.frombuffer(steps.replica, dtype=np.uint16) if several else None
+    out = []
+    for r in ids:
+        rec = steps.per_replica.get(r)
+        finished, preemptions, output_tokens = requests.per_replica.get(r, (0, 0, 0))
+        mean = 0.0
+        if rec is not None and rec.num_steps and dur_all is not None:
+            if replica_of is None:
+                dur, usage = dur_all, usage_all
+            else:
+                mask = replica_of == r
+                dur, usage = dur_all[mask], usage_all[mask]
+            mean = float(np.average(usage, weights=dur)) if dur.sum() > 0 else 0.0
+        queries = rec.prefix_queries if rec is not None else 0
+        out.append(
+            {
+                "replica": int(r),
+                "num_finished": finished,
+                "num_steps": rec.num_steps if rec is not None else 0,
+                "num_preemptions": preemptions,
+                "output_tokens": output_tokens,
+                "prefix_cache_hit_rate": rec.prefix_hits / queries if queries else 0.0,
+                "kv_usage_mean": mean,
             }
         )
     return out
