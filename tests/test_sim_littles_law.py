@@ -19,6 +19,11 @@ The step records see each request about 1.5 steps less than its sojourn (its cou
 are taken after the step's finished requests leave, and arrivals join at the next step
 boundary): a bias of ~1.5 x 10 ms per request, about 1% of L here. Tolerance: 2%
 relative, on the whole run and on the steady-state window [0.2 T, 0.8 T].
+
+lambda x W of the requests *arriving* in the window is a sample estimate, not an
+identity: at utilisation ~0.9 a 30 s window holds ~250 arrivals whose sojourns are
+strongly correlated, and over seeds 1-8 it lands within 0.96-1.10 of L. It is checked
+to ``LAMBDA_W_TOL`` (12%).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import pytest
 from sim_run_helpers import column, read_csv, run_sim, write_yaml
 
 REL_TOL = 0.02
+LAMBDA_W_TOL = 0.12
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +97,7 @@ def test_littles_law_whole_run(loaded_run):
 
 def test_littles_law_steady_state_window(loaded_run):
     """Over [0.2 T, 0.8 T] the mean number in system from the steps matches the requests'
-    overlap with the window (2%), and lambda x W of the requests arriving in it (2%)."""
+    overlap with the window (2%), and lambda x W of the requests arriving in it (12%)."""
     summary, steps, reqs = loaded_run
     total = summary["sim_duration_s"]
     a, b = 0.2 * total, 0.8 * total
@@ -101,4 +107,4 @@ def test_littles_law_steady_state_window(loaded_run):
     arrival, finish = column(reqs, "arrival_s"), column(reqs, "finish_s")
     inside = (arrival >= a) & (arrival < b)
     lam_w = inside.sum() / (b - a) * float((finish - arrival)[inside].mean())
-    assert lam_w == pytest.approx(l_steps, rel=REL_TOL)
+    assert lam_w == pytest.approx(l_steps, rel=LAMBDA_W_TOL)

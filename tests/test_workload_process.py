@@ -275,3 +275,23 @@ def test_rag_preset_prefix_hits_match_expected_fraction():
         cache.update(keys)
     expected = expected_prefix_hit_fraction(workload.workload_spec, block_size=block)
     assert hit / queried == pytest.approx(expected, rel=0.02)
+
+
+def test_keyed_streams_equal_fresh_streams() -> None:
+    """A stream loaded on the shared generator draws what a fresh stream draws; a saved
+    stream continues where it stopped, whatever was loaded in between."""
+    from workloads.tokens import KeyedStreams, stream
+
+    streams = KeyedStreams()
+    a = streams.load(7, 2, 11).integers(0, 1000, 20).tolist()
+    assert a == stream(7, 2, 11).integers(0, 1000, 20).tolist()
+    assert a != streams.load(7, 2, 12).integers(0, 1000, 20).tolist()
+    streams.load(7, 2, 11).random()
+    parked = streams.save()
+    streams.load(1, 1, 1).random()
+    fresh = stream(7, 2, 11)
+    fresh.random()
+    assert (
+        streams.restore(parked).integers(0, 10**9, 5).tolist()
+        == fresh.integers(0, 10**9, 5).tolist()
+    )

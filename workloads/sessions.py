@@ -8,13 +8,14 @@ turn by turn when each turn is sent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from workloads.distributions import LengthSampler
 from workloads.request import SimRequest
 from workloads.spec import WorkloadSpec
-from workloads.tokens import TAG_SESSION, prefix_tokens, random_tokens, stream
+from workloads.tokens import TAG_SESSION, KeyedStreams, prefix_tokens, random_tokens
 
 
 @dataclass(slots=True)
@@ -28,7 +29,8 @@ class SessionPlan:
         new_lens: new user tokens of each turn (the first turn's follow the prefix).
         out_lens: output tokens (``max_tokens``) of each turn.
         client: the closed-loop client that runs it, or None in open loop.
-        rng: the session's stream; draws the token ids of each turn in order.
+        rng_state: where the session's stream stands (``KeyedStreams.save``); it draws
+            the token ids of each turn in order.
         next_turn: the turn to send next.
         context: token ids every later turn starts with (previous prompt + output).
     """
@@ -39,7 +41,7 @@ class SessionPlan:
     new_lens: list[int]
     out_lens: list[int]
     client: int | None
-    rng: np.random.Generator
+    rng_state: dict[str, Any]
     next_turn: int = 0
     context: list[int] = field(default_factory=list)
 
@@ -78,6 +80,7 @@ class SessionPlanner:
         self._prompt = prompt
         self._output = output
         self._turns = turns
+        self._streams = KeyedStreams()
         prefix = spec.shared_prefix
         self._prefix_len = prefix.prefix_len if prefix else 0
         self._fraction = prefix.fraction if prefix else 0.0
@@ -91,7 +94,7 @@ class SessionPlanner:
 
     def plan(self, index: int, max_turns: int | None, client: int | None) -> SessionPlan:
         """The plan of session ``index``, cut to ``max_turns`` turns (None: no cap)."""
-        rng = stream(self._seed, TAG_SESSION, index)
+        rng = self._streams.load(self._seed, TAG_SESSION, index)
         group = None
         if self._group_cdf is not None and rng.random() < self._fraction:
             pick = int(np.searchsorted(self._group_cdf, rng.random(), side="right"))
@@ -110,7 +113,7 @@ class SessionPlanner:
             new, out = new[:keep], out[:keep]
             out[0] = min(out[0], limit - prefix - 1)
             new[0] = min(new[0], limit - prefix - out[0])
-        return SessionPlan(index, group, priority, new, out, client, rng)
+        return SessionPlan(index, group, priority, new, out, client, self._streams.save())
 
     def next_request(self, plan: SessionPlan, request_id: str, now: float) -> SimRequest:
         """Build the next turn of ``plan`` (token ids drawn now) and advance the plan."""
@@ -123,7 +126,10 @@ class SessionPlanner:
             )
         else:
             head = plan.context
-        tokens = head + random_tokens(plan.rng, plan.new_lens[turn], self._spec.vocab_size)
+        rng = self._streams.restore(plan.rng_state)
+        tokens = head + random_tokens(rng, plan.new_lens[turn], self._spec.vocab_size)
+        if turn + 1 < len(plan.new_lens):
+            plan.rng_state = self._streams.save()
         plan.context = tokens
         plan.next_turn = turn + 1
         return SimRequest(

@@ -14,7 +14,7 @@ import simpy
 
 from workloads.process import Workload
 from workloads.request import SimRequest
-from workloads.tokens import TAG_TRACE_ROW, HashBlockTokens, random_tokens, stream
+from workloads.tokens import TAG_TRACE_ROW, HashBlockTokens, KeyedStreams, random_tokens
 from workloads.traces.table import TraceTable
 
 
@@ -36,6 +36,7 @@ class TraceWorkload(Workload):
         super().__init__(name, spec, len(table))
         self.table = table
         self._seed = seed
+        self._streams = KeyedStreams()
         self._vocab = vocab_size
         self._blocks = HashBlockTokens(seed, vocab_size)
 
@@ -58,7 +59,8 @@ class TraceWorkload(Workload):
         if hashes is not None:
             assert table.hash_block_size is not None
             return self._blocks.expand(hashes, table.hash_block_size[row], length)
-        return random_tokens(stream(self._seed, TAG_TRACE_ROW, row), length, self._vocab)
+        rng = self._streams.load(self._seed, TAG_TRACE_ROW, row)
+        return random_tokens(rng, length, self._vocab)
 
     def request(self, row: int, now: float) -> SimRequest:
         """The request of trace row ``row``, arriving at ``now`` seconds."""
