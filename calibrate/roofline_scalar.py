@@ -67,3 +67,88 @@ def roofline_scalar_decode_time(model: Any) -> Callable[[int, int], float] | Non
         return out
 
     return decode_time
+
+
+def roofline_scalar_step_time(model: Any) -> Callable[[list[int], list[int]], float] | None:
+    """A pure-Python twin of the roofline's ``step_time`` for small batches.
+
+    ``f(new_tokens, context_tokens)`` (lists, one entry per scheduled request) computes
+    the same formula as ``RooflineLatencyModel.step_time`` with Python floats, summing
+    in request order; numpy sums pairwise, so the two may differ in the last bits (the
+    caller checks agreement). None for MoE models and sliding windows.
+    """
+    if getattr(model, "kind", None) != "roofline":
+        return None
+    try:
+        if model.model.num_experts or any(g.window is not None for g in model.groups):
+            return None
+        weights_s = model.dense_weight_bytes / model.bytes_per_s
+        bps = model.bytes_per_s
+        gfs = model.gemm_flops_per_s
+        fpt = model.flops_per_token
+        lm = model.lm_head_flops_per_request
+        tp = model.tp
+        eff = model.eff
+        if tp == 1:
+            ar_coef = None
+        else:
+            link = model.gpu.interconnect_bytes_per_s * eff.interconnect
+            ar_coef = (2.0 * (tp - 1) / tp, model.allreduce_bytes_per_token, link)
+        ar_lat = eff.allreduce_latency_s
+        two_layers = 2.0 * model.model.num_layers
+        step_oh = eff.step_overhead_s
+        req_oh = eff.per_request_overhead_s
+        afs = model.attn_flops_per_s
+        kernel = eff.attention_kernel_s
+        groups = [
+            (
+                g.num_layers,
+                g.prefill_flops_per_pair,
+                g.decode_flops_per_pair,
+                g.kv_bytes_per_token,
+            )
+            for g in model.groups
+        ]
+    except AttributeError:
+        return None
+
+    def step_time(new_tokens: list[int], context_tokens: list[int]) -> float:
+        n_tok = 0
+        n_req = 0
+        p_pairs = p_reach = d_pairs = d_reach = 0.0
+        n_prefill = n_decode = 0
+        for q, c in zip(new_tokens, context_tokens):
+            if q <= 0:
+                continue
+            n_tok += q
+            n_req += 1
+            end = c + q
+            if q == 1:
+                n_decode += 1
+                d_pairs += c + 1.0
+                d_reach += end
+            else:
+                n_prefill += 1
+                p_pairs += q * ((c + 1.0) + end) / 2.0
+                p_reach += end
+        if not n_req:
+            return 0.0
+        t, r = float(n_tok), float(n_req)
+        flops_s = (t * fpt + r * lm) / gfs
+        total = weights_s if weights_s >= flops_s else flops_s
+        if ar_coef is not None:
+            c, per_tok, link = ar_coef
+            total += two_layers * (ar_lat + c * (t * per_tok) / link)
+        total += step_oh + req_oh * r
+        for layers, prefill_pp, decode_pp, kv_bytes in groups:
+            if n_prefill:
+                compute = p_pairs * prefill_pp / afs
+                memory = p_reach * kv_bytes / bps
+                total += layers * ((compute if compute >= memory else memory) + kernel)
+            if n_decode:
+                compute = d_pairs * decode_pp / afs
+                memory = d_reach * kv_bytes / bps
+                total += layers * ((compute if compute >= memory else memory) + kernel)
+        return total
+
+    return step_time

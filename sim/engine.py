@@ -20,7 +20,7 @@ from kvcore.fast_forward import plan_decode_stretch
 from kvcore.request import LoRARequest, Request
 from kvcore.scheduler import Scheduler
 from sim.records import RequestRecorder, StepRecorder
-from sim.step_timing import make_decode_timer, timeout_at
+from sim.step_timing import make_decode_timer, make_step_timer, timeout_at
 
 SAMPLE_TOKEN_ID = 7
 FAST_FORWARD_HORIZON = 2048
@@ -79,6 +79,7 @@ class ReplicaEngine:
         )
         self.fast_forward = fast_forward and self._vector_decode
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
+        self._step_time = make_step_timer(latency_model)
         steps.num_writers += 1
         self.num_fast_forwarded = 0
         self.max_model_len = scheduler.max_model_len
@@ -196,6 +197,8 @@ class ReplicaEngine:
             # Decode-only steps use the vectorized formula, as fast-forward does, so
             # both paths give bit-identical durations.
             duration = self._decode_duration(decode, context_sum)
+        elif self._step_time is not None:
+            duration = self._step_time(list(n_sched.values()), contexts)
         else:
             duration = float(
                 self.latency_model.step_time(

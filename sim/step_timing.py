@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from calibrate.roofline_scalar import roofline_scalar_decode_time
+from calibrate.roofline_scalar import roofline_scalar_decode_time, roofline_scalar_step_time
 
 
 def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
@@ -45,6 +45,37 @@ def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
     ).tolist()
     if any(fn(b, c) != r for (b, c), r in zip(pairs, ref)):
         return None
+    return fn
+
+
+def make_step_timer(latency_model: Any) -> Callable[[list[int], list[int]], float] | None:
+    """``f(new_tokens, context_tokens)``: one step's seconds from per-request lists,
+    without numpy (constant and dense roofline models); else None.
+
+    Agrees with ``latency_model.step_time`` to a relative 1e-12 on a spread of checked
+    batches (numpy sums pairwise, this in request order); every step the engine times
+    outside fast-forward uses it, with fast-forward on or off alike.
+    """
+    fn: Callable[[list[int], list[int]], float] | None
+    if getattr(latency_model, "kind", None) == "constant":
+        step_s = float(latency_model.step_s)
+
+        def fn(new_tokens: list[int], context_tokens: list[int]) -> float:
+            return step_s if sum(new_tokens) > 0 else 0.0
+    else:
+        fn = roofline_scalar_step_time(latency_model)
+    if fn is None:
+        return None
+    rng = random.Random(1)
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        new = [rng.choice((0, 1, 1, 1, rng.randint(1, 4096))) for _ in range(n)]
+        ctx = [rng.randint(0, 100_000) for _ in range(n)]
+        ref = float(
+            latency_model.step_time(np.array(new, dtype=np.int64), np.array(ctx, dtype=np.int64))
+        )
+        if abs(fn(new, ctx) - ref) > 1e-12 * abs(ref):
+            return None
     return fn
 
 

@@ -152,3 +152,27 @@ def test_factory_errors(h100):
 def test_describe_records_parameters(llama8b):
     info = llama8b.describe()
     assert info["kind"] == "roofline" and info["gpu"] == "H100-SXM" and info["compute"] == 0.7
+
+
+@pytest.mark.parametrize("name,tp", [("Llama-3.1-8B", 1), ("Llama-3.1-70B", 4), ("Qwen2.5-7B", 1)])
+def test_scalar_step_timers_agree_with_the_model(name, tp, h100):
+    """The engine's numpy-free step timers: the decode timer bit for bit, the mixed-step
+    timer to 1e-12, on batches it was not built from; None where no twin exists."""
+    import random
+
+    from sim.step_timing import make_decode_timer, make_step_timer
+
+    lm = RooflineLatencyModel(load_model(name), h100, tensor_parallel_size=tp)
+    step, dec = make_step_timer(lm), make_decode_timer(lm)
+    assert step is not None and dec is not None
+    rng = random.Random(42)
+    for _ in range(300):
+        n = rng.randint(1, 300)
+        new = [rng.choice((1, 1, rng.randint(2, 8192))) for _ in range(n)]
+        ctx = [rng.randint(0, 200_000) for _ in range(n)]
+        ref = lm.step_time(np.array(new), np.array(ctx))
+        assert step(new, ctx) == pytest.approx(ref, rel=1e-12)
+        b, k = rng.randint(1, 1024), rng.randint(0, 10**7)
+        assert dec(b, k) == float(lm.decode_step_times(np.array([b]), np.array([k]))[0])
+    assert make_step_timer(RooflineLatencyModel(load_model("Gemma-3-27B"), h100)) is None
+    assert make_step_timer(ConstantLatencyModel(0.01))([0, 3], [5, 5]) == 0.01
