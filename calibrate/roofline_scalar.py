@@ -10,63 +10,116 @@ from collections.abc import Callable
 from typing import Any
 
 
+class _ScalarDecode:
+    """The roofline's decode-step constants, and its formula in Python floats."""
+
+    def __init__(self, model: Any) -> None:
+        self.dense_w = model.dense_weight_bytes  # no MoE here (checked by the caller)
+        self.bps = model.bytes_per_s
+        self.gfs = model.gemm_flops_per_s
+        self.fpt = model.flops_per_token
+        self.lm = model.lm_head_flops_per_request
+        tp, eff = model.tp, model.eff
+        if tp == 1:
+            self.ar_coef = None
+        else:
+            link = model.gpu.interconnect_bytes_per_s * eff.interconnect
+            self.ar_coef = (2.0 * (tp - 1) / tp, model.allreduce_bytes_per_token, link)
+        self.ar_lat = eff.allreduce_latency_s
+        self.two_layers = 2.0 * model.model.num_layers
+        self.step_oh = eff.step_overhead_s
+        self.req_oh = eff.per_request_overhead_s
+        self.afs = model.attn_flops_per_s
+        self.kernel = eff.attention_kernel_s
+        self.groups = [
+            (g.num_layers, g.decode_flops_per_pair, g.kv_bytes_per_token) for g in model.groups
+        ]
+
+    def base_time(self, b: float) -> float:
+        """The step's terms that depend on the batch size only."""
+        weights = self.dense_w / self.bps
+        flops = (b * self.fpt + b * self.lm) / self.gfs
+        out = weights if weights >= flops else flops
+        if self.ar_coef is None:
+            out = out + 0.0
+        else:
+            c, per_tok, link = self.ar_coef
+            out = out + self.two_layers * (self.ar_lat + c * (b * per_tok) / link)
+        return out + (self.step_oh + self.req_oh * b)
+
+    def decode_time(self, batch: int, context: int) -> float:
+        if batch <= 0:
+            return 0.0
+        b = float(batch)
+        out = self.base_time(b)
+        tokens = float(context) + b
+        afs, bps, kernel = self.afs, self.bps, self.kernel
+        for layers, per_pair, kv_bytes in self.groups:
+            compute = tokens * per_pair / afs
+            memory = tokens * kv_bytes / bps
+            out = out + layers * ((compute if compute >= memory else memory) + kernel)
+        return out
+
+    def stretch_times(
+        self, start: float, until: float, batch: int, context0: int, max_steps: int
+    ) -> tuple[list[float], list[float], float]:
+        """Steps of ``batch`` decodes from ``context0`` tokens (growing by ``batch``),
+        started one after another from ``start`` while they start before ``until``
+        (at most ``max_steps``): ``(starts, durations, end)``, each duration equal to
+        ``decode_time(batch, context)`` bit for bit."""
+        starts: list[float] = []
+        durations: list[float] = []
+        t = start
+        if batch <= 0:
+            return starts, durations, t
+        b = float(batch)
+        base = self.base_time(b)
+        afs, bps, kernel, groups = self.afs, self.bps, self.kernel, self.groups
+        ctx = context0
+        for _ in range(max_steps):
+            if t >= until:
+                break
+            tokens = float(ctx) + b
+            out = base
+            for layers, per_pair, kv_bytes in groups:
+                compute = tokens * per_pair / afs
+                memory = tokens * kv_bytes / bps
+                out = out + layers * ((compute if compute >= memory else memory) + kernel)
+            starts.append(t)
+            durations.append(out)
+            t = t + out
+            ctx += batch
+        return starts, durations, t
+
+
+def _scalar_decode(model: Any) -> _ScalarDecode | None:
+    if getattr(model, "kind", None) != "roofline":
+        return None
+    try:
+        if model.model.num_experts or any(g.window is not None for g in model.groups):
+            return None
+        return _ScalarDecode(model)
+    except AttributeError:
+        return None
+
+
 def roofline_scalar_decode_time(model: Any) -> Callable[[int, int], float] | None:
     """A pure-Python twin of the roofline's ``decode_step_times`` for one step.
 
     Same IEEE operations in the same order as the numpy formula, so bit-identical for
     dense (non-MoE) models without sliding windows; None for anything else.
     """
-    if getattr(model, "kind", None) != "roofline":
-        return None
-    try:
-        if model.model.num_experts or any(g.window is not None for g in model.groups):
-            return None
-        dense_w = model.dense_weight_bytes  # no MoE here (checked above)
-        bps = model.bytes_per_s
-        gfs = model.gemm_flops_per_s
-        fpt = model.flops_per_token
-        lm = model.lm_head_flops_per_request
-        tp = model.tp
-        eff = model.eff
-        if tp == 1:
-            ar_coef = None
-        else:
-            link = model.gpu.interconnect_bytes_per_s * eff.interconnect
-            ar_coef = (2.0 * (tp - 1) / tp, model.allreduce_bytes_per_token, link)
-        ar_lat = eff.allreduce_latency_s
-        two_layers = 2.0 * model.model.num_layers
-        step_oh = eff.step_overhead_s
-        req_oh = eff.per_request_overhead_s
-        afs = model.attn_flops_per_s
-        kernel = eff.attention_kernel_s
-        groups = [
-            (g.num_layers, g.decode_flops_per_pair, g.kv_bytes_per_token) for g in model.groups
-        ]
-    except AttributeError:
-        return None
+    twin = _scalar_decode(model)
+    return None if twin is None else twin.decode_time
 
-    def decode_time(batch: int, context: int) -> float:
-        if batch <= 0:
-            return 0.0
-        b = float(batch)
-        k = float(context)
-        weights = dense_w / bps
-        flops = (b * fpt + b * lm) / gfs
-        out = weights if weights >= flops else flops
-        if ar_coef is None:
-            out = out + 0.0
-        else:
-            c, per_tok, link = ar_coef
-            out = out + two_layers * (ar_lat + c * (b * per_tok) / link)
-        out = out + (step_oh + req_oh * b)
-        tokens = k + b
-        for layers, per_pair, kv_bytes in groups:
-            compute = tokens * per_pair / afs
-            memory = tokens * kv_bytes / bps
-            out = out + layers * ((compute if compute >= memory else memory) + kernel)
-        return out
 
-    return decode_time
+def roofline_scalar_stretch_times(
+    model: Any,
+) -> Callable[[float, float, int, int, int], tuple[list[float], list[float], float]] | None:
+    """``_ScalarDecode.stretch_times`` for the roofline ``model`` (None where
+    :func:`roofline_scalar_decode_time` is None)."""
+    twin = _scalar_decode(model)
+    return None if twin is None else twin.stretch_times
 
 
 def roofline_scalar_step_time(model: Any) -> Callable[[list[int], list[int]], float] | None:

@@ -20,7 +20,7 @@ from kvcore.fast_forward import plan_decode_stretch
 from kvcore.request import LoRARequest, Request
 from kvcore.scheduler import Scheduler
 from sim.records import RequestRecorder, StepRecorder
-from sim.step_timing import make_decode_timer, make_step_timer, timeout_at
+from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer, timeout_at
 
 SAMPLE_TOKEN_ID = 7
 FAST_FORWARD_HORIZON = 2048
@@ -80,6 +80,11 @@ class ReplicaEngine:
         self.fast_forward = fast_forward and self._vector_decode
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
         self._step_time = make_step_timer(latency_model)
+        self._stretch = (
+            make_stretch_timer(latency_model, self._decode_time)
+            if self._decode_time is not None
+            else None
+        )
         steps.num_writers += 1
         self.num_fast_forwarded = 0
         self.max_model_len = scheduler.max_model_len
@@ -208,7 +213,10 @@ class ReplicaEngine:
             )
         start = env.now
         yield env.timeout(duration)
-        yield env.timeout(0)  # let arrivals due at this instant join before the next step
+        if env.peek() <= env.now:
+            # Let arrivals due at this instant join before the next step (with no other
+            # event at this instant, the zero timeout would change nothing).
+            yield env.timeout(0)
         result = scheduler.update_from_output(out, sampled)
         now = env.now
         meta = self._meta
@@ -265,21 +273,11 @@ class ReplicaEngine:
         ``(starts, durations, end)`` with ``end`` the last step's end.
         """
         t = self.env.now
+        batch = stretch.batch_size
+        if self._stretch is not None:
+            return self._stretch(t, until, batch, stretch.context0, stretch.max_steps)
         starts: list[float] = []
         durations: list[float] = []
-        batch = stretch.batch_size
-        fn = self._decode_time
-        if fn is not None:
-            ctx = stretch.context0
-            for _ in range(stretch.max_steps):
-                if t >= until:
-                    break
-                d = fn(batch, ctx)
-                starts.append(t)
-                durations.append(d)
-                t = t + d
-                ctx += batch
-            return starts, durations, t
         all_d = self.latency_model.decode_step_times(
             np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens
         ).tolist()
@@ -337,12 +335,14 @@ class ReplicaEngine:
             if rids is not None:
                 self._write_decisions(rids, step0, 0, k, recs[0], finished)
             yield timeout_at(env, end)
-            yield env.timeout(0)
+            if env.peek() <= env.now:
+                yield env.timeout(0)
         else:
             free, cached, cached_free = recs
             for j in range(k):
                 yield env.timeout(durations[j])
-                yield env.timeout(0)
+                if env.peek() <= env.now:
+                    yield env.timeout(0)
                 steps.add_decode_steps(
                     self.replica_id,
                     step0 + j,

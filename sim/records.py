@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from array import array
+from itertools import chain
 from pathlib import Path
 from typing import IO
 
@@ -137,6 +138,8 @@ class StepRecorder:
         self.prefix_hits = 0
         self.num_writers = 0
         self.per_replica: dict[int, ReplicaSteps] = {}
+        self._usage_text: dict[int, str] = {}  # free-block count -> formatted KV usage
+        self._usage_usable = -1  # the usable block count the texts are for
 
     def _replica(self, replica: int) -> ReplicaSteps:
         rec = self.per_replica.get(replica)
@@ -227,26 +230,36 @@ class StepRecorder:
         ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
         """
         k = len(starts)
+        # KV usage takes few distinct values: its text is kept per free-block count.
         if usable_blocks:
             usage = [1.0 - f / usable_blocks for f in num_free_blocks]
         else:
             usage = [0.0] * k
+        memo = self._usage_text
+        if usable_blocks != self._usage_usable:
+            memo.clear()
+            self._usage_usable = usable_blocks
+        usage_text = []
+        for f, u in zip(num_free_blocks, usage):
+            text = memo.get(f)
+            if text is None:
+                text = memo[f] = _fmt(u)
+            usage_text.append(text)
         # One %-format over all rows: "%.9g" is _fmt's format, applied in C.
-        row = f"{replica},%d,%.9g,%.9g,{batch},0,0,{batch},0,%.9g,%d,%d,0,0,%d\n"
-        values = [
-            v
-            for fields in zip(
-                range(step0, step0 + k),
-                starts,
-                durations,
-                usage,
-                num_free_blocks,
-                num_cached_blocks,
-                num_cached_free,
+        row = f"{replica},%d,%.9g,%.9g,{batch},0,0,{batch},0,%s,%d,%d,0,0,%d\n"
+        text = (row * k) % tuple(
+            chain.from_iterable(
+                zip(
+                    range(step0, step0 + k),
+                    starts,
+                    durations,
+                    usage_text,
+                    num_free_blocks,
+                    num_cached_blocks,
+                    num_cached_free,
+                )
             )
-            for v in fields
-        ]
-        text = (row * k) % tuple(values)
+        )
         if last_running != batch:
             cut = text.rfind("\n", 0, len(text) - 1) + 1
             head, rest = text[:cut], text[cut:].split(",")

@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 import simpy
 
-from calibrate.roofline_scalar import roofline_scalar_decode_time, roofline_scalar_step_time
+from calibrate.roofline_scalar import (
+    roofline_scalar_decode_time,
+    roofline_scalar_step_time,
+    roofline_scalar_stretch_times,
+)
 
 
 def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
@@ -46,6 +50,53 @@ def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
     if any(fn(b, c) != r for (b, c), r in zip(pairs, ref)):
         return None
     return fn
+
+
+StretchTimer = Callable[[float, float, int, int, int], tuple[list[float], list[float], float]]
+
+
+def make_stretch_timer(
+    latency_model: Any, decode_time: Callable[[int, int], float]
+) -> StretchTimer:
+    """``f(start, until, batch, context0, max_steps) -> (starts, durations, end)``: the
+    steps of a decode stretch that start before ``until``, each duration
+    ``decode_time(batch, context0 + j * batch)`` and each start the running sum, as
+    stepping one by one would give (one call instead of one per step)."""
+    fast = roofline_scalar_stretch_times(latency_model)
+    if fast is not None and decode_time is not None:
+        rng = random.Random(2)
+        for _ in range(20):
+            b, c, t = rng.randint(1, 300), rng.randint(0, 10**6), rng.random() * 100
+            starts, durs, end = fast(t, t + 0.5, b, c, 64)
+            ctx, ref_t = c, t
+            for s0, d in zip(starts, durs):
+                if s0 != ref_t or d != decode_time(b, ctx):
+                    fast = None
+                    break
+                ref_t, ctx = ref_t + d, ctx + b
+            if fast is None or end != ref_t:
+                fast = None
+                break
+    if fast is not None:
+        return fast
+
+    def stretch(
+        start: float, until: float, batch: int, context0: int, max_steps: int
+    ) -> tuple[list[float], list[float], float]:
+        starts: list[float] = []
+        durations: list[float] = []
+        t, ctx = start, context0
+        for _ in range(max_steps):
+            if t >= until:
+                break
+            d = decode_time(batch, ctx)
+            starts.append(t)
+            durations.append(d)
+            t = t + d
+            ctx += batch
+        return starts, durations, t
+
+    return stretch
 
 
 def make_step_timer(latency_model: Any) -> Callable[[list[int], list[int]], float] | None:

@@ -77,10 +77,11 @@ class KeyedStreams:
 
 
 def random_tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
-    """``n`` token ids drawn uniformly from ``[0, vocab_size)``."""
+    """``n`` token ids drawn uniformly from ``[0, vocab_size)`` (64 raw bits each,
+    reduced modulo the vocabulary: a bias below ``vocab_size / 2**64``)."""
     if n <= 0:
         return []
-    return rng.integers(0, vocab_size, n).tolist()
+    return (rng.bit_generator.random_raw(n) % np.uint64(vocab_size)).tolist()
 
 
 def prefix_tokens(seed: int, group: int, n: int, vocab_size: int) -> list[int]:
