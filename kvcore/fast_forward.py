@@ -134,53 +134,85 @@ class DecodeStretch:
         if self.finishes and k == self.max_steps:
             finished = [r for r, left in zip(running, self.steps_left) if left == k]
         sched.finished_req_ids = set()
+        cur_free = free_queue.num_free_blocks
+        cur_cached = pool.num_cached_blocks
+        cur_cached_free = pool.num_cached_free_blocks
         if not alloc and not cache and not finished:
-            free = [free_queue.num_free_blocks] * k
-            cached = [pool.num_cached_blocks] * k
-            cached_free = [pool.num_cached_free_blocks] * k
+            free = [cur_free] * k
+            cached = [cur_cached] * k
+            cached_free = [cur_cached_free] * k
         else:
             free = []
             cached = []
             cached_free = []
-            for j in range(1, k + 1):
+            done = 0  # steps whose counts are recorded
+            event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
+            for j in event_steps:
+                if j - 1 > done:  # steps without events keep the counts
+                    gap = j - 1 - done
+                    free += [cur_free] * gap
+                    cached += [cur_cached] * gap
+                    cached_free += [cur_cached_free] * gap
+                self._step_events(alloc.get(j), cache.get(j))
                 if j == k and finished:
-                    self._finish_last_step(alloc.get(j, ()), cache.get(j, ()), finished)
-                    free.append(free_queue.num_free_blocks)
-                    cached.append(pool.num_cached_blocks)
-                    cached_free.append(pool.num_cached_free_blocks)
-                    break
-                for rid, required in alloc.get(j, ()):
-                    num_slots = required * bs
-                    for m in managers:
-                        m.allocate_new_blocks(rid, num_slots)
-                for req, num_tokens in cache.get(j, ()):
-                    for m in managers:
-                        m.cache_blocks(req, num_tokens)
-                free.append(free_queue.num_free_blocks)
-                cached.append(pool.num_cached_blocks)
-                cached_free.append(pool.num_cached_free_blocks)
+                    self._free_finished(finished)
+                cur_free = free_queue.num_free_blocks
+                cur_cached = pool.num_cached_blocks
+                cur_cached_free = pool.num_cached_free_blocks
+                free.append(cur_free)
+                cached.append(cur_cached)
+                cached_free.append(cur_cached_free)
+                done = j
+            if done < k:
+                gap = k - done
+                free += [cur_free] * gap
+                cached += [cur_cached] * gap
+                cached_free += [cur_cached_free] * gap
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
         return StretchRecords(free, cached, cached_free), finished
 
-    def _finish_last_step(
+    def _step_events(
         self,
-        allocs: list[tuple[str, int]] | tuple[()],
-        caches: list[tuple[Request, int]] | tuple[()],
-        finished: list[Request],
+        allocs: list[tuple[str, int]] | None,
+        caches: list[tuple[Request, int]] | None,
     ) -> None:
-        """The finishing step: its allocations and caching, then the frees in running
-        order (``check_stop``'s length cap, ``_free_request``), then ``running`` pruned."""
-        sched = self.scheduler
-        kvm = sched.kv_cache_manager
+        """One step's block allocations (running order, then group order) and prefix-cache
+        registrations, as ``allocate_slots`` makes them for a decode (what
+        ``FullAttentionManager.allocate_new_blocks`` / ``cache_blocks`` do, inlined)."""
+        kvm = self.scheduler.kv_cache_manager
+        pool = kvm.block_pool
         managers = kvm.coordinator.single_type_managers
-        bs = kvm.coordinator.block_size
-        for rid, required in allocs:
-            for m in managers:
-                m.allocate_new_blocks(rid, required * bs)
-        for req, num_tokens in caches:
-            for m in managers:
-                m.cache_blocks(req, num_tokens)
+        if allocs:
+            for rid, required in allocs:
+                for m in managers:
+                    blocks = m.req_to_blocks.get(rid)
+                    if blocks is None:
+                        blocks = m.req_to_blocks[rid] = []
+                    if required > len(blocks):
+                        blocks += pool.get_new_blocks(required - len(blocks))
+        if caches:
+            bs = kvm.coordinator.block_size
+            for req, num_tokens in caches:
+                rid = req.request_id
+                num_full = min(num_tokens, len(req.block_hashes) * bs) // bs
+                for m in managers:
+                    num_cached = m.num_cached_block.get(rid, 0)
+                    if num_cached < num_full:
+                        pool.cache_full_blocks(
+                            req,
+                            m.req_to_blocks[rid],
+                            num_cached,
+                            num_full,
+                            bs,
+                            m.kv_cache_group_id,
+                        )
+                        m.num_cached_block[rid] = num_full
+
+    def _free_finished(self, finished: list[Request]) -> None:
+        """After the finishing step's allocations: the frees in running order
+        (``check_stop``'s length cap, ``_free_request``), then ``running`` pruned."""
+        sched = self.scheduler
         for req in finished:
             req.status = RequestStatus.FINISHED_LENGTH_CAPPED
             sched._free_request(req)
