@@ -221,6 +221,45 @@ class KVCacheManager:
             )
         return self.create_kv_cache_blocks(new_blocks)
 
+    def allocate_running_slots(
+        self, request: Request, num_new_tokens: int, num_lookahead_tokens: int = 0
+    ) -> KVCacheBlocks | None:
+        """``allocate_slots(request, num_new_tokens, num_lookahead_tokens=...)`` for a
+        request already running (no prefix hits, no admission checks).
+
+        Same result; with one full-attention group, a request whose blocks already hold
+        the slots (most decode steps) skips the general bookkeeping: nothing is
+        allocated and only newly full blocks are registered, as ``allocate_slots`` does.
+        """
+        managers = self.full_attention_managers
+        if managers is None or len(managers) != 1 or num_new_tokens <= 0:
+            return self.allocate_slots(
+                request, num_new_tokens, num_lookahead_tokens=num_lookahead_tokens
+            )
+        m = managers[0]
+        request_id = request.request_id
+        blocks = m.req_to_blocks.get(request_id)
+        max_len = self.max_model_len
+        total_computed = request.num_computed_tokens
+        if total_computed > max_len:
+            total_computed = max_len
+        num_need_slot = total_computed + num_new_tokens + num_lookahead_tokens
+        if num_need_slot > max_len:
+            num_need_slot = max_len
+        if blocks is None or -(-num_need_slot // self._block_size) > len(blocks):
+            return self._allocate_full_attention(
+                request, num_new_tokens, num_lookahead_tokens, False, 0, True
+            )
+        if self.enable_caching:
+            bs = self._block_size
+            num_tokens = total_computed + num_new_tokens
+            if num_tokens > len(request._all_token_ids):
+                num_tokens = len(request._all_token_ids)
+            num_full = min(num_tokens, len(request.block_hashes) * bs) // bs
+            if m.num_cached_block.get(request_id, 0) < num_full:
+                m.cache_blocks(request, num_tokens)
+        return self.empty_kv_cache_blocks
+
     def _allocate_full_attention(
         self,
         request: Request,

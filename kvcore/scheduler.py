@@ -132,9 +132,7 @@ class Scheduler:
                 req_index += 1
                 continue
             while True:
-                new_blocks = kvm.allocate_slots(
-                    request, n, num_lookahead_tokens=self.num_lookahead_tokens
-                )
+                new_blocks = kvm.allocate_running_slots(request, n, self.num_lookahead_tokens)
                 if new_blocks is not None:
                     break
                 victim = self._pick_victim()
@@ -257,17 +255,23 @@ class Scheduler:
             request.num_in_flight_tokens -= n
             if request.is_finished():
                 continue
-            new_ids = list(sampled_token_ids.get(rid) or ())
-            if not new_ids:
+            sampled = sampled_token_ids.get(rid)
+            if not sampled:
                 continue
-            is_stopped = False
-            for i, token in enumerate(new_ids, 1):
-                request.append_output_token_ids(token)
-                if check_stop(request, self.max_model_len):
-                    request.num_computed_tokens -= len(new_ids) - i
-                    del new_ids[i:]
-                    is_stopped = True
-                    break
+            if len(sampled) == 1:  # the usual case, without the general loop
+                new_ids = [sampled[0]]
+                request.append_output_token_ids(sampled[0])
+                is_stopped = check_stop(request, self.max_model_len)
+            else:
+                new_ids = list(sampled)
+                is_stopped = False
+                for i, token in enumerate(new_ids, 1):
+                    request.append_output_token_ids(token)
+                    if check_stop(request, self.max_model_len):
+                        request.num_computed_tokens -= len(new_ids) - i
+                        del new_ids[i:]
+                        is_stopped = True
+                        break
             result.new_token_ids[rid] = new_ids
             if is_stopped:
                 self._free_request(request)

@@ -23,6 +23,7 @@ from sim.records import RequestRecorder, StepRecorder
 from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer, timeout_at
 
 SAMPLE_TOKEN_ID = 7
+_SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
 FAST_FORWARD_HORIZON = 2048
 """Most decode-only steps planned at once (longer stretches are planned again)."""
 
@@ -186,7 +187,7 @@ class ReplicaEngine:
         prefill = decode = 0
         context_sum = 0
         contexts = []
-        sampled: dict[str, list[int]] = {}
+        sampled: dict[str, tuple[int]] = {}
         for rid, n in n_sched.items():
             req = reqs[rid]
             ctx = req.num_computed_tokens - n
@@ -197,7 +198,7 @@ class ReplicaEngine:
             else:
                 prefill += n
             if not req.is_prefill_chunk:
-                sampled[rid] = [SAMPLE_TOKEN_ID]
+                sampled[rid] = _SAMPLED
         if prefill == 0 and self._vector_decode:
             # Decode-only steps use the vectorized formula, as fast-forward does, so
             # both paths give bit-identical durations.
