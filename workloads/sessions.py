@@ -99,8 +99,11 @@ class SessionPlanner:
         if self._group_cdf is not None and rng.random() < self._fraction:
             pick = int(np.searchsorted(self._group_cdf, rng.random(), side="right"))
             group = min(pick, len(self._group_cdf) - 1)
-        pick = int(np.searchsorted(self._prio_cdf, rng.random(), side="right"))
-        priority = self._prio_values[min(pick, len(self._prio_values) - 1)]
+        if len(self._prio_values) == 1:
+            priority = self._prio_values[0]  # nothing to draw
+        else:
+            pick = int(np.searchsorted(self._prio_cdf, rng.random(), side="right"))
+            priority = self._prio_values[min(pick, len(self._prio_values) - 1)]
         turns = self._turns.draw(rng) if self._turns is not None else 1
         if max_turns is not None:
             turns = min(turns, max_turns)
