@@ -33,6 +33,9 @@ class RequestStatus(enum.IntEnum):
         return status > RequestStatus.PREEMPTED
 
 
+_PREEMPTED = int(RequestStatus.PREEMPTED)  # statuses above it are final
+
+
 @dataclass(frozen=True)
 class LoRARequest:
     """Mirrors the hashed fields of ``vllm.lora.request.LoRARequest``.
@@ -165,6 +168,16 @@ class Request:
             self._all_token_ids.extend(token_ids)
         self.update_block_hashes()
 
+    def append_output_token_id(self, token_id: int) -> None:
+        """``append_output_token_ids`` for one token (the per-step hot path)."""
+        self._output_token_ids.append(token_id)
+        all_ids = self._all_token_ids
+        all_ids.append(token_id)
+        if self._block_hasher is not None and (
+            (len(self.block_hashes) + 1) * self._hash_block_size <= len(all_ids)
+        ):
+            self.block_hashes.extend(self._block_hasher(self))
+
     def update_block_hashes(self) -> None:
         """Hash the full blocks not hashed yet."""
         hasher = self._block_hasher
@@ -174,7 +187,7 @@ class Request:
             self.block_hashes.extend(hasher(self))
 
     def is_finished(self) -> bool:
-        return self.status > RequestStatus.PREEMPTED
+        return self.status > _PREEMPTED
 
     def __lt__(self, other: Request) -> bool:
         """Priority-queue order: priority, then arrival time, then request id."""
@@ -206,7 +219,10 @@ def check_stop(request: Request, max_model_len: int) -> bool:
         request.status = RequestStatus.FINISHED_STOPPED
         request.stop_reason = last
         return True
-    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+    if (
+        len(request._all_token_ids) >= max_model_len
+        or len(request._output_token_ids) >= request.max_tokens
+    ):
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True
     return False

@@ -260,7 +260,7 @@ class Scheduler:
                 continue
             if len(sampled) == 1:  # the usual case, without the general loop
                 new_ids = [sampled[0]]
-                request.append_output_token_ids(sampled[0])
+                request.append_output_token_id(sampled[0])
                 is_stopped = check_stop(request, self.max_model_len)
             else:
                 new_ids = list(sampled)
