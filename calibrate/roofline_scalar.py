@@ -1,7 +1,11 @@
-"""A pure-Python twin of ``RooflineLatencyModel.decode_step_times`` for one step.
+"""Pure-Python twins of ``RooflineLatencyModel``'s step formulas, for the engine loop.
 
-Lives beside the roofline so that the formula and its scalar copy change together;
-``sim.step_timing.make_decode_timer`` uses it only after checking bit-equality.
+``decode_time`` / ``stretch_times`` repeat ``decode_step_times``' IEEE operations in
+the same order (bit-identical: fast-forward relies on it, and
+``sim.step_timing.make_decode_timer`` / ``make_stretch_timer`` check it); ``step_time``
+follows ``step_time`` summing in request order (checked to 1e-12 by
+``make_step_timer``). They live beside the roofline so that formula and twins change
+together.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 
-class _ScalarDecode:
-    """The roofline's decode-step constants, and its formula in Python floats."""
+class _ScalarRoofline:
+    """The roofline's constants, and its step formulas in Python floats."""
 
     def __init__(self, model: Any) -> None:
         self.dense_w = model.dense_weight_bytes  # no MoE here (checked by the caller)
@@ -34,24 +38,65 @@ class _ScalarDecode:
         self.groups = [
             (g.num_layers, g.decode_flops_per_pair, g.kv_bytes_per_token) for g in model.groups
         ]
+        self.prefill_groups = [
+            (g.num_layers, g.prefill_flops_per_pair, g.kv_bytes_per_token) for g in model.groups
+        ]
 
-    def base_time(self, b: float) -> float:
-        """The step's terms that depend on the batch size only."""
+    def base_time(self, t: float, r: float) -> float:
+        """The step's terms that do not depend on context: weights or GEMM flops,
+        all-reduce and overheads, for ``t`` tokens of ``r`` requests."""
         weights = self.dense_w / self.bps
-        flops = (b * self.fpt + b * self.lm) / self.gfs
+        flops = (t * self.fpt + r * self.lm) / self.gfs
         out = weights if weights >= flops else flops
         if self.ar_coef is None:
             out = out + 0.0
         else:
             c, per_tok, link = self.ar_coef
-            out = out + self.two_layers * (self.ar_lat + c * (b * per_tok) / link)
-        return out + (self.step_oh + self.req_oh * b)
+            out = out + self.two_layers * (self.ar_lat + c * (t * per_tok) / link)
+        return out + (self.step_oh + self.req_oh * r)
+
+    def _attention(self, groups: list[tuple[int, float, float]], pairs: float, kv: float) -> float:
+        """Seconds of one attention phase over all layers (compute- or memory-bound)."""
+        out = 0.0
+        for layers, per_pair, kv_bytes in groups:
+            compute = pairs * per_pair / self.afs
+            memory = kv * kv_bytes / self.bps
+            out = out + layers * ((compute if compute >= memory else memory) + self.kernel)
+        return out
+
+    def step_time(self, new_tokens: list[int], context_tokens: list[int]) -> float:
+        """``step_time`` for per-request lists, summing in request order (numpy sums
+        pairwise, so the two may differ in the last bits)."""
+        n_tok = n_req = n_prefill = n_decode = 0
+        p_pairs = p_reach = d_pairs = d_reach = 0.0
+        for q, c in zip(new_tokens, context_tokens):
+            if q <= 0:
+                continue
+            n_tok += q
+            n_req += 1
+            end = c + q
+            if q == 1:
+                n_decode += 1
+                d_pairs += c + 1.0
+                d_reach += end
+            else:
+                n_prefill += 1
+                p_pairs += q * ((c + 1.0) + end) / 2.0
+                p_reach += end
+        if not n_req:
+            return 0.0
+        total = self.base_time(float(n_tok), float(n_req))
+        if n_prefill:
+            total += self._attention(self.prefill_groups, p_pairs, p_reach)
+        if n_decode:
+            total += self._attention(self.groups, d_pairs, d_reach)
+        return total
 
     def decode_time(self, batch: int, context: int) -> float:
         if batch <= 0:
             return 0.0
         b = float(batch)
-        out = self.base_time(b)
+        out = self.base_time(b, b)
         tokens = float(context) + b
         afs, bps, kernel = self.afs, self.bps, self.kernel
         for layers, per_pair, kv_bytes in self.groups:
@@ -73,7 +118,7 @@ class _ScalarDecode:
         if batch <= 0:
             return starts, durations, t
         b = float(batch)
-        base = self.base_time(b)
+        base = self.base_time(b, b)
         afs, bps, kernel, groups = self.afs, self.bps, self.kernel, self.groups
         ctx = context0
         for _ in range(max_steps):
@@ -92,13 +137,13 @@ class _ScalarDecode:
         return starts, durations, t
 
 
-def _scalar_decode(model: Any) -> _ScalarDecode | None:
+def _scalar_roofline(model: Any) -> _ScalarRoofline | None:
     if getattr(model, "kind", None) != "roofline":
         return None
     try:
         if model.model.num_experts or any(g.window is not None for g in model.groups):
             return None
-        return _ScalarDecode(model)
+        return _ScalarRoofline(model)
     except AttributeError:
         return None
 
@@ -109,99 +154,22 @@ def roofline_scalar_decode_time(model: Any) -> Callable[[int, int], float] | Non
     Same IEEE operations in the same order as the numpy formula, so bit-identical for
     dense (non-MoE) models without sliding windows; None for anything else.
     """
-    twin = _scalar_decode(model)
+    twin = _scalar_roofline(model)
     return None if twin is None else twin.decode_time
 
 
 def roofline_scalar_stretch_times(
     model: Any,
 ) -> Callable[[float, float, int, int, int], tuple[list[float], list[float], float]] | None:
-    """``_ScalarDecode.stretch_times`` for the roofline ``model`` (None where
+    """``_ScalarRoofline.stretch_times`` for the roofline ``model`` (None where
     :func:`roofline_scalar_decode_time` is None)."""
-    twin = _scalar_decode(model)
+    twin = _scalar_roofline(model)
     return None if twin is None else twin.stretch_times
 
 
 def roofline_scalar_step_time(model: Any) -> Callable[[list[int], list[int]], float] | None:
-    """A pure-Python twin of the roofline's ``step_time`` for small batches.
-
-    ``f(new_tokens, context_tokens)`` (lists, one entry per scheduled request) computes
-    the same formula as ``RooflineLatencyModel.step_time`` with Python floats, summing
-    in request order; numpy sums pairwise, so the two may differ in the last bits (the
-    caller checks agreement). None for MoE models and sliding windows.
-    """
-    if getattr(model, "kind", None) != "roofline":
-        return None
-    try:
-        if model.model.num_experts or any(g.window is not None for g in model.groups):
-            return None
-        weights_s = model.dense_weight_bytes / model.bytes_per_s
-        bps = model.bytes_per_s
-        gfs = model.gemm_flops_per_s
-        fpt = model.flops_per_token
-        lm = model.lm_head_flops_per_request
-        tp = model.tp
-        eff = model.eff
-        if tp == 1:
-            ar_coef = None
-        else:
-            link = model.gpu.interconnect_bytes_per_s * eff.interconnect
-            ar_coef = (2.0 * (tp - 1) / tp, model.allreduce_bytes_per_token, link)
-        ar_lat = eff.allreduce_latency_s
-        two_layers = 2.0 * model.model.num_layers
-        step_oh = eff.step_overhead_s
-        req_oh = eff.per_request_overhead_s
-        afs = model.attn_flops_per_s
-        kernel = eff.attention_kernel_s
-        groups = [
-            (
-                g.num_layers,
-                g.prefill_flops_per_pair,
-                g.decode_flops_per_pair,
-                g.kv_bytes_per_token,
-            )
-            for g in model.groups
-        ]
-    except AttributeError:
-        return None
-
-    def step_time(new_tokens: list[int], context_tokens: list[int]) -> float:
-        n_tok = 0
-        n_req = 0
-        p_pairs = p_reach = d_pairs = d_reach = 0.0
-        n_prefill = n_decode = 0
-        for q, c in zip(new_tokens, context_tokens):
-            if q <= 0:
-                continue
-            n_tok += q
-            n_req += 1
-            end = c + q
-            if q == 1:
-                n_decode += 1
-                d_pairs += c + 1.0
-                d_reach += end
-            else:
-                n_prefill += 1
-                p_pairs += q * ((c + 1.0) + end) / 2.0
-                p_reach += end
-        if not n_req:
-            return 0.0
-        t, r = float(n_tok), float(n_req)
-        flops_s = (t * fpt + r * lm) / gfs
-        total = weights_s if weights_s >= flops_s else flops_s
-        if ar_coef is not None:
-            c, per_tok, link = ar_coef
-            total += two_layers * (ar_lat + c * (t * per_tok) / link)
-        total += step_oh + req_oh * r
-        for layers, prefill_pp, decode_pp, kv_bytes in groups:
-            if n_prefill:
-                compute = p_pairs * prefill_pp / afs
-                memory = p_reach * kv_bytes / bps
-                total += layers * ((compute if compute >= memory else memory) + kernel)
-            if n_decode:
-                compute = d_pairs * decode_pp / afs
-                memory = d_reach * kv_bytes / bps
-                total += layers * ((compute if compute >= memory else memory) + kernel)
-        return total
-
-    return step_time
+    """A pure-Python twin of the roofline's ``step_time`` for small batches:
+    ``f(new_tokens, context_tokens)`` on per-request lists (the caller checks that it
+    agrees). None for MoE models and sliding windows."""
+    twin = _scalar_roofline(model)
+    return None if twin is None else twin.step_time

@@ -193,8 +193,8 @@ class FastBlockHasher:
     (``PYTHONHASHSEED`` only salts str/bytes, and extra keys are reduced to ints with
     SHA-256 first). The simulator writes no hash values anywhere, so which function
     hashes changes no result unless two different prefixes collide (probability about
-    ``n**2 / 2**65`` for ``n`` distinct blocks); it is about four times cheaper than
-    ``sha256`` of a pickle.
+    ``n**2 / 2**65`` for ``n`` distinct blocks) and it costs a fraction of ``sha256``
+    of a pickle.
     """
 
     __slots__ = ("_extra_ids", "hash_block_size", "none_hash")

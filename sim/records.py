@@ -245,9 +245,11 @@ class StepRecorder:
             if text is None:
                 text = memo[f] = _fmt(u)
             usage_text.append(text)
-        # One %-format over all rows: "%.9g" is _fmt's format, applied in C.
+        # One %-format over all rows: "%.9g" is _fmt's format, applied in C. The last
+        # row's num_running is last_running (requests may finish in the last step).
         row = f"{replica},%d,%.9g,%.9g,{batch},0,0,{batch},0,%s,%d,%d,0,0,%d\n"
-        text = (row * k) % tuple(
+        last = f"{replica},%d,%.9g,%.9g,{last_running},0,0,{batch},0,%s,%d,%d,0,0,%d\n"
+        text = (row * (k - 1) + last) % tuple(
             chain.from_iterable(
                 zip(
                     range(step0, step0 + k),
@@ -260,11 +262,6 @@ class StepRecorder:
                 )
             )
         )
-        if last_running != batch:
-            cut = text.rfind("\n", 0, len(text) - 1) + 1
-            head, rest = text[:cut], text[cut:].split(",")
-            rest[4] = str(last_running)
-            text = head + ",".join(rest)
         self._sink.add_lines(text, k)
         self.duration_s.extend(durations)
         self.kv_usage.extend(usage)
