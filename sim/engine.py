@@ -28,6 +28,12 @@ FAST_FORWARD_HORIZON = 2048
 """Most decode-only steps planned at once (longer stretches are planned again)."""
 
 
+class _StepTimeout(simpy.Timeout):
+    """A replica's step timeout. With several replicas and a workload that does not
+    react to finishes, another replica's stretch may run past these (no replica's
+    steps look at another's state; only arrivals, through the router, do)."""
+
+
 class SimulationStuck(RuntimeError):
     """Requests wait but none can ever be scheduled (the KV cache is too small)."""
 
@@ -87,7 +93,8 @@ class ReplicaEngine:
             else None
         )
         steps.num_writers += 1
-        self.num_fast_forwarded = 0
+        self.num_fast_forwarded = 0  # steps advanced by fast-forward
+        self.num_stretches = 0  # fast-forward stretches (of one step or more)
         self.max_model_len = scheduler.max_model_len
         self.pool = scheduler.kv_cache_manager.block_pool
         self.num_steps = 0
@@ -213,7 +220,7 @@ class ReplicaEngine:
                 )
             )
         start = env.now
-        yield env.timeout(duration)
+        yield _StepTimeout(env, duration)
         if env.peek() <= env.now:
             # Let arrivals due at this instant join before the next step (with no other
             # event at this instant, the zero timeout would change nothing).
@@ -305,7 +312,7 @@ class ReplicaEngine:
         if self._pending or scheduler.waiting or not scheduler.running:
             return False
         env = self.env
-        next_event = env.peek()
+        next_event = self._stretch_bound()
         if next_event <= env.now:
             return False
         stretch = plan_decode_stretch(scheduler, FAST_FORWARD_HORIZON)
@@ -326,6 +333,7 @@ class ReplicaEngine:
         step0 = self.num_steps
         self.num_steps += k
         self.num_fast_forwarded += k
+        self.num_stretches += 1
         usable = self.pool.num_gpu_blocks - 1
         steps = self.steps
         last_running = batch - len(finished)
@@ -341,7 +349,7 @@ class ReplicaEngine:
         else:
             free, cached, cached_free = recs
             for j in range(k):
-                yield env.timeout(durations[j])
+                yield _StepTimeout(env, durations[j])
                 if env.peek() <= env.now:
                     yield env.timeout(0)
                 steps.add_decode_steps(
@@ -367,6 +375,19 @@ class ReplicaEngine:
             for req in finished:
                 self._finish(req, now)
         return True
+
+    def _stretch_bound(self) -> float:
+        """The time before which a stretch's steps must start: the next SimPy event;
+        with several replicas and a workload that does not react to finishes, the next
+        event that is not another replica's step (steps of different replicas do not
+        look at each other; arrivals, through the router, do)."""
+        env = self.env
+        if self.steps.num_writers == 1 or self.workload.reacts_to_finish:
+            return env.peek()
+        return min(
+            (when for when, _, _, event in env._queue if type(event) is not _StepTimeout),
+            default=float("inf"),
+        )
 
     def _write_decisions(
         self,

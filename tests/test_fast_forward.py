@@ -111,12 +111,21 @@ def _strip_wall(obj: Any) -> Any:
     return obj
 
 
+ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_aware")
+
+
 def _simulate(
-    workload: Path, eng: dict[str, Any], model: str, replicas: int, out: Path, ff: bool
+    workload: Path,
+    eng: dict[str, Any],
+    model: str,
+    replicas: int,
+    out: Path,
+    ff: bool,
+    router: str = "round_robin",
 ) -> dict[str, Any]:
     resolved = resolve_run(RunSpec(workload=str(workload), model=model, engine=EngineConfig(**eng)))
     out.mkdir()
-    kwargs: dict[str, Any] = {"num_replicas": replicas} if replicas > 1 else {}
+    kwargs: dict[str, Any] = {"num_replicas": replicas, "router": router} if replicas > 1 else {}
     return simulate(resolved, out, decisions=True, fast_forward=ff, **kwargs)
 
 
@@ -126,8 +135,11 @@ def test_fast_forward_identical(case: int, tmp_path: Path) -> None:
     wl, eng, model, replicas = _case(case)
     path = tmp_path / "wl.yaml"
     path.write_text(yaml.safe_dump(wl))
-    on = _simulate(path, eng, model, replicas, tmp_path / "on", True)
-    off = _simulate(path, eng, model, replicas, tmp_path / "off", False)
+    # Routers that read the replicas' state (queue, KV usage, prefix cache) check that
+    # fast-forward never lets an arrival see a replica mid-stretch.
+    router = ROUTERS[case % len(ROUTERS)]
+    on = _simulate(path, eng, model, replicas, tmp_path / "on", True, router)
+    off = _simulate(path, eng, model, replicas, tmp_path / "off", False, router)
     assert _strip_wall(on) == _strip_wall(off)
     for name in FILES:
         a = (tmp_path / "on" / name).read_bytes()
@@ -138,6 +150,14 @@ def test_fast_forward_identical(case: int, tmp_path: Path) -> None:
 def test_cases_cover_the_space() -> None:
     """The random cases include every feature the exactness claim is about."""
     cases = [_case(i) for i in range(CASES)]
+    # Several replicas, open loop (stretches may pass the other replicas' steps), with
+    # each router, state-reading ones included.
+    routed = {
+        ROUTERS[i % len(ROUTERS)]
+        for i, (wl, _, _, replicas) in enumerate(cases)
+        if replicas > 1 and "sessions" not in wl and wl["arrival"]["type"] != "burst"
+    }
+    assert routed == set(ROUTERS)
     assert any(wl["arrival"]["type"] == "burst" for wl, *_ in cases)
     assert any("shared_prefix" in wl for wl, *_ in cases)
     assert any("sessions" in wl for wl, *_ in cases)
@@ -149,13 +169,15 @@ def test_cases_cover_the_space() -> None:
     assert any(m == "Gemma-3-27B" for *_, m, _ in cases)
 
 
-def _light_engine(tmp_path: Path, fast_forward: bool | None) -> tuple[ReplicaEngine, dict]:
-    """Simulate a light-load workload; return the engine and the summary."""
+def _light_engines(
+    tmp_path: Path, fast_forward: bool | None, rate: float = 1.0, n: int = 20, **kwargs: Any
+) -> tuple[list[ReplicaEngine], dict]:
+    """Simulate a light-load workload; return the engines and the summary."""
     wl = {
         "name": "light",
         "seed": 3,
-        "num_requests": 20,
-        "arrival": {"type": "poisson", "rate": 1.0},
+        "num_requests": n,
+        "arrival": {"type": "poisson", "rate": rate},
         "prompt_len": 100,
         "output_len": 100,
     }
@@ -171,12 +193,18 @@ def _light_engine(tmp_path: Path, fast_forward: bool | None) -> tuple[ReplicaEng
 
     ReplicaEngine.__init__ = spy  # type: ignore[method-assign]
     try:
-        out = tmp_path / f"light-{fast_forward}"
+        out = tmp_path / f"light-{fast_forward}-{len(kwargs)}"
         out.mkdir()
-        kwargs = {} if fast_forward is None else {"fast_forward": fast_forward}
+        if fast_forward is not None:
+            kwargs["fast_forward"] = fast_forward
         summary = simulate(resolved, out, **kwargs)
     finally:
         ReplicaEngine.__init__ = original  # type: ignore[method-assign]
+    return engines, summary
+
+
+def _light_engine(tmp_path: Path, fast_forward: bool | None) -> tuple[ReplicaEngine, dict]:
+    engines, summary = _light_engines(tmp_path, fast_forward)
     assert len(engines) == 1
     return engines[0], summary
 
@@ -190,6 +218,29 @@ def test_fast_forward_engages_by_default(tmp_path: Path) -> None:
     assert engine.num_fast_forwarded > summary["num_steps"] // 2
     off, _ = _light_engine(tmp_path, False)
     assert off.num_fast_forwarded == 0
+
+
+def test_fast_forward_engages_with_several_replicas(tmp_path: Path) -> None:
+    """With an open-loop workload, one replica's stretch runs past the other replicas'
+    steps (only arrivals bound it): most steps are fast-forwarded, results unchanged."""
+    runs = {}
+    for ff in (True, False):
+        engines, summary = _light_engines(
+            tmp_path, ff, rate=10.0, n=60, num_replicas=2, router="least_kv"
+        )
+        assert len(engines) == 2
+        out = tmp_path / f"light-{ff}-2"
+        runs[ff] = (engines, summary, [(out / f).read_bytes() for f in FILES[:2]])
+    engines, summary, files = runs[True]
+    assert sum(e.num_fast_forwarded for e in engines) > summary["num_steps"] // 2
+    # Stretches span many steps (about one per step if each replica's steps cut the
+    # other's stretches).
+    steps_per_stretch = sum(e.num_fast_forwarded for e in engines) / sum(
+        e.num_stretches for e in engines
+    )
+    assert steps_per_stretch > 5
+    assert files == runs[False][2]
+    assert _strip_wall(summary) == _strip_wall(runs[False][1])
 
 
 # ---- plan_decode_stretch ------------------------------------------------------------

@@ -34,7 +34,12 @@ class Workload:
             workload is bounded by a duration instead.
         all_submitted: after ``start``, a SimPy event that fires when ``done()``
             becomes true, for engines that want to wait on it.
+        reacts_to_finish: whether ``on_finish`` may lead to a later submit (closed
+            loops, sessions). When False, what a run submits and when depends on the
+            arrival process alone (fast-forward uses this with several replicas).
     """
+
+    reacts_to_finish = True
 
     def __init__(self, name: str, spec: dict[str, Any], num_requests: int | None) -> None:
         self.name = name

@@ -48,6 +48,9 @@ class SyntheticWorkload(Workload):
     ) -> None:
         """``base_dir``: where ``empirical`` paths are resolved; ``file``: for errors."""
         super().__init__(name, resolved or spec.model_dump(mode="json"), spec.num_requests)
+        self.reacts_to_finish = spec.sessions is not None or isinstance(
+            spec.arrival, ClosedLoopArrival
+        )
         self.workload_spec = spec
         prompt, output, turns = build_samplers(spec, Path(base_dir), file)
         self._planner = SessionPlanner(spec, spec.seed, prompt, output, turns)

@@ -21,6 +21,8 @@ from workloads.traces.table import TraceTable
 class TraceWorkload(Workload):
     """Replays a ``TraceTable`` at its arrival times (seconds)."""
 
+    reacts_to_finish = False  # arrival times are fixed by the trace
+
     def __init__(
         self, table: TraceTable, name: str, source: str, seed: int = 0, vocab_size: int = 32000
     ) -> None:
