@@ -117,22 +117,30 @@ class Scheduler:
     def _schedule_running(self, plan: _StepPlan, threshold: int) -> None:
         running = self.running
         kvm = self.kv_cache_manager
+        allocate = kvm.allocate_running_slots
+        lookahead = self.num_lookahead_tokens
+        max_model_len = self.max_model_len
         req_index = 0
         while req_index < len(running) and plan.budget > 0:
             request = running[req_index]
+            computed = request.num_computed_tokens
             n = (
-                request.num_tokens_with_spec
+                len(request._all_token_ids)
+                + len(request.spec_token_ids)
                 + request.num_output_placeholders
-                - request.num_computed_tokens
+                - computed
             )
             if 0 < threshold < n:
                 n = threshold
-            n = min(n, plan.budget, self.max_model_len - request.num_computed_tokens - 1)
+            if n > plan.budget:
+                n = plan.budget
+            if n > max_model_len - computed - 1:
+                n = max_model_len - computed - 1
             if n == 0:
                 req_index += 1
                 continue
             while True:
-                new_blocks = kvm.allocate_running_slots(request, n, self.num_lookahead_tokens)
+                new_blocks = allocate(request, n, lookahead)
                 if new_blocks is not None:
                     break
                 victim = self._pick_victim()
@@ -248,12 +256,13 @@ class Scheduler:
         """Append sampled tokens, stop finished requests and free their blocks."""
         result = EngineStepOutput()
         stopped: list[Request] = []
+        preempted = RequestStatus.PREEMPTED
         for rid, n in scheduler_output.num_scheduled_tokens.items():
             request = self.requests.get(rid)
             if request is None:
                 continue
             request.num_in_flight_tokens -= n
-            if request.is_finished():
+            if request.status > preempted:  # finished (is_finished)
                 continue
             sampled = sampled_token_ids.get(rid)
             if not sampled:
