@@ -7,6 +7,7 @@
 (c) heavy load: the requests all queued at t = 0 (arrival ``burst``), max_num_seqs
     128: engine steps per wall-second.
 (d) ``--million``: 1,000,000 ``chat`` requests: wall time and peak RSS (target < 2 GB).
+(e) two replicas (round robin), the workload of (a) at 8 req/s.
 
 Each run is a fresh ``python`` process (``--child``) so start-up and peak RSS are the
 run's own; records go to a temporary directory; plots and the HTML report are skipped.
@@ -34,7 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _child(workload: str, model: str, gpu: str, ff: bool, max_num_seqs: int | None) -> None:
+def _child(
+    workload: str, model: str, gpu: str, ff: bool, max_num_seqs: int | None, replicas: int = 1
+) -> None:
     """Simulate once in this process; print one JSON line of figures."""
     t0 = time.perf_counter()
     import resource
@@ -49,7 +52,7 @@ def _child(workload: str, model: str, gpu: str, ff: bool, max_num_seqs: int | No
     t1 = time.perf_counter()
     cpu1 = time.process_time()
     with tempfile.TemporaryDirectory() as out:
-        summary = simulate(resolved, Path(out), fast_forward=ff)
+        summary = simulate(resolved, Path(out), fast_forward=ff, num_replicas=replicas)
     t2 = time.perf_counter()
     print(
         json.dumps(
@@ -65,10 +68,17 @@ def _child(workload: str, model: str, gpu: str, ff: bool, max_num_seqs: int | No
     )
 
 
-def _run(workload: str, ff: bool, model: str, gpu: str, max_num_seqs: int | None = None) -> dict:
+def _run(
+    workload: str,
+    ff: bool,
+    model: str,
+    gpu: str,
+    max_num_seqs: int | None = None,
+    replicas: int = 1,
+) -> dict:
     """One child process; its figures plus the process wall time (start-up included)."""
     cmd = [sys.executable, __file__, "--child", workload, model, gpu, "1" if ff else "0"]
-    cmd.append(str(max_num_seqs or 0))
+    cmd += [str(max_num_seqs or 0), str(replicas)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
     wall = time.perf_counter() - t0
@@ -87,9 +97,15 @@ def _yaml(tmp: Path, name: str, rate: float | None, num: int) -> str:
     return str(path)
 
 
-def _both(label: str, workload: str, args: argparse.Namespace, seqs: int | None = None) -> None:
+def _both(
+    label: str,
+    workload: str,
+    args: argparse.Namespace,
+    seqs: int | None = None,
+    replicas: int = 1,
+) -> None:
     model, gpu = "Llama-3.1-8B", "A100-80GB"
-    on = _run(workload, True, model, gpu, seqs)
+    on = _run(workload, True, model, gpu, seqs, replicas)
     print(
         f"{label} FF on : wall {on['wall_s']:.2f} s (start-up {on['startup_s']:.2f} s, "
         f"sim {on['sim_s']:.2f} s, sim cpu {on['sim_cpu_s']:.2f} s), "
@@ -99,7 +115,7 @@ def _both(label: str, workload: str, args: argparse.Namespace, seqs: int | None 
     )
     if args.no_off:
         return
-    off = _run(workload, False, model, gpu, seqs)
+    off = _run(workload, False, model, gpu, seqs, replicas)
     print(
         f"{label} FF off: wall {off['wall_s']:.2f} s (start-up {off['startup_s']:.2f} s, "
         f"sim {off['sim_s']:.2f} s, sim cpu {off['sim_cpu_s']:.2f} s), "
@@ -117,11 +133,11 @@ def _both(label: str, workload: str, args: argparse.Namespace, seqs: int | None 
 def main() -> int:
     """Run the selected benchmarks; print each figure with fast-forward on and off."""
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        wl, model, gpu, ff, seqs = sys.argv[2:7]
-        _child(wl, model, gpu, ff == "1", int(seqs) or None)
+        wl, model, gpu, ff, seqs, replicas = sys.argv[2:8]
+        _child(wl, model, gpu, ff == "1", int(seqs) or None, int(replicas))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default="abc", help="which of a, b, c to run (e.g. 'ac')")
+    p.add_argument("--only", default="abce", help="which of a, b, c, e to run (e.g. 'ac')")
     p.add_argument("--no-off", action="store_true", help="skip the fast-forward-off runs")
     p.add_argument("--million", action="store_true", help="also run (d): 1,000,000 chat")
     p.add_argument("--heavy-requests", type=int, default=2000, help="requests in (c)")
@@ -140,6 +156,9 @@ def main() -> int:
         if "c" in args.only:
             heavy = _yaml(tmp, "burst", None, args.heavy_requests)
             _both("(c) burst, 128 seqs", heavy, args, seqs=128)
+        if "e" in args.only:
+            two = _yaml(tmp, "vidur8", 8.0, 20000)
+            _both("(e) 2 replicas, 8 req/s", two, args, replicas=2)
         if args.million:
             import yaml
 
