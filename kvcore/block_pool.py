@@ -230,12 +230,23 @@ class BlockPool:
         evicted = 0
         # Popped blocks keep stale queue links: nothing reads them while a block is
         # referenced (touch only unlinks blocks whose ref_cnt is 0, free relinks).
+        maps = self._maps
+        events = self.enable_kv_cache_events
         for _ in range(num_blocks):
             append(block)
             block.ref_cnt = 1  # free blocks are unreferenced
-            if block._hash is not None:
+            h = block._hash
+            if h is not None:
                 evicted += 1
-                self._evict_cached_block(block)
+                # _evict_cached_block, inlined for its usual case: the block is the
+                # only one cached under its hash.
+                cache = maps[block._group]
+                if not events and cache.get(h) is block:
+                    del cache[h]
+                    block._hash = None
+                    self.num_cached_blocks -= 1
+                else:
+                    self._evict_cached_block(block)
             block = block.next_free_block
         head.next_free_block = block
         block.prev_free_block = head
