@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -32,6 +32,19 @@ class _StepTimeout(simpy.Timeout):
     """A replica's step timeout. With several replicas and a workload that does not
     react to finishes, another replica's stretch may run past these (no replica's
     steps look at another's state; only arrivals, through the router, do)."""
+
+
+class _Segment(NamedTuple):
+    """One applied fast-forward stretch: its steps' numbers, times and block counts."""
+
+    step0: int
+    starts: list[float]
+    durations: list[float]
+    end: float
+    batch: int
+    records: Any  # StretchRecords
+    finished: list[Request]
+    rids: list[str] | None  # scheduled request ids, when decisions are written
 
 
 class SimulationStuck(RuntimeError):
@@ -274,13 +287,16 @@ class ReplicaEngine:
         for req in result.finished_requests:
             self._finish(req, now)
 
-    def _stretch_times(self, stretch: Any, until: float) -> tuple[list[float], list[float], float]:
-        """Start times and durations of the stretch's steps that start before ``until``.
+    def _stretch_times(
+        self, stretch: Any, start: float, until: float
+    ) -> tuple[list[float], list[float], float]:
+        """Start times and durations of the stretch's steps, from ``start``, that start
+        before ``until``.
 
         Times are summed one step after another, as per-step timeouts would; returns
         ``(starts, durations, end)`` with ``end`` the last step's end.
         """
-        t = self.env.now
+        t = start
         batch = stretch.batch_size
         if self._stretch is not None:
             return self._stretch(t, until, batch, stretch.context0, stretch.max_steps)
@@ -297,83 +313,101 @@ class ReplicaEngine:
             t = t + d
         return starts, durations, t
 
-    def _try_fast_forward(self):
-        """Advance a stretch of decode-only steps at once; yield its timeouts.
-
-        Returns True when it advanced. The stretch's steps all start before the next
-        SimPy event (an arrival or another replica's step), none needs a block the pool
-        cannot serve, and its last step may be one in which requests finish if that step
-        also ends before the next event (frees are visible to routers). With one replica
-        writing the records, the whole stretch is one event at its exact end time; with
-        several, each step keeps its own events and writes its rows when it ends, so
-        rows interleave across replicas as they do step by step.
-        """
+    def _segment(self, start: float, until: float) -> _Segment | None:
+        """Plan and apply one stretch whose first step starts at ``start``; None when
+        no step can be fast-forwarded. Its steps start before ``until``; a finishing
+        last step must also end before it (frees are visible to routers)."""
         scheduler = self.scheduler
-        if self._pending or scheduler.waiting or not scheduler.running:
-            return False
-        env = self.env
-        next_event = self._stretch_bound()
-        if next_event <= env.now:
-            return False
         stretch = plan_decode_stretch(scheduler, FAST_FORWARD_HORIZON)
         if stretch is None:
-            return False
-        starts, durations, end = self._stretch_times(stretch, next_event)
+            return None
+        starts, durations, end = self._stretch_times(stretch, start, until)
         k = len(starts)
-        if k == stretch.max_steps and stretch.finishes and not end < next_event:
+        if k == stretch.max_steps and stretch.finishes and not end < until:
             k -= 1  # the finishing step would end at or after the next event
             if k:
                 end = starts[k]
                 del starts[k:], durations[k:]
         if k < 1:
-            return False
-        batch = stretch.batch_size
+            return None
         rids = [r.request_id for r in scheduler.running] if self.decisions is not None else None
         recs, finished = stretch.apply(k, SAMPLE_TOKEN_ID)
         step0 = self.num_steps
         self.num_steps += k
         self.num_fast_forwarded += k
         self.num_stretches += 1
-        usable = self.pool.num_gpu_blocks - 1
-        steps = self.steps
-        last_running = batch - len(finished)
-        if steps.num_writers == 1:
-            steps.add_decode_steps(
-                self.replica_id, step0, starts, durations, batch, last_running, usable, *recs
-            )
-            if rids is not None:
-                self._write_decisions(rids, step0, 0, k, recs[0], finished)
-            yield timeout_at(env, end)
+        return _Segment(step0, starts, durations, end, stretch.batch_size, recs, finished, rids)
+
+    def _write_segment(self, seg: _Segment, lo: int, hi: int) -> None:
+        """Rows (and decisions) of the segment's steps ``lo .. hi - 1``."""
+        last = hi == len(seg.starts)
+        batch = seg.batch
+        free, cached, cached_free = seg.records
+        self.steps.add_decode_steps(
+            self.replica_id,
+            seg.step0 + lo,
+            seg.starts[lo:hi],
+            seg.durations[lo:hi],
+            batch,
+            batch - len(seg.finished) if last else batch,
+            self.pool.num_gpu_blocks - 1,
+            free[lo:hi],
+            cached[lo:hi],
+            cached_free[lo:hi],
+        )
+        if seg.rids is not None:
+            self._write_decisions(seg.rids, seg.step0, lo, hi, free, seg.finished if last else [])
+
+    def _try_fast_forward(self):
+        """Advance stretches of decode-only steps at once; yield their timeouts.
+
+        Returns True when it advanced. A stretch's steps all start before the next SimPy
+        event that may look at this replica (an arrival; with a workload that reacts to
+        finishes or one replica, any event), none needs a block the pool cannot serve,
+        and its last step may be one in which requests finish if that step also ends
+        before that event. With one replica writing the records, the stretch is one
+        event at its exact end time, and when the workload does not react to finishes
+        the next stretch is chained on at once (the finished requests are recorded at
+        their own finish times); with several, each step keeps its own events and
+        writes its rows when it ends, so rows interleave across replicas as they do step
+        by step.
+        """
+        scheduler = self.scheduler
+        if self._pending or scheduler.waiting or not scheduler.running:
+            return False
+        env = self.env
+        until = self._stretch_bound()
+        if until <= env.now:
+            return False
+        seg = self._segment(env.now, until)
+        if seg is None:
+            return False
+        if self.steps.num_writers == 1:
+            chain = not self.workload.reacts_to_finish
+            done: list[tuple[Request, float]] = []
+            while True:
+                self._write_segment(seg, 0, len(seg.starts))
+                done += [(req, seg.end) for req in seg.finished]
+                if not (chain and seg.finished and scheduler.running):
+                    break
+                nxt = self._segment(seg.end, until)
+                if nxt is None:
+                    break
+                seg = nxt
+            yield timeout_at(env, seg.end)
             if env.peek() <= env.now:
                 yield env.timeout(0)
         else:
-            free, cached, cached_free = recs
-            for j in range(k):
-                yield _StepTimeout(env, durations[j])
+            for j in range(len(seg.starts)):
+                yield _StepTimeout(env, seg.durations[j])
                 if env.peek() <= env.now:
                     yield env.timeout(0)
-                steps.add_decode_steps(
-                    self.replica_id,
-                    step0 + j,
-                    starts[j : j + 1],
-                    durations[j : j + 1],
-                    batch,
-                    last_running if j == k - 1 else batch,
-                    usable,
-                    free[j : j + 1],
-                    cached[j : j + 1],
-                    cached_free[j : j + 1],
-                )
-                if rids is not None:
-                    self._write_decisions(
-                        rids, step0, j, j + 1, free, finished if j == k - 1 else []
-                    )
+                self._write_segment(seg, j, j + 1)
+            done = [(req, env.now) for req in seg.finished]
         if self.check:
             scheduler.check_invariants()
-        if finished:
-            now = env.now
-            for req in finished:
-                self._finish(req, now)
+        for req, when in done:
+            self._finish(req, when)
         return True
 
     def _stretch_bound(self) -> float:
