@@ -1,0 +1,222 @@
+"""Fast-forward in the engine loop: stretches of decode-only steps advanced at once.
+
+:class:`FastForwardSteps` is the part of :class:`sim.engine.ReplicaEngine` that plans
+stretches with :func:`kvcore.fast_forward.plan_decode_stretch`, times them, applies
+them and writes their records exactly as stepping one by one would.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import numpy as np
+import simpy
+
+from kvcore.fast_forward import plan_decode_stretch
+from kvcore.request import Request
+from sim.step_timing import timeout_at
+
+SAMPLE_TOKEN_ID = 7
+"""The id of every sampled token (EOS is ignored, so requests run to max_tokens)."""
+FAST_FORWARD_HORIZON = 2048
+"""Most decode-only steps planned at once (longer stretches are planned again)."""
+
+
+class StepTimeout(simpy.Timeout):
+    """A replica's step timeout. With several replicas and a workload that does not
+    react to finishes, another replica's stretch may run past these (no replica's
+    steps look at another's state; only arrivals, through the router, do)."""
+
+
+class _Segment(NamedTuple):
+    """One applied fast-forward stretch: its steps' numbers, times and block counts."""
+
+    step0: int
+    starts: list[float]
+    durations: list[float]
+    end: float
+    batch: int
+    records: Any  # StretchRecords
+    finished: list[Request]
+    rids: list[str] | None  # scheduled request ids, when decisions are written
+
+
+class FastForwardSteps:
+    """Fast-forward methods of ``ReplicaEngine`` (a mixin: it uses the engine's
+    ``env``, ``scheduler``, ``steps``, ``decisions``, ``pool``, ``workload``, timers,
+    counters and ``_finish``)."""
+
+    env: simpy.Environment
+    scheduler: Any
+    steps: Any
+    decisions: Any
+    pool: Any
+    workload: Any
+    replica_id: int
+    latency_model: Any
+    num_steps: int
+    num_fast_forwarded: int
+    num_stretches: int
+    _pending: list[Any]
+    _stretch: Any
+
+    def _finish(self, req: Request, now: float) -> None:
+        raise NotImplementedError
+
+    def _stretch_times(
+        self, stretch: Any, start: float, until: float
+    ) -> tuple[list[float], list[float], float]:
+        """Start times and durations of the stretch's steps, from ``start``, that start
+        before ``until``.
+
+        Times are summed one step after another, as per-step timeouts would; returns
+        ``(starts, durations, end)`` with ``end`` the last step's end.
+        """
+        t = start
+        batch = stretch.batch_size
+        if self._stretch is not None:
+            return self._stretch(t, until, batch, stretch.context0, stretch.max_steps)
+        starts: list[float] = []
+        durations: list[float] = []
+        all_d = self.latency_model.decode_step_times(
+            np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens
+        ).tolist()
+        for d in all_d:
+            if t >= until:
+                break
+            starts.append(t)
+            durations.append(d)
+            t = t + d
+        return starts, durations, t
+
+    def _segment(self, start: float, until: float) -> _Segment | None:
+        """Plan and apply one stretch whose first step starts at ``start``; None when
+        no step can be fast-forwarded. Its steps start before ``until``; a finishing
+        last step must also end before it (frees are visible to routers)."""
+        scheduler = self.scheduler
+        stretch = plan_decode_stretch(scheduler, FAST_FORWARD_HORIZON)
+        if stretch is None:
+            return None
+        starts, durations, end = self._stretch_times(stretch, start, until)
+        k = len(starts)
+        if k == stretch.max_steps and stretch.finishes and not end < until:
+            k -= 1  # the finishing step would end at or after the next event
+            if k:
+                end = starts[k]
+                del starts[k:], durations[k:]
+        if k < 1:
+            return None
+        rids = [r.request_id for r in scheduler.running] if self.decisions is not None else None
+        recs, finished = stretch.apply(k, SAMPLE_TOKEN_ID)
+        step0 = self.num_steps
+        self.num_steps += k
+        self.num_fast_forwarded += k
+        self.num_stretches += 1
+        return _Segment(step0, starts, durations, end, stretch.batch_size, recs, finished, rids)
+
+    def _write_segment(self, seg: _Segment, lo: int, hi: int) -> None:
+        """Rows (and decisions) of the segment's steps ``lo .. hi - 1``."""
+        last = hi == len(seg.starts)
+        batch = seg.batch
+        free, cached, cached_free = seg.records
+        self.steps.add_decode_steps(
+            self.replica_id,
+            seg.step0 + lo,
+            seg.starts[lo:hi],
+            seg.durations[lo:hi],
+            batch,
+            batch - len(seg.finished) if last else batch,
+            self.pool.num_gpu_blocks - 1,
+            free[lo:hi],
+            cached[lo:hi],
+            cached_free[lo:hi],
+        )
+        if seg.rids is not None:
+            self._write_decisions(seg.rids, seg.step0, lo, hi, free, seg.finished if last else [])
+
+    def _try_fast_forward(self):
+        """Advance stretches of decode-only steps at once; yield their timeouts.
+
+        Returns True when it advanced. A stretch's steps all start before the next SimPy
+        event that may look at this replica (an arrival; with a workload that reacts to
+        finishes or one replica, any event), none needs a block the pool cannot serve,
+        and its last step may be one in which requests finish if that step also ends
+        before that event. With one replica writing the records, the stretch is one
+        event at its exact end time, and when the workload does not react to finishes
+        the next stretch is chained on at once (the finished requests are recorded at
+        their own finish times); with several, each step keeps its own events and
+        writes its rows when it ends, so rows interleave across replicas as they do step
+        by step.
+        """
+        scheduler = self.scheduler
+        if self._pending or scheduler.waiting or not scheduler.running:
+            return False
+        env = self.env
+        until = self._stretch_bound()
+        if until <= env.now:
+            return False
+        seg = self._segment(env.now, until)
+        if seg is None:
+            return False
+        if self.steps.num_writers == 1:
+            chain = not self.workload.reacts_to_finish
+            done: list[tuple[Request, float]] = []
+            while True:
+                self._write_segment(seg, 0, len(seg.starts))
+                done += [(req, seg.end) for req in seg.finished]
+                if not (chain and seg.finished and scheduler.running):
+                    break
+                nxt = self._segment(seg.end, until)
+                if nxt is None:
+                    break
+                seg = nxt
+            yield timeout_at(env, seg.end)
+            if env.peek() <= env.now:
+                yield env.timeout(0)
+        else:
+            for j in range(len(seg.starts)):
+                yield StepTimeout(env, seg.durations[j])
+                if env.peek() <= env.now:
+                    yield env.timeout(0)
+                self._write_segment(seg, j, j + 1)
+            done = [(req, env.now) for req in seg.finished]
+        if self.check:
+            scheduler.check_invariants()
+        for req, when in done:
+            self._finish(req, when)
+        return True
+
+    def _stretch_bound(self) -> float:
+        """The time before which a stretch's steps must start: the next SimPy event;
+        with several replicas and a workload that does not react to finishes, the next
+        event that is not another replica's step (steps of different replicas do not
+        look at each other; arrivals, through the router, do)."""
+        env = self.env
+        if self.steps.num_writers == 1 or self.workload.reacts_to_finish:
+            return env.peek()
+        return min(
+            (when for when, _, _, event in env._queue if type(event) is not StepTimeout),
+            default=float("inf"),
+        )
+
+    def _write_decisions(
+        self,
+        rids: list[str],
+        step0: int,
+        lo: int,
+        hi: int,
+        free: list[int],
+        finished: list[Request],
+    ) -> None:
+        """decisions.jsonl lines of fast-forwarded steps ``step0 + lo .. step0 + hi - 1``
+        (``finished``: the requests finishing in the stretch's last step)."""
+        scheduled = json.dumps(dict.fromkeys(rids, 1))
+        head = f'{{"replica": {self.replica_id}, "step": '
+        mid = f', "scheduled": {scheduled}, "preempted": [], "finished": '
+        tail = ', "num_free_blocks": '
+        lines = [f"{head}{step0 + j}{mid}[]{tail}{free[j]}}}\n" for j in range(lo, hi)]
+        if finished and hi == len(free):
+            done = json.dumps([r.request_id for r in finished])
+            lines[-1] = f"{head}{step0 + hi - 1}{mid}{done}{tail}{free[hi - 1]}}}\n"
+        self.decisions.write("".join(lines))
