@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import simpy
 
-from kvcore.fast_forward import plan_decode_stretch
+from kvcore.fast_forward import StretchRecords, plan_decode_stretch
 from kvcore.request import Request
 from sim.step_timing import timeout_at
 
@@ -37,7 +37,7 @@ class _Segment(NamedTuple):
     durations: list[float]
     end: float
     batch: int
-    records: Any  # StretchRecords
+    records: StretchRecords
     finished: list[Request]
     rids: list[str] | None  # scheduled request ids, when decisions are written
 
