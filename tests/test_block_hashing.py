@@ -96,3 +96,38 @@ def test_salt_and_lora_change_hashes():
 def test_external_block_hash_is_low_64_bits():
     h = bytes(range(32))
     assert external_block_hash(h) == int.from_bytes(h[-8:], "big")
+
+
+def test_fast_hasher_matches_the_prefix_structure_of_sha256():
+    """FastBlockHasher (the simulator's) gives equal hashes exactly where vLLM's sha256
+    hasher does: over shared prefixes, salts, LoRA adapters, multimodal items and
+    appended outputs, on many random requests; hashes are plain ints, stable across
+    processes (no str hashing)."""
+    import random
+
+    from kvcore.block_hashing import FastBlockHasher
+
+    rng = random.Random(7)
+    fast, ref = FastBlockHasher(4), BlockHasher.from_name(4, "sha256")
+    base = [rng.randrange(50) for _ in range(40)]
+    pairs = {}
+    for i in range(300):
+        n = rng.randrange(1, 40)
+        tokens = base[:n] + [rng.randrange(3) for _ in range(rng.randrange(0, 12))]
+        kwargs = {}
+        if rng.random() < 0.3:
+            kwargs["cache_salt"] = rng.choice(["a", "b"])
+        if rng.random() < 0.3:
+            kwargs["lora_request"] = LoRARequest.from_id(rng.choice([1, 2]))
+        if rng.random() < 0.2:
+            kwargs["mm_features"] = [(rng.choice(["img0", "img1"]), 2, 5)]
+        reqs = [Request(f"r{i}{h}", tokens, 10, block_hasher=h, **kwargs) for h in (fast, ref)]
+        outputs = [rng.randrange(3) for _ in range(rng.randrange(0, 9))]
+        for r in reqs:
+            r.append_output_token_ids(outputs)
+        assert len(reqs[0].block_hashes) == len(reqs[1].block_hashes)
+        assert all(isinstance(h, int) for h in reqs[0].block_hashes)
+        for f, s in zip(reqs[0].block_hashes, reqs[1].block_hashes):
+            assert pairs.setdefault(f, s) == s  # one sha256 hash per fast hash
+    assert len(set(pairs.values())) == len(pairs)  # and one fast hash per sha256 hash
+    assert len(pairs) > 200
