@@ -66,6 +66,8 @@ class ReplicaEngine(FastForwardSteps):
         self.workload = workload
         self.on_finish: Callable[[str, list[int], float], None] = workload.on_finish
         self.arrivals_done: Callable[[], bool] = workload.done
+        # Whether a finish may lead to a submit (unknown workloads: assume it may).
+        self._reacts_to_finish = getattr(workload, "reacts_to_finish", True)
         self.check = check
         self.decisions = decisions
         self.on_progress = on_progress

@@ -59,6 +59,7 @@ class FastForwardSteps:
     num_fast_forwarded: int
     num_stretches: int
     _pending: list[Any]
+    _reacts_to_finish: bool
     _stretch: Any
 
     def _finish(self, req: Request, now: float) -> None:
@@ -160,7 +161,7 @@ class FastForwardSteps:
         if seg is None:
             return False
         if self.steps.num_writers == 1:
-            chain = not self.workload.reacts_to_finish
+            chain = not self._reacts_to_finish
             done: list[tuple[Request, float]] = []
             while True:
                 self._write_segment(seg, 0, len(seg.starts))
@@ -193,7 +194,7 @@ class FastForwardSteps:
         event that is not another replica's step (steps of different replicas do not
         look at each other; arrivals, through the router, do)."""
         env = self.env
-        if self.steps.num_writers == 1 or self.workload.reacts_to_finish:
+        if self.steps.num_writers == 1 or self._reacts_to_finish:
             return env.peek()
         return min(
             (when for when, _, _, event in env._queue if type(event) is not StepTimeout),
