@@ -105,6 +105,25 @@ def _causal_pairs(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarra
     return np.where(b <= w, full, np.where(a > w, q * w, straddle))
 
 
+def decode_kv_tokens(
+    g: _AttentionGroup,
+    b: np.ndarray,
+    k: np.ndarray,
+    windowed_context: Mapping[int, np.ndarray] | None,
+) -> np.ndarray:
+    """KV tokens one decode step reads per layer of group ``g`` (= query-key pairs):
+    ``K + B`` for ``B`` requests on ``K`` context tokens in total; for a sliding window
+    ``W``, the given windowed total, else the bound ``min(K + B, B * W)``."""
+    tokens = k + b
+    if g.window is not None:
+        given = None if windowed_context is None else windowed_context.get(g.window)
+        if given is None:
+            tokens = np.minimum(tokens, b * g.window)
+        else:
+            tokens = np.asarray(given, dtype=np.float64).reshape(-1)
+    return tokens
+
+
 class RooflineLatencyModel(LatencyModel):
     """Step times from the model's shapes and the GPU's peaks (see the module docstring)."""
 
@@ -234,13 +253,7 @@ class RooflineLatencyModel(LatencyModel):
         b, k = as_decode_arrays(batch_sizes, total_context)
         out = self._dense_time(b, b) + self._allreduce_time(b) + self._overhead(b)
         for g in self.groups:
-            tokens = k + b
-            if g.window is not None:
-                given = None if windowed_context is None else windowed_context.get(g.window)
-                if given is None:
-                    tokens = np.minimum(tokens, b * g.window)
-                else:
-                    tokens = np.asarray(given, dtype=np.float64).reshape(-1)
+            tokens = decode_kv_tokens(g, b, k, windowed_context)
             compute = tokens * g.decode_flops_per_pair / self.attn_flops_per_s
             memory = tokens * g.kv_bytes_per_token / self.bytes_per_s
             kernel = np.where(b > 0, self.eff.attention_kernel_s, 0.0)

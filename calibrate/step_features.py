@@ -27,7 +27,12 @@ import numpy as np
 
 from calibrate.gpu_spec import GPUSpec
 from calibrate.model_spec import ModelSpec
-from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel, _causal_pairs
+from calibrate.roofline import (
+    RooflineEfficiency,
+    RooflineLatencyModel,
+    _causal_pairs,
+    decode_kv_tokens,
+)
 
 FEATURES = (
     "const",
@@ -105,13 +110,7 @@ class StepFeatures:
         out[:, 5] = b
         out[:, 7] = rf._allreduce_time(b) * on
         for g in rf.groups:
-            tokens = k + b
-            if g.window is not None:
-                given = None if windowed_context is None else windowed_context.get(g.window)
-                if given is None:
-                    tokens = np.minimum(tokens, b * g.window)
-                else:
-                    tokens = np.asarray(given, dtype=np.float64).reshape(-1)
+            tokens = decode_kv_tokens(g, b, k, windowed_context)
             out[:, 4] += g.num_layers * tokens * g.kv_bytes_per_token / rf.bytes_per_s
             out[:, 6] += g.num_layers * on
         return out
