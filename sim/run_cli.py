@@ -13,11 +13,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from sim.engine import SimulationStuck
 from sim.engine_config import EngineConfig
+from sim.progress import progress_bar
 from sim.run import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -161,13 +161,7 @@ def run_command(
     total = resolved.workload.num_requests
     try:
         if console.is_terminal:
-            columns = [
-                "[progress.description]{task.description}",
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-            ]
-            with Progress(*columns, console=console, transient=True) as progress:
+            with progress_bar(console) as progress:
                 task = progress.add_task("simulating", total=total)
                 summary = run(
                     spec,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from sim.progress import progress_bar
 from sim.sweep.runner import SweepResult, run_sweep
 from sim.sweep.spec import SweepSpecError, load_sweep_spec
 
@@ -45,13 +45,7 @@ def sweep_command(
     kwargs = dict(executor=executor, jobs=jobs, address=address, scale=scale)
     try:
         if console.is_terminal:
-            columns = [
-                "[progress.description]{task.description}",
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-            ]
-            with Progress(*columns, console=console, transient=True) as progress:
+            with progress_bar(console) as progress:
                 task = progress.add_task("sweep", total=None)
 
                 def start(total: int, done: int) -> None:
