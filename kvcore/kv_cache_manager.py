@@ -251,14 +251,22 @@ class KVCacheManager:
                 request, num_new_tokens, num_lookahead_tokens, False, 0, True
             )
         if self.enable_caching:
-            bs = self._block_size
-            num_tokens = total_computed + num_new_tokens
-            if num_tokens > len(request._all_token_ids):
-                num_tokens = len(request._all_token_ids)
-            num_full = min(num_tokens, len(request.block_hashes) * bs) // bs
+            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)
+        return self.empty_kv_cache_blocks
+
+    def _cache_full_blocks(
+        self, request: Request, managers: Sequence[FullAttentionManager], num_tokens: int
+    ) -> None:
+        """Register, per group, the blocks the first ``num_tokens`` tokens (at most the
+        request's length) fill and that are not registered yet."""
+        if num_tokens > len(request._all_token_ids):
+            num_tokens = len(request._all_token_ids)
+        bs = self._block_size
+        num_full = min(num_tokens, len(request.block_hashes) * bs) // bs
+        request_id = request.request_id
+        for m in managers:
             if m.num_cached_block.get(request_id, 0) < num_full:
                 m.cache_blocks(request, num_tokens)
-        return self.empty_kv_cache_blocks
 
     def _allocate_full_attention(
         self,
@@ -301,13 +309,7 @@ class KVCacheManager:
             else None
         )
         if self.enable_caching and not delay_cache_blocks:
-            num_tokens = min(total_computed + num_new_tokens, request.num_tokens)
-            num_full = (
-                min(num_tokens, len(request.block_hashes) * self._block_size) // self._block_size
-            )
-            for m in managers:
-                if m.num_cached_block.get(request_id, 0) < num_full:
-                    m.cache_blocks(request, num_tokens)
+            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)
         if new_blocks is None:
             return self.empty_kv_cache_blocks
         return self.create_kv_cache_blocks(new_blocks)

@@ -161,11 +161,10 @@ class Request:
     def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
         """Append sampled tokens and hash any block they complete."""
         if isinstance(token_ids, int):
-            self._output_token_ids.append(token_ids)
-            self._all_token_ids.append(token_ids)
-        else:
-            self._output_token_ids.extend(token_ids)
-            self._all_token_ids.extend(token_ids)
+            self.append_output_token_id(token_ids)
+            return
+        self._output_token_ids.extend(token_ids)
+        self._all_token_ids.extend(token_ids)
         self.update_block_hashes()
 
     def append_output_token_id(self, token_id: int) -> None:
