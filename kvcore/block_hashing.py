@@ -134,7 +134,9 @@ class BlockHasher:
 
     __slots__ = ("hash_block_size", "hash_fn", "none_hash")
 
-    def __init__(self, hash_block_size: int, hash_fn: HashFn, none_hash: bytes) -> None:
+    def __init__(
+        self, hash_block_size: int, hash_fn: Callable[[Any], Any], none_hash: bytes | int
+    ) -> None:
         if hash_block_size <= 0:
             raise ValueError(f"block_size must be > 0, got {hash_block_size}")
         self.hash_block_size = hash_block_size
@@ -152,7 +154,7 @@ class BlockHasher:
         fn = get_hash_fn_by_name(algo)
         return cls(hash_block_size, fn, make_none_hash(fn, none_hash_seed))
 
-    def __call__(self, request: Request) -> list[bytes]:
+    def __call__(self, request: Request) -> list[Any]:
         bs = self.hash_block_size
         hashes = request.block_hashes
         start = len(hashes) * bs
@@ -184,63 +186,33 @@ def external_block_hash(block_hash: bytes) -> int:
     return int.from_bytes(block_hash, "big") & ((1 << 64) - 1)
 
 
-class FastBlockHasher:
+class FastBlockHasher(BlockHasher):
     """A 64-bit chained block hasher for the simulator (not one of vLLM's algorithms).
 
-    Same contract as :class:`BlockHasher` (equal hashes mean equal prefixes, chained
-    through the parent hash, extra keys folded in) with Python ints as hashes:
-    ``hash((parent, *block_tokens[, extra]))``, which is deterministic for ints
-    (``PYTHONHASHSEED`` only salts str/bytes, and extra keys are reduced to ints with
-    SHA-256 first). The simulator writes no hash values anywhere, so which function
-    hashes changes no result unless two different prefixes collide (probability about
-    ``n**2 / 2**65`` for ``n`` distinct blocks) and it costs a fraction of ``sha256``
-    of a pickle.
+    A :class:`BlockHasher` (same chaining, same extra keys) whose hash function is
+    Python's ``hash((parent, block_tokens[, extra_id]))`` on ints, which is
+    deterministic (``PYTHONHASHSEED`` only salts str/bytes, and extra keys are reduced
+    to ints with SHA-256 first). The simulator writes no hash values anywhere, so which
+    function hashes changes no result unless two different prefixes collide
+    (probability about ``n**2 / 2**65`` for ``n`` distinct blocks), and it costs a
+    fraction of ``sha256`` of a pickle.
     """
 
-    __slots__ = ("_extra_ids", "hash_block_size", "none_hash")
+    __slots__ = ("_extra_ids",)
 
     def __init__(self, hash_block_size: int) -> None:
-        if hash_block_size <= 0:
-            raise ValueError(f"block_size must be > 0, got {hash_block_size}")
-        self.hash_block_size = hash_block_size
-        self.none_hash = int.from_bytes(sha256(DEFAULT_NONE_HASH_SEED)[:8], "big")
+        super().__init__(
+            hash_block_size,
+            self._hash,
+            int.from_bytes(sha256(DEFAULT_NONE_HASH_SEED)[:8], "big"),
+        )
         self._extra_ids: dict[Any, int] = {}
 
-    def _extra_id(self, extra: Any) -> int:
+    def _hash(self, obj: tuple[Any, tuple[int, ...], Any]) -> int:
+        parent, tokens, extra = obj
+        if extra is None:
+            return hash((parent, tokens))
         ident = self._extra_ids.get(extra)
         if ident is None:
-            ident = int.from_bytes(sha256(extra)[:8], "big")
-            self._extra_ids[extra] = ident
-        return ident
-
-    def __call__(self, request: Request) -> list[int]:
-        bs = self.hash_block_size
-        hashes = request.block_hashes
-        start = len(hashes) * bs
-        tokens = request._all_token_ids
-        num_tokens = len(tokens)
-        if start + bs > num_tokens:
-            return []
-        parent = hashes[-1] if hashes else self.none_hash
-        out = []
-        if (
-            request.lora_request is None
-            and not request.mm_features
-            and not (request.cache_salt and start == 0)
-        ):
-            while start + bs <= num_tokens:
-                parent = hash((parent, *tokens[start : start + bs]))
-                out.append(parent)
-                start += bs
-            return out
-        mm_idx = 0
-        while start + bs <= num_tokens:
-            end = start + bs
-            extra, mm_idx = generate_block_hash_extra_keys(request, start, end, mm_idx)
-            if extra is None:
-                parent = hash((parent, *tokens[start:end]))
-            else:
-                parent = hash((parent, *tokens[start:end], self._extra_id(extra)))
-            out.append(parent)
-            start = end
-        return out
+            ident = self._extra_ids[extra] = int.from_bytes(sha256(extra)[:8], "big")
+        return hash((parent, tokens, ident))
