@@ -219,43 +219,13 @@ def judge_run_dir(run_dir: Path, thresholds: VerdictThresholds | None = None) ->
     return judge(steps, requests, thresholds)
 
 
-def replica_summaries(
-    steps: pd.DataFrame, requests: pd.DataFrame, num_replicas: int = 0
-) -> list[dict[str, Any]]:
-    """Per-replica ``{replica, num_finished, num_steps, num_preemptions,
-    prefix_cache_hit_rate, kv_usage_mean, output_tokens}`` (``kv_usage_mean``
-    weighted by step duration), one entry per replica: ids 0..num_replicas-1 and any
-    other id in the records."""
-    ids = sorted(
-        set(range(num_replicas))
-        | set(steps["replica"].unique())
-        | set(requests["replica"].unique())
-    )
-    out = []
-    for r in ids:
-        s = steps[steps["replica"] == r]
-        q = requests[requests["replica"] == r]
-        dur = s["duration_s"].to_numpy()
-        usage = s["kv_usage"].to_numpy()
-        queries = int(s["prefix_queries"].sum())
-        out.append(
-            {
-                "replica": int(r),
-                "num_finished": len(q),
-                "num_steps": len(s),
-                "num_preemptions": int(q["num_preemptions"].sum()),
-                "output_tokens": int(q["output_tokens"].sum()),
-                "prefix_cache_hit_rate": int(s["prefix_hits"].sum()) / queries if queries else 0.0,
-                "kv_usage_mean": float(np.average(usage, weights=dur)) if dur.sum() > 0 else 0.0,
-            }
-        )
-    return out
-
-
 def replica_summaries_from_recorders(
     steps: StepRecorder, requests: RequestRecorder, num_replicas: int = 0
 ) -> list[dict[str, Any]]:
-    """:func:`replica_summaries` from the recorders of a run that just ended."""
+    """Per-replica ``{replica, num_finished, num_steps, num_preemptions,
+    prefix_cache_hit_rate, kv_usage_mean, output_tokens}`` (``kv_usage_mean`` weighted
+    by step duration) from the recorders of a run that just ended, one entry per
+    replica: ids 0..num_replicas-1 and any other id in the records."""
     ids = sorted(set(range(num_replicas)) | set(steps.per_replica) | set(requests.per_replica))
     dur_all = np.frombuffer(steps.duration_s, dtype=np.float64) if steps.num_steps else None
     usage_all = np.frombuffer(steps.kv_usage, dtype=np.float64) if steps.num_steps else None
