@@ -7,8 +7,9 @@ so shared prefixes and equal Mooncake hash ids give equal token ids without keep
 them in memory.
 
 Streams are PCG64 generators whose 128-bit state and increment are a BLAKE2b digest
-of the key. Building a numpy generator costs about 10 us, so per-request streams
-(:class:`KeyedStreams`) share one generator and switch its state instead (about 1 us).
+of the key. Building a numpy generator costs several times more than setting a
+generator's state, so per-request streams (:class:`KeyedStreams`) share one generator
+and switch its state instead.
 """
 
 from __future__ import annotations
