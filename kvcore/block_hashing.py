@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import cbor2
 import xxhash as _xxhash
 
+from kvcore.kv_cache_block import BlockHash
+
 if TYPE_CHECKING:
     from kvcore.request import Request
 
@@ -81,11 +83,11 @@ def make_none_hash(hash_fn: HashFn, seed: str = DEFAULT_NONE_HASH_SEED) -> bytes
 
 def hash_block_tokens(
     hash_fn: HashFn,
-    none_hash: bytes,
-    parent_block_hash: bytes | None,
+    none_hash: BlockHash,
+    parent_block_hash: BlockHash | None,
     token_ids: Any,
     extra_keys: tuple[Any, ...] | None = None,
-) -> bytes:
+) -> BlockHash:
     """Hash of one full block chained to its parent (``hash_block_tokens``)."""
     if not parent_block_hash:
         parent_block_hash = none_hash
@@ -135,7 +137,7 @@ class BlockHasher:
     __slots__ = ("hash_block_size", "hash_fn", "none_hash")
 
     def __init__(
-        self, hash_block_size: int, hash_fn: Callable[[Any], Any], none_hash: bytes | int
+        self, hash_block_size: int, hash_fn: Callable[[Any], Any], none_hash: BlockHash
     ) -> None:
         if hash_block_size <= 0:
             raise ValueError(f"block_size must be > 0, got {hash_block_size}")
@@ -180,9 +182,11 @@ class BlockHasher:
         return out
 
 
-def external_block_hash(block_hash: bytes) -> int:
+def external_block_hash(block_hash: BlockHash) -> int:
     """A block hash as KV events publish it: its low 64 bits as an int
     (``maybe_convert_block_hash`` with ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1``)."""
+    if isinstance(block_hash, int):
+        return block_hash & ((1 << 64) - 1)
     return int.from_bytes(block_hash, "big") & ((1 << 64) - 1)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kvcore.block_hashing import external_block_hash
-from kvcore.kv_cache_block import FreeKVCacheBlockQueue, KVCacheBlock
+from kvcore.kv_cache_block import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
 from kvcore.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class BlockPool:
         self.enable_kv_cache_events = enable_kv_cache_events
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self._maps: list[dict[bytes, CacheEntry]] = []
+        self._maps: list[dict[BlockHash, CacheEntry]] = []
         """Per KV cache group: block hash -> cached block(s)."""
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
@@ -58,15 +58,15 @@ class BlockPool:
         self._tail = self.free_block_queue.fake_free_list_tail
 
     @property
-    def cached_block_hash_to_block(self) -> dict[bytes, CacheEntry]:
+    def cached_block_hash_to_block(self) -> dict[BlockHash, CacheEntry]:
         """The cache as vLLM keys it (hash + group id -> block(s)); a fresh dict."""
         return {
-            h + gid.to_bytes(4, "big"): entry
+            h + gid.to_bytes(4, "big"): entry  # type: ignore[operator]
             for gid, m in enumerate(self._maps)
             for h, entry in m.items()
         }
 
-    def _map(self, group_id: int) -> dict[bytes, CacheEntry]:
+    def _map(self, group_id: int) -> dict[BlockHash, CacheEntry]:
         maps = self._maps
         while len(maps) <= group_id:
             maps.append({})
@@ -75,7 +75,7 @@ class BlockPool:
     # -- prefix cache lookups ------------------------------------------------------
 
     def get_cached_block(
-        self, block_hash: bytes, kv_cache_group_ids: Sequence[int]
+        self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]
     ) -> list[KVCacheBlock] | None:
         """One cached block per group for ``block_hash``, or None if any group misses.
 
@@ -91,7 +91,7 @@ class BlockPool:
                 return None
             if type(hit) is dict:
                 hit = next(iter(hit.values()))
-            return [hit]
+            return [hit]  # type: ignore[list-item]
         out = []
         for gid in kv_cache_group_ids:
             if gid >= len(maps):
@@ -102,7 +102,7 @@ class BlockPool:
             if type(hit) is dict:
                 hit = next(iter(hit.values()))
             out.append(hit)
-        return out
+        return out  # type: ignore[return-value]
 
     def cache_full_blocks(
         self,
@@ -150,7 +150,7 @@ class BlockPool:
                 elif type(existing) is dict:
                     existing[blk.block_id] = blk
                 else:
-                    cache[h] = {existing.block_id: existing, blk.block_id: blk}
+                    cache[h] = {existing.block_id: existing, blk.block_id: blk}  # type: ignore[dict-item, union-attr]
             self.num_cached_blocks += added
             return
         new_hashes: list[int] = []
@@ -170,7 +170,7 @@ class BlockPool:
             elif type(existing) is dict:
                 existing[blk.block_id] = blk
             else:
-                cache[h] = {existing.block_id: existing, blk.block_id: blk}
+                cache[h] = {existing.block_id: existing, blk.block_id: blk}  # type: ignore[dict-item, union-attr]
             if events:
                 new_hashes.append(external_block_hash(h))
         self.num_cached_blocks += added
@@ -225,7 +225,7 @@ class BlockPool:
         queue.num_free_blocks -= num_blocks
         head = self._head
         block = head.next_free_block
-        ret = []
+        ret: list[KVCacheBlock] = []
         append = ret.append
         evicted = 0
         # Popped blocks keep stale queue links: nothing reads them while a block is
@@ -233,23 +233,23 @@ class BlockPool:
         maps = self._maps
         events = self.enable_kv_cache_events
         for _ in range(num_blocks):
-            append(block)
-            block.ref_cnt = 1  # free blocks are unreferenced
-            h = block._hash
+            append(block)  # type: ignore[arg-type]
+            block.ref_cnt = 1  # type: ignore[union-attr]  # free blocks are unreferenced
+            h = block._hash  # type: ignore[union-attr]
             if h is not None:
                 evicted += 1
                 # _evict_cached_block, inlined for its usual case: the block is the
                 # only one cached under its hash.
-                cache = maps[block._group]
+                cache = maps[block._group]  # type: ignore[union-attr]
                 if not events and cache.get(h) is block:
                     del cache[h]
-                    block._hash = None
+                    block._hash = None  # type: ignore[union-attr]
                     self.num_cached_blocks -= 1
                 else:
-                    self._evict_cached_block(block)
-            block = block.next_free_block
+                    self._evict_cached_block(block)  # type: ignore[arg-type]
+            block = block.next_free_block  # type: ignore[union-attr]
         head.next_free_block = block
-        block.prev_free_block = head
+        block.prev_free_block = head  # type: ignore[union-attr]
         if evicted:
             self.num_cached_free_blocks -= evicted
         return ret
@@ -258,20 +258,20 @@ class BlockPool:
         """Drop ``block`` from the prefix cache and clear its hash."""
         h = block._hash
         cache = self._maps[block._group]
-        hit = cache.get(h)
+        hit = cache.get(h)  # type: ignore[arg-type]
         removed = hit is block
         if removed:
-            del cache[h]
+            del cache[h]  # type: ignore[arg-type]
         elif type(hit) is dict and block.block_id in hit:
             del hit[block.block_id]
             if not hit:
-                del cache[h]
+                del cache[h]  # type: ignore[arg-type]
             removed = True
         block._hash = None
         self.num_cached_blocks -= 1
         if removed and self.enable_kv_cache_events:
             self.kv_event_queue.append(
-                BlockRemoved(block_hashes=[external_block_hash(h)], group_idx=block._group)
+                BlockRemoved(block_hashes=[external_block_hash(h)], group_idx=block._group)  # type: ignore[arg-type]
             )
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
@@ -285,8 +285,8 @@ class BlockPool:
             if block.ref_cnt == 0:  # in the free queue: unlink it (queue.remove, inlined)
                 prev = block.prev_free_block
                 nxt = block.next_free_block
-                prev.next_free_block = nxt
-                nxt.prev_free_block = prev
+                prev.next_free_block = nxt  # type: ignore[union-attr]
+                nxt.prev_free_block = prev  # type: ignore[union-attr]
                 block.prev_free_block = block.next_free_block = None
                 unlinked += 1
                 if block._hash is not None:
@@ -325,17 +325,17 @@ class BlockPool:
                 ins.next_free_block = block
                 block.prev_free_block = ins
                 block.next_free_block = nxt
-                nxt.prev_free_block = block
+                nxt.prev_free_block = block  # type: ignore[union-attr]
                 if nxt is tail:  # the queue had nothing after ins: block is now last
                     last = block
                 ins = block
             else:
                 num_cached += 1
-                last.next_free_block = block
+                last.next_free_block = block  # type: ignore[union-attr]
                 block.prev_free_block = last
                 last = block
         if num_freed:
-            last.next_free_block = tail  # close the list after the appended blocks
+            last.next_free_block = tail  # type: ignore[union-attr]  # close the list after the appended blocks
             tail.prev_free_block = last
             self.free_block_queue.num_free_blocks += num_freed
             self.num_cached_free_blocks += num_cached
@@ -410,7 +410,7 @@ class BlockPool:
         for gid, m in enumerate(self._maps):
             for h, hit in m.items():
                 assert hit, "empty duplicate set in the hash map"
-                for b in hit.values() if type(hit) is dict else (hit,):
+                for b in hit.values() if type(hit) is dict else (hit,):  # type: ignore[assignment]
                     assert b._hash == h and b._group == gid, (
                         f"hash map entry of block {b.block_id} is stale"
                     )

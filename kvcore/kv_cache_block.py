@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+BlockHash = bytes | int
+"""A block's hash: bytes from vLLM's hash functions, a 64-bit int from
+:class:`kvcore.block_hashing.FastBlockHasher` (the simulator's)."""
+
 
 class KVCacheBlock:
     """Metadata of one KV cache block (mirrors vLLM's ``KVCacheBlock``).
@@ -36,7 +40,7 @@ class KVCacheBlock:
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
-        self._hash: bytes | None = None
+        self._hash: BlockHash | None = None
         self._group = 0
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
@@ -101,12 +105,12 @@ class FreeKVCacheBlockQueue:
         block = self.fake_free_list_head.next_free_block
         if block is self.fake_free_list_tail:
             raise ValueError("No free blocks available")
-        nxt = block.next_free_block
+        nxt = block.next_free_block  # type: ignore[union-attr]
         self.fake_free_list_head.next_free_block = nxt
-        nxt.prev_free_block = self.fake_free_list_head
-        block.prev_free_block = block.next_free_block = None
+        nxt.prev_free_block = self.fake_free_list_head  # type: ignore[union-attr]
+        block.prev_free_block = block.next_free_block = None  # type: ignore[union-attr]
         self.num_free_blocks -= 1
-        return block
+        return block  # type: ignore[return-value]
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         """Remove and return the first ``n`` blocks, head first."""
@@ -117,15 +121,15 @@ class FreeKVCacheBlockQueue:
         self.num_free_blocks -= n
         head = self.fake_free_list_head
         block = head.next_free_block
-        out = []
+        out: list[KVCacheBlock] = []
         append = out.append
         for _ in range(n):
-            append(block)
-            nxt = block.next_free_block
-            block.prev_free_block = block.next_free_block = None
+            append(block)  # type: ignore[arg-type]
+            nxt = block.next_free_block  # type: ignore[union-attr]
+            block.prev_free_block = block.next_free_block = None  # type: ignore[union-attr]
             block = nxt
         head.next_free_block = block
-        block.prev_free_block = head
+        block.prev_free_block = head  # type: ignore[union-attr]
         return out
 
     def remove(self, block: KVCacheBlock) -> None:
@@ -143,7 +147,7 @@ class FreeKVCacheBlockQueue:
         """Put ``block`` at the tail (evicted last)."""
         tail = self.fake_free_list_tail
         last = tail.prev_free_block
-        last.next_free_block = block
+        last.next_free_block = block  # type: ignore[union-attr]
         block.prev_free_block = last
         block.next_free_block = tail
         tail.prev_free_block = block
@@ -156,10 +160,10 @@ class FreeKVCacheBlockQueue:
         tail = self.fake_free_list_tail
         prev = tail.prev_free_block
         for block in blocks:
-            prev.next_free_block = block
+            prev.next_free_block = block  # type: ignore[union-attr]
             block.prev_free_block = prev
             prev = block
-        prev.next_free_block = tail
+        prev.next_free_block = tail  # type: ignore[union-attr]
         tail.prev_free_block = prev
         self.num_free_blocks += len(blocks)
 
@@ -175,17 +179,17 @@ class FreeKVCacheBlockQueue:
             block.prev_free_block = prev
             prev = block
         prev.next_free_block = first
-        first.prev_free_block = prev
+        first.prev_free_block = prev  # type: ignore[union-attr]
         self.num_free_blocks += len(blocks)
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """All free blocks, head (next evicted) first."""
-        out = []
+        out: list[KVCacheBlock] = []
         block = self.fake_free_list_head.next_free_block
         tail = self.fake_free_list_tail
         while block is not tail:
-            out.append(block)
-            block = block.next_free_block
+            out.append(block)  # type: ignore[arg-type]
+            block = block.next_free_block  # type: ignore[union-attr]
         return out
 
     def __iter__(self) -> Iterable[KVCacheBlock]:

@@ -9,11 +9,12 @@ Mirrors ``KVCacheCoordinatorNoPrefixCache``, ``UnitaryKVCacheCoordinator`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from kvcore.block_pool import BlockPool
-from kvcore.kv_cache_block import KVCacheBlock
+from kvcore.kv_cache_block import BlockHash, KVCacheBlock
 from kvcore.kv_cache_interface import (
+    AttentionSpec,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
@@ -54,9 +55,10 @@ class KVCacheCoordinator:
             cap = None
             if isinstance(spec, (SlidingWindowSpec, ChunkedLocalAttentionSpec)):
                 cap = spec.max_admission_blocks_per_request(max_in_flight_tokens, max_model_len)
+            attn = cast(AttentionSpec, spec)  # every group of these models is attention
             managers.append(
-                get_manager_class(spec)(
-                    spec, self.block_pool, enable_caching, i, max_admission_blocks_per_request=cap
+                get_manager_class(attn)(
+                    attn, self.block_pool, enable_caching, i, max_admission_blocks_per_request=cap
                 )
             )
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(managers)
@@ -127,7 +129,7 @@ class KVCacheCoordinator:
         return self.block_pool.reset_prefix_cache()
 
     def find_longest_cache_hit(
-        self, block_hashes: Sequence[bytes], max_cache_hit_length: int
+        self, block_hashes: Sequence[BlockHash], max_cache_hit_length: int
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         raise NotImplementedError
 
@@ -178,8 +180,21 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
     Groups with equal specs are looked up together; full-attention specs go first.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        max_model_len: int,
+        max_in_flight_tokens: int,
+        enable_caching: bool,
+        enable_kv_cache_events: bool,
+    ) -> None:
+        super().__init__(
+            kv_cache_config,
+            max_model_len,
+            max_in_flight_tokens,
+            enable_caching,
+            enable_kv_cache_events,
+        )
         self.attention_groups: list[tuple[object, list[int], type]] = []
         for i, g in enumerate(self.kv_cache_config.kv_cache_groups):
             cls = type(self.single_type_managers[i])

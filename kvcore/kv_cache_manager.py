@@ -127,7 +127,7 @@ class KVCacheManager:
         """Count one admission after a lookup (nothing when lookups are off)."""
         if not self.log_stats or not self.enable_caching or request.skip_reading_prefix_cache:
             return
-        self.prefix_cache_stats.record(request.num_tokens, num_hits, request.num_preemptions > 0)
+        self.prefix_cache_stats.record(request.num_tokens, num_hits, request.num_preemptions > 0)  # type: ignore[union-attr]
 
     def get_computed_blocks(
         self, request: Request, max_cache_hit_length: int | None = None
@@ -251,7 +251,7 @@ class KVCacheManager:
                 request, num_new_tokens, num_lookahead_tokens, False, 0, True
             )
         if self.enable_caching:
-            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)
+            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)  # type: ignore[arg-type]
         return self.empty_kv_cache_blocks
 
     def _cache_full_blocks(
@@ -290,7 +290,7 @@ class KVCacheManager:
         required = -(-num_need_slot // self._block_size)
         managers = self.full_attention_managers
         need = 0
-        for m in managers:
+        for m in managers:  # type: ignore[union-attr]
             blocks = m.req_to_blocks.get(request_id)
             held = len(blocks) if blocks else 0
             if required > held:
@@ -304,12 +304,12 @@ class KVCacheManager:
         if need + watermark > self.block_pool.free_block_queue.num_free_blocks - reserved_blocks:
             return None
         new_blocks = (
-            tuple(m.allocate_new_blocks(request_id, num_need_slot) for m in managers)
+            tuple(m.allocate_new_blocks(request_id, num_need_slot) for m in managers)  # type: ignore[union-attr]
             if need
             else None
         )
         if self.enable_caching and not delay_cache_blocks:
-            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)
+            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)  # type: ignore[arg-type]
         if new_blocks is None:
             return self.empty_kv_cache_blocks
         return self.create_kv_cache_blocks(new_blocks)
@@ -323,7 +323,7 @@ class KVCacheManager:
         if not self.coordinator.reset_prefix_cache():
             return False
         if self.log_stats:
-            self.prefix_cache_stats.reset = True
+            self.prefix_cache_stats.reset = True  # type: ignore[union-attr]
         return True
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:

@@ -11,6 +11,8 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kvcore.kv_cache_block import BlockHash
+
 
 class RequestStatus(enum.IntEnum):
     """Lifecycle states (same order as vLLM: every status after PREEMPTED is final)."""
@@ -99,7 +101,7 @@ class Request:
         lora_request: LoRARequest | None = None,
         cache_salt: str | None = None,
         mm_features: Sequence[tuple[str, int, int]] | None = None,
-        block_hasher: Callable[[Request], list[bytes]] | None = None,
+        block_hasher: Callable[[Request], list[BlockHash]] | None = None,
         skip_reading_prefix_cache: bool = False,
         eos_token_id: int | None = None,
         stop_token_ids: Sequence[int] = (),
@@ -131,7 +133,7 @@ class Request:
         self.eos_token_id = eos_token_id
         self.stop_token_ids = tuple(stop_token_ids)
         self.stop_reason: int | None = None
-        self.block_hashes: list[bytes] = []
+        self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         # Tokens per hashed block, when the hasher says (skips calls that cannot hash).
         self._hash_block_size = getattr(block_hasher, "hash_block_size", 1)
@@ -187,6 +189,11 @@ class Request:
 
     def is_finished(self) -> bool:
         return self.status > _PREEMPTED
+
+    def __hash__(self) -> int:
+        """Identity, as any object's (stated because a compiled class that defines
+        ``__lt__`` would otherwise be unhashable; requests go in sets)."""
+        return object.__hash__(self)
 
     def __lt__(self, other: Request) -> bool:
         """Priority-queue order: priority, then arrival time, then request id."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvcore.block_pool import BlockPool
-from kvcore.kv_cache_block import KVCacheBlock
+from kvcore.kv_cache_block import BlockHash, KVCacheBlock
 from kvcore.kv_cache_interface import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -185,7 +185,7 @@ class SingleTypeKVCacheManager:
     @classmethod
     def find_longest_cache_hit(
         cls,
-        block_hashes: Sequence[bytes],
+        block_hashes: Sequence[BlockHash],
         max_length: int,
         kv_cache_group_ids: Sequence[int],
         block_pool: BlockPool,
@@ -237,8 +237,21 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
     Sliding-window attention of ``sliding_window`` tokens."""
 
-    def __init__(self, kv_cache_spec: SlidingWindowSpec, *args, **kwargs) -> None:
-        super().__init__(kv_cache_spec, *args, **kwargs)
+    def __init__(
+        self,
+        kv_cache_spec: SlidingWindowSpec,
+        block_pool: BlockPool,
+        enable_caching: bool,
+        kv_cache_group_id: int,
+        max_admission_blocks_per_request: int | None = None,
+    ) -> None:
+        super().__init__(
+            kv_cache_spec,
+            block_pool,
+            enable_caching,
+            kv_cache_group_id,
+            max_admission_blocks_per_request,
+        )
         self.sliding_window = kv_cache_spec.sliding_window
         self.extra_retained_tokens = kv_cache_spec.extra_retained_tokens
 
@@ -307,8 +320,21 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
 
     Chunked local attention: tokens attend within chunks of ``attention_chunk_size``."""
 
-    def __init__(self, kv_cache_spec: ChunkedLocalAttentionSpec, *args, **kwargs) -> None:
-        super().__init__(kv_cache_spec, *args, **kwargs)
+    def __init__(
+        self,
+        kv_cache_spec: ChunkedLocalAttentionSpec,
+        block_pool: BlockPool,
+        enable_caching: bool,
+        kv_cache_group_id: int,
+        max_admission_blocks_per_request: int | None = None,
+    ) -> None:
+        super().__init__(
+            kv_cache_spec,
+            block_pool,
+            enable_caching,
+            kv_cache_group_id,
+            max_admission_blocks_per_request,
+        )
         self.attention_chunk_size = kv_cache_spec.attention_chunk_size
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:

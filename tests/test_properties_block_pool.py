@@ -32,6 +32,7 @@ from hypothesis.stateful import (
 
 from kvcore.block_pool import BlockPool
 from kvcore.kv_cache_block import KVCacheBlock
+from kvcore.request import Request
 
 MAX_EXAMPLES = 150
 STEPS_PER_EXAMPLE = 400
@@ -63,15 +64,6 @@ def key_of(block_hash: bytes, group: int) -> bytes:
 
 
 @dataclass
-class FakeRequest:
-    """What ``cache_full_blocks`` reads from a request."""
-
-    block_hashes: list[bytes]
-    all_token_ids: list[int]
-    lora_request: None = None
-
-
-@dataclass
 class Holder:
     """A request-like owner of one block table in one KV cache group."""
 
@@ -79,17 +71,20 @@ class Holder:
     group: int
     blocks: list[KVCacheBlock] = field(default_factory=list)
     num_cached: int = 0
-    request: FakeRequest = field(init=False)
+    request: Request = field(init=False)
 
     def __post_init__(self) -> None:
-        self.request = FakeRequest([], [])
+        # A request without a hasher: its hash chain is filled in by ensure_hashes.
+        self.request = Request(f"holder-{self.prefix}", [self.prefix], max_tokens=1)
 
     def ensure_hashes(self, num_blocks: int, block_size: int) -> None:
-        """Extend the fake request's hash chain and tokens to ``num_blocks`` blocks."""
+        """Extend the request's hash chain and tokens to ``num_blocks`` blocks."""
         hashes = self.request.block_hashes
         while len(hashes) < num_blocks:
             hashes.append(chain_hash(self.prefix, len(hashes)))
-        self.request.all_token_ids = [self.prefix] * (num_blocks * block_size)
+        tokens = self.request._all_token_ids
+        if len(tokens) < num_blocks * block_size:
+            tokens.extend([self.prefix] * (num_blocks * block_size - len(tokens)))
 
 
 class BlockPoolMachine(RuleBasedStateMachine):

@@ -15,6 +15,10 @@ kvsim's modules are byte-compiled first (``compileall``), as an installed packag
 second run would find them: with ``PYTHONDONTWRITEBYTECODE`` set, every child would
 otherwise compile the sources again (~0.05 s of start-up).
 
+The children run whichever kvcore build is current (printed first): the mypyc build
+after ``python -m kvcore.native build``, else pure Python (``KVSIM_PURE_PYTHON=1``
+forces it; the environment passes to the children).
+
 Usage (from the repo root)::
 
     .venv/bin/python tests/bench/bench_fastforward.py            # (a), (b), (c)
@@ -142,8 +146,16 @@ def main() -> int:
     p.add_argument("--million", action="store_true", help="also run (d): 1,000,000 chat")
     p.add_argument("--heavy-requests", type=int, default=2000, help="requests in (c)")
     args = p.parse_args()
+    sys.path.insert(0, str(REPO))
     import compileall
 
+    import kvcore
+
+    print(
+        f"kvcore build: {kvcore.NATIVE_STATUS} (compiled with `python -m kvcore.native build`, "
+        f"pure Python with {kvcore.native.PURE_ENV}=1)",
+        flush=True,
+    )
     for package in ("kvcore", "sim", "calibrate", "workloads"):
         compileall.compile_dir(REPO / package, quiet=1)
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -162,7 +174,6 @@ def main() -> int:
         if args.million:
             import yaml
 
-            sys.path.insert(0, str(REPO))
             from workloads.loader import PRESET_DIR
 
             data = yaml.safe_load((PRESET_DIR / "chat.yaml").read_text())

@@ -1,0 +1,54 @@
+"""Digests of what kvcore computes on a set of workloads, printed as JSON (run as a
+script by ``tests/test_native.py``, once with the compiled build and once with
+``KVSIM_PURE_PYTHON=1``).
+
+Covers the simulator (the fast-forward exactness cases: light and heavy load, prefix
+sharing, sessions, priorities, preemption, sliding windows, several replicas) and the
+conformance traces replayed step by step (every manager, KV events, block tables).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from test_fast_forward import FILES, ROUTERS, _case, _simulate, _strip_wall  # noqa: E402
+
+import kvcore  # noqa: E402
+from sim.conformance.generate import random_case  # noqa: E402
+from sim.conformance.replay_kvcore import run_kvcore_steps  # noqa: E402
+
+
+def digests(num_sim: int, num_traces: int) -> dict[str, object]:
+    out: dict[str, object] = {"native_status": kvcore.NATIVE_STATUS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(num_sim):
+            wl, eng, model, replicas = _case(i)
+            case_dir = Path(tmp) / str(i)
+            case_dir.mkdir()
+            path = case_dir / "wl.yaml"
+            path.write_text(yaml.safe_dump(wl))
+            summary = _simulate(
+                path, eng, model, replicas, case_dir / "out", True, ROUTERS[i % len(ROUTERS)]
+            )
+            h = hashlib.sha256(json.dumps(_strip_wall(summary), sort_keys=True).encode())
+            for name in FILES:
+                h.update((case_dir / "out" / name).read_bytes())
+            out[f"sim{i}"] = h.hexdigest()
+    for i in range(num_traces):
+        config, trace = random_case(20240607, i)
+        lines = run_kvcore_steps(config, trace)
+        out[f"trace{i}"] = hashlib.sha256(json.dumps(lines, sort_keys=True).encode()).hexdigest()
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(digests(int(sys.argv[1]), int(sys.argv[2]))))
