@@ -1,7 +1,7 @@
 """Optional mypyc-compiled builds of kvcore's hot modules, and the guard that uses them
 only while they match their sources.
 
-``python -m kvcore.native build`` compiles :data:`NATIVE_MODULES` with mypyc (a part
+``python -m kvcore.native_cli build`` compiles :data:`NATIVE_MODULES` with mypyc (a part
 of mypy; needs a C compiler) into extension modules beside the sources, and records
 each source's SHA-256 in ``kvcore/_native_manifest.json``. Compiled modules run the
 same Python code (same results, block for block; the tests run on whichever build is
@@ -11,8 +11,8 @@ Python imports an extension module in preference to the ``.py`` beside it, so a 
 that no longer matches its sources would silently run old code. :func:`install_guard`
 (called when ``kvcore`` is imported) therefore checks the manifest against the sources
 and, when any compiled module is stale, or ``KVSIM_PURE_PYTHON=1`` is set, makes every
-module of the list import from its ``.py``. ``python -m kvcore.native status`` says
-which build runs; ``python -m kvcore.native clean`` removes the compiled files.
+module of the list import from its ``.py``. ``python -m kvcore.native_cli status`` says
+which build runs; ``python -m kvcore.native_cli clean`` removes the compiled files.
 """
 
 from __future__ import annotations
@@ -155,25 +155,3 @@ def build() -> None:
                 dest = PACKAGE_DIR / built.name
                 shutil.copyfile(built, dest)
     MANIFEST.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m kvcore.native {build,status,clean}``."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    command = args[0] if args else "status"
-    if command == "build":
-        build()
-    elif command == "clean":
-        for p in clean():
-            print(f"removed {p}")
-        return 0
-    elif command != "status":
-        print(f"usage: python -m kvcore.native {{build,status,clean}} (got {command!r})")
-        return 2
-    state, details = status()
-    print(f"kvcore modules: {state}" + (f" ({', '.join(details)})" if details else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

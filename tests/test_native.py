@@ -34,7 +34,7 @@ def _digests(pure: bool) -> dict[str, str]:
 
 @pytest.mark.skipif(
     kvcore.NATIVE_STATUS != "compiled",
-    reason="no current compiled build (python -m kvcore.native build); CI builds one",
+    reason="no current compiled build (python -m kvcore.native_cli build); CI builds one",
 )
 def test_compiled_equals_pure() -> None:
     """60 simulator workloads and 120 conformance traces give identical records."""

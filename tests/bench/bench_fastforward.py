@@ -16,7 +16,7 @@ second run would find them: with ``PYTHONDONTWRITEBYTECODE`` set, every child wo
 otherwise compile the sources again (~0.05 s of start-up).
 
 The children run whichever kvcore build is current (printed first): the mypyc build
-after ``python -m kvcore.native build``, else pure Python (``KVSIM_PURE_PYTHON=1``
+after ``python -m kvcore.native_cli build``, else pure Python (``KVSIM_PURE_PYTHON=1``
 forces it; the environment passes to the children).
 
 Usage (from the repo root)::
@@ -152,7 +152,7 @@ def main() -> int:
     import kvcore
 
     print(
-        f"kvcore build: {kvcore.NATIVE_STATUS} (compiled with `python -m kvcore.native build`, "
+        f"kvcore build: {kvcore.NATIVE_STATUS} (compiled with `python -m kvcore.native_cli build`, "
         f"pure Python with {kvcore.native.PURE_ENV}=1)",
         flush=True,
     )

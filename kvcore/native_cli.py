@@ -1,0 +1,34 @@
+"""``python -m kvcore.native_cli {build,status,clean}``: kvcore's optional compiled
+build (see :mod:`kvcore.native`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from kvcore.native import build, clean, status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build, report or remove the compiled modules; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args else "status"
+    if command == "build":
+        build()
+    elif command == "clean":
+        for p in clean():
+            print(f"removed {p}")
+        return 0
+    elif command != "status":
+        print(
+            f"usage: python -m kvcore.native_cli {{build,status,clean}} (got {command!r})",
+            file=sys.stderr,
+        )
+        return 2
+    state, details = status()
+    print(f"kvcore modules: {state}" + (f" ({', '.join(details)})" if details else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
