@@ -14,7 +14,12 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kvcore.block_hashing import external_block_hash
-from kvcore.kv_cache_block import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+from kvcore.kv_cache_block import (
+    BlockHash,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    block_hash_with_group_id,
+)
 from kvcore.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 
 if TYPE_CHECKING:
@@ -58,10 +63,10 @@ class BlockPool:
         self._tail = self.free_block_queue.fake_free_list_tail
 
     @property
-    def cached_block_hash_to_block(self) -> dict[BlockHash, CacheEntry]:
+    def cached_block_hash_to_block(self) -> dict[bytes, CacheEntry]:
         """The cache as vLLM keys it (hash + group id -> block(s)); a fresh dict."""
         return {
-            h + gid.to_bytes(4, "big"): entry  # type: ignore[operator]
+            block_hash_with_group_id(h, gid): entry
             for gid, m in enumerate(self._maps)
             for h, entry in m.items()
         }

@@ -18,6 +18,14 @@ BlockHash = bytes | int
 :class:`kvcore.block_hashing.FastBlockHasher` (the simulator's)."""
 
 
+def block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> bytes:
+    """vLLM's prefix-cache key: the hash (an int hash as 8 big-endian bytes), then the
+    group id as 4 big-endian bytes (``make_block_hash_with_group_id``)."""
+    if isinstance(block_hash, int):
+        block_hash = (block_hash & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")
+    return block_hash + group_id.to_bytes(4, "big")
+
+
 class KVCacheBlock:
     """Metadata of one KV cache block (mirrors vLLM's ``KVCacheBlock``).
 
@@ -49,12 +57,9 @@ class KVCacheBlock:
     @property
     def block_hash(self) -> bytes | None:
         """The prefix-cache key (hash + 4-byte group id), or None when not cached."""
-        h = self._hash
-        if h is None:
+        if self._hash is None:
             return None
-        if isinstance(h, int):  # FastBlockHasher's 64-bit hashes (the simulator's)
-            h = (h & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")
-        return h + self._group.to_bytes(4, "big")
+        return block_hash_with_group_id(self._hash, self._group)
 
     def set_block_hash(self, block_hash: bytes) -> None:
         """Attach a prefix-cache key (hash + 4-byte group id); a block holds at most one."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from kvcore.kv_cache_block import KVCacheBlock
 from kvcore.kv_cache_coordinator import get_kv_cache_coordinator
@@ -96,8 +97,8 @@ class KVCacheManager:
         self.block_pool = self.coordinator.block_pool
         managers = self.coordinator.single_type_managers
         self._block_size = self.coordinator.block_size
-        self.full_attention_managers = (
-            managers
+        self.full_attention_managers: tuple[FullAttentionManager, ...] | None = (
+            cast("tuple[FullAttentionManager, ...]", managers)
             if managers and all(type(m) is FullAttentionManager for m in managers)
             else None
         )
@@ -169,12 +170,14 @@ class KVCacheManager:
         """
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be > 0 when no computed tokens are adopted")
+        full_attention = self.full_attention_managers
         if (
             new_computed_blocks is None
             and not full_sequence_must_fit
-            and self.full_attention_managers is not None
+            and full_attention is not None
         ):
             return self._allocate_full_attention(
+                full_attention,
                 request,
                 num_new_tokens,
                 num_lookahead_tokens,
@@ -248,10 +251,10 @@ class KVCacheManager:
             num_need_slot = max_len
         if blocks is None or -(-num_need_slot // self._block_size) > len(blocks):
             return self._allocate_full_attention(
-                request, num_new_tokens, num_lookahead_tokens, False, 0, True
+                managers, request, num_new_tokens, num_lookahead_tokens, False, 0, True
             )
         if self.enable_caching:
-            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)  # type: ignore[arg-type]
+            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)
         return self.empty_kv_cache_blocks
 
     def _cache_full_blocks(
@@ -270,6 +273,7 @@ class KVCacheManager:
 
     def _allocate_full_attention(
         self,
+        managers: Sequence[FullAttentionManager],
         request: Request,
         num_new_tokens: int,
         num_lookahead_tokens: int,
@@ -288,9 +292,8 @@ class KVCacheManager:
         total_computed = min(request.num_computed_tokens, max_len)
         num_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, max_len)
         required = -(-num_need_slot // self._block_size)
-        managers = self.full_attention_managers
         need = 0
-        for m in managers:  # type: ignore[union-attr]
+        for m in managers:
             blocks = m.req_to_blocks.get(request_id)
             held = len(blocks) if blocks else 0
             if required > held:
@@ -304,12 +307,12 @@ class KVCacheManager:
         if need + watermark > self.block_pool.free_block_queue.num_free_blocks - reserved_blocks:
             return None
         new_blocks = (
-            tuple(m.allocate_new_blocks(request_id, num_need_slot) for m in managers)  # type: ignore[union-attr]
+            tuple(m.allocate_new_blocks(request_id, num_need_slot) for m in managers)
             if need
             else None
         )
         if self.enable_caching and not delay_cache_blocks:
-            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)  # type: ignore[arg-type]
+            self._cache_full_blocks(request, managers, total_computed + num_new_tokens)
         if new_blocks is None:
             return self.empty_kv_cache_blocks
         return self.create_kv_cache_blocks(new_blocks)
