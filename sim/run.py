@@ -55,13 +55,6 @@ class RunSpec:
     """Advance decode-only stretches at once (identical results; off only to prove it)."""
 
 
-def check_cluster(spec: RunSpec) -> None:
-    """ValueError naming the field when ``num_replicas`` or ``router`` is bad."""
-    if not isinstance(spec.num_replicas, int) or spec.num_replicas < 1:
-        raise ValueError(f"--num-replicas: must be an integer >= 1 (got {spec.num_replicas!r})")
-    make_router(spec.router)
-
-
 def simulate(
     resolved: ResolvedRun,
     out_dir: Path,
@@ -161,7 +154,6 @@ def run(
     ``render=False`` skips plots and ``report.html`` (planning probes; ``kvsim report``
     renders them later from the records).
     """
-    check_cluster(spec)
     resolved = resolved or resolve_run(spec)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,6 @@ from sim.run import (
     DEFAULT_WORKLOAD,
     NothingServed,
     RunSpec,
-    check_cluster,
     run,
 )
 from sim.setup import resolve_run
@@ -147,7 +146,6 @@ def run_command(
             router=router or "round_robin",
             fast_forward=fast_forward,
         )
-        check_cluster(spec)
         resolved = resolve_run(spec)
     except ValueError as e:
         return _fail(str(e))

@@ -18,6 +18,7 @@ from calibrate.latency import make_latency_model
 from calibrate.use_calibration import calibrated_budget, calibrated_latency, resolve_calibrated
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig
+from sim.router import make_router
 from workloads import load_workload
 
 if TYPE_CHECKING:
@@ -45,8 +46,17 @@ class ResolvedRun:
     latency_description: dict[str, Any]
 
 
+def check_cluster(spec: RunSpec) -> None:
+    """ValueError naming the field when ``num_replicas`` or ``router`` is bad."""
+    if not isinstance(spec.num_replicas, int) or spec.num_replicas < 1:
+        raise ValueError(f"--num-replicas: must be an integer >= 1 (got {spec.num_replicas!r})")
+    make_router(spec.router)
+
+
 def resolve_run(spec: RunSpec) -> ResolvedRun:
-    """Load and check everything; raise ValueError (naming the field) on bad input."""
+    """Load and check everything (the cluster's replica count and router first); raise
+    ValueError (naming the field) on bad input."""
+    check_cluster(spec)
     engine = spec.engine
     cal = None
     if spec.calibration is not None:

@@ -109,6 +109,9 @@ BAD_SPECS = [
         "twice",
     ),
     ({"base": {"workload": "chat", "engine": {"num_gpu_blocks_override": 10}}}, "point 0"),
+    # Cluster fields are checked with the rest of each point, before any point runs.
+    ({"axes": [{"path": "router", "values": ["round_robin", "bogus"]}]}, "bogus"),
+    ({"axes": [{"path": "num_replicas", "values": [1, 0]}]}, "num-replicas"),
 ]
 
 
