@@ -245,7 +245,6 @@ class ReplicaEngine(FastForwardSteps):
             stats.queries + stats.preempted_queries,
             stats.hits + stats.preempted_hits,
             num_cached_free,
-            pool.num_gpu_blocks - 1 - num_free,
         )
         if self.decisions is not None:
             self.decisions.write(

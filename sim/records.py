@@ -164,9 +164,8 @@ class StepRecorder:
         prefix_queries: int,
         prefix_hits: int,
         num_cached_free: int,
-        num_in_use: int,
     ) -> None:
-        """One step's row (``num_in_use``: blocks held, kept for callers' symmetry)."""
+        """One step's row."""
         self._sink.add(
             (
                 replica,
@@ -288,14 +287,12 @@ class RequestRecorder:
         self._sink = _CsvSink(path, REQUEST_COLUMNS)
         self.ttft_s = array("d")
         self.tpot_s = array("d")
-        self.e2e_s = array("d")
         self.arrival_s = array("d")
         self.finish_s = array("d")
         self.per_replica: dict[int, list[int]] = {}  # [finished, preemptions, output tokens]
         self.num_finished = 0
         self.num_preemptions = 0
         self.output_tokens = 0
-        self.last_finish_s = 0.0
 
     def add(
         self,
@@ -323,7 +320,6 @@ class RequestRecorder:
             )
         )
         self.ttft_s.append(first_token_s - arrival_s)
-        self.e2e_s.append(finish_s - arrival_s)
         self.arrival_s.append(arrival_s)
         self.finish_s.append(finish_s)
         counts = self.per_replica.get(replica)
@@ -337,7 +333,6 @@ class RequestRecorder:
         self.num_finished += 1
         self.num_preemptions += num_preemptions
         self.output_tokens += output_tokens
-        self.last_finish_s = max(self.last_finish_s, finish_s)
 
     def close(self) -> None:
         self._sink.close()

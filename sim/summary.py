@@ -44,6 +44,11 @@ def build_summary(
     else:
         kv = {"mean": 0.0, "p99": 0.0, "max": 0.0}
     finished = requests.num_finished
+    e2e = (
+        np.frombuffer(requests.finish_s) - np.frombuffer(requests.arrival_s)
+        if finished
+        else np.zeros(0)
+    )
     duration = sim_duration_s if sim_duration_s > 0 else 0.0
     return {
         "num_requests": num_requests,
@@ -55,7 +60,7 @@ def build_summary(
         "output_tokens_per_s": requests.output_tokens / duration if duration else 0.0,
         "ttft_s": _dist(requests.ttft_s),
         "tpot_s": _dist(requests.tpot_s),
-        "e2e_s": _dist(requests.e2e_s),
+        "e2e_s": _dist(e2e),
         "num_preemptions": requests.num_preemptions,
         "preemptions_per_request": requests.num_preemptions / finished if finished else 0.0,
         "prefix_cache_hit_rate": (
