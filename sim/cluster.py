@@ -16,10 +16,9 @@ from typing import IO, Any
 import simpy
 
 from kvcore.block_hashing import FastBlockHasher
-from kvcore.request import LoRARequest, Request
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
-from sim.engine import ReplicaEngine
+from sim.engine import ReplicaEngine, kvcore_request
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router
 
@@ -116,17 +115,7 @@ class Cluster:
         """The request as the router sees it: hashed into blocks when it needs that."""
         if not self.router.needs_prefix:
             return sr
-        lora = LoRARequest.from_id(sr.lora_id) if sr.lora_id else None
-        return Request(
-            sr.request_id,
-            sr.prompt_token_ids,
-            sr.max_tokens,
-            arrival_time=self.env.now,
-            priority=sr.priority,
-            lora_request=lora,
-            cache_salt=sr.cache_salt,
-            block_hasher=self.hasher,
-        )
+        return kvcore_request(sr, self.env.now, self.hasher)
 
     def submit(self, sr: Any) -> None:
         """Route one arriving request to a replica."""

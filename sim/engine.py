@@ -25,6 +25,21 @@ from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_tim
 _SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
 
 
+def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
+    """The kvcore ``Request`` of a workload request ``sr`` arriving at ``now`` (s),
+    hashed into blocks by ``hasher``."""
+    return Request(
+        sr.request_id,
+        sr.prompt_token_ids,
+        sr.max_tokens,
+        arrival_time=now,
+        priority=sr.priority,
+        lora_request=LoRARequest.from_id(sr.lora_id) if sr.lora_id else None,
+        cache_salt=sr.cache_salt,
+        block_hasher=hasher,
+    )
+
+
 class SimulationStuck(RuntimeError):
     """Requests wait but none can ever be scheduled (the KV cache is too small)."""
 
@@ -118,17 +133,7 @@ class ReplicaEngine(FastForwardSteps):
     def _admit_pending(self) -> None:
         now = self.env.now
         for sr in self._pending:
-            lora = LoRARequest.from_id(sr.lora_id) if sr.lora_id else None
-            req = Request(
-                sr.request_id,
-                sr.prompt_token_ids,
-                sr.max_tokens,
-                arrival_time=now,
-                priority=sr.priority,
-                lora_request=lora,
-                cache_salt=sr.cache_salt,
-                block_hasher=self.hasher,
-            )
+            req = kvcore_request(sr, now, self.hasher)
             self._meta[sr.request_id] = _Meta(sr.arrival_s, req.num_prompt_tokens)
             self.scheduler.add_request(req)
         self._pending.clear()

@@ -15,7 +15,7 @@ import numpy as np
 from workloads.distributions import LengthSampler
 from workloads.request import SimRequest
 from workloads.spec import WorkloadSpec
-from workloads.tokens import TAG_SESSION, KeyedStreams, prefix_tokens, random_tokens
+from workloads.tokens import TAG_PREFIX, TAG_SESSION, KeyedStreams, random_tokens
 
 
 @dataclass(slots=True)
@@ -123,7 +123,11 @@ class SessionPlanner:
         turn = plan.next_turn
         if turn == 0:
             head = (
-                prefix_tokens(self._seed, plan.group, self._prefix_len, self._spec.vocab_size)
+                random_tokens(
+                    self._streams.load(self._seed, TAG_PREFIX, plan.group),
+                    self._prefix_len,
+                    self._spec.vocab_size,
+                )  # prefix_tokens(seed, group, ...), on the shared generator
                 if plan.group is not None
                 else []
             )

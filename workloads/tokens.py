@@ -103,6 +103,7 @@ class HashBlockTokens:
         self._vocab = vocab_size
         self._max = max_blocks
         self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._streams = KeyedStreams()  # its own: callers may hold another stream
 
     def block(self, hash_id: int, block_size: int) -> np.ndarray:
         """The ``block_size`` token ids of hash block ``hash_id``."""
@@ -111,7 +112,7 @@ class HashBlockTokens:
         if tokens is not None:
             self._cache.move_to_end(key)
             return tokens
-        rng = stream(self._seed, TAG_HASH_BLOCK, hash_id)
+        rng = self._streams.load(self._seed, TAG_HASH_BLOCK, hash_id)
         tokens = rng.integers(0, self._vocab, block_size)
         self._cache[key] = tokens
         if len(self._cache) > self._max:
