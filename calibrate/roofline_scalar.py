@@ -2,19 +2,17 @@
 
 ``decode_time`` / ``stretch_times`` repeat ``decode_step_times``' IEEE operations in
 the same order (bit-identical: fast-forward relies on it, and
-``sim.step_timing.make_decode_timer`` / ``make_stretch_timer`` check it); ``step_time``
-follows ``step_time`` summing in request order (checked to 1e-12 by
-``make_step_timer``). They live beside the roofline so that formula and twins change
-together.
+``sim.step_timing.make_decode_timer`` checks it); ``step_time`` follows ``step_time``
+summing in request order (checked to 1e-12 by ``make_step_timer``). They live beside
+the roofline so that formula and twins change together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 
-class _ScalarRoofline:
+class ScalarRoofline:
     """The roofline's constants, and its step formulas in Python floats."""
 
     def __init__(self, model: Any) -> None:
@@ -48,16 +46,16 @@ class _ScalarRoofline:
         weights = self.dense_w / self.bps
         flops = (t * self.fpt + r * self.lm) / self.gfs
         out = weights if weights >= flops else flops
-        if self.ar_coef is None:
-            out = out + 0.0
-        else:
+        if self.ar_coef is not None:
             c, per_tok, link = self.ar_coef
             out = out + self.two_layers * (self.ar_lat + c * (t * per_tok) / link)
         return out + (self.step_oh + self.req_oh * r)
 
-    def _attention(self, groups: list[tuple[int, float, float]], pairs: float, kv: float) -> float:
-        """Seconds of one attention phase over all layers (compute- or memory-bound)."""
-        out = 0.0
+    def _attention(
+        self, groups: list[tuple[int, float, float]], pairs: float, kv: float, out: float = 0.0
+    ) -> float:
+        """``out`` plus the seconds of one attention phase over all layers (compute- or
+        memory-bound), added layer group by layer group."""
         for layers, per_pair, kv_bytes in groups:
             compute = pairs * per_pair / self.afs
             memory = kv * kv_bytes / self.bps
@@ -96,14 +94,8 @@ class _ScalarRoofline:
         if batch <= 0:
             return 0.0
         b = float(batch)
-        out = self.base_time(b, b)
         tokens = float(context) + b
-        afs, bps, kernel = self.afs, self.bps, self.kernel
-        for layers, per_pair, kv_bytes in self.groups:
-            compute = tokens * per_pair / afs
-            memory = tokens * kv_bytes / bps
-            out = out + layers * ((compute if compute >= memory else memory) + kernel)
-        return out
+        return self._attention(self.groups, tokens, tokens, self.base_time(b, b))
 
     def stretch_times(
         self, start: float, until: float, batch: int, context0: int, max_steps: int
@@ -119,17 +111,13 @@ class _ScalarRoofline:
             return starts, durations, t
         b = float(batch)
         base = self.base_time(b, b)
-        afs, bps, kernel, groups = self.afs, self.bps, self.kernel, self.groups
+        attention, groups = self._attention, self.groups
         ctx = context0
         for _ in range(max_steps):
             if t >= until:
                 break
             tokens = float(ctx) + b
-            out = base
-            for layers, per_pair, kv_bytes in groups:
-                compute = tokens * per_pair / afs
-                memory = tokens * kv_bytes / bps
-                out = out + layers * ((compute if compute >= memory else memory) + kernel)
+            out = attention(groups, tokens, tokens, base)
             starts.append(t)
             durations.append(out)
             t = t + out
@@ -137,39 +125,14 @@ class _ScalarRoofline:
         return starts, durations, t
 
 
-def _scalar_roofline(model: Any) -> _ScalarRoofline | None:
+def scalar_roofline(model: Any) -> ScalarRoofline | None:
+    """The pure-Python twin of a roofline ``model``; None for other models, MoE models
+    and sliding windows (where no twin is exact)."""
     if getattr(model, "kind", None) != "roofline":
         return None
     try:
         if model.model.num_experts or any(g.window is not None for g in model.groups):
             return None
-        return _ScalarRoofline(model)
+        return ScalarRoofline(model)
     except AttributeError:
         return None
-
-
-def roofline_scalar_decode_time(model: Any) -> Callable[[int, int], float] | None:
-    """A pure-Python twin of the roofline's ``decode_step_times`` for one step.
-
-    Same IEEE operations in the same order as the numpy formula, so bit-identical for
-    dense (non-MoE) models without sliding windows; None for anything else.
-    """
-    twin = _scalar_roofline(model)
-    return None if twin is None else twin.decode_time
-
-
-def roofline_scalar_stretch_times(
-    model: Any,
-) -> Callable[[float, float, int, int, int], tuple[list[float], list[float], float]] | None:
-    """``_ScalarRoofline.stretch_times`` for the roofline ``model`` (None where
-    :func:`roofline_scalar_decode_time` is None)."""
-    twin = _scalar_roofline(model)
-    return None if twin is None else twin.stretch_times
-
-
-def roofline_scalar_step_time(model: Any) -> Callable[[list[int], list[int]], float] | None:
-    """A pure-Python twin of the roofline's ``step_time`` for small batches:
-    ``f(new_tokens, context_tokens)`` on per-request lists (the caller checks that it
-    agrees). None for MoE models and sliding windows."""
-    twin = _scalar_roofline(model)
-    return None if twin is None else twin.step_time

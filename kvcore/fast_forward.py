@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
-
 from kvcore.request import Request, RequestStatus
 from kvcore.scheduler import Scheduler
 from kvcore.single_type_kv_cache_manager import FullAttentionManager
@@ -41,7 +39,7 @@ class DecodeStretch:
 
     ``context0`` is the total number of tokens already in the KV cache of all running
     requests at the start of the first step; step ``j`` (0-based) starts with
-    ``context0 + j * batch_size`` (``context_tokens``); ``batch_size`` is constant.
+    ``context0 + j * batch_size``; ``batch_size`` is constant.
     When ``finishes`` is true, step ``max_steps`` is the first step in which requests
     finish (those whose ``steps_left`` equals ``max_steps``); else no request finishes
     within the stretch.
@@ -72,11 +70,6 @@ class DecodeStretch:
         self.context0 = sum(computed0)
         self.steps_left = steps_left
         self.finishes = finishes
-
-    @property
-    def context_tokens(self) -> np.ndarray:
-        """Context total at the start of each of the ``max_steps`` steps."""
-        return self.context0 + self.batch_size * np.arange(self.max_steps, dtype=np.int64)
 
     def apply(self, k: int, sample_token_id: int) -> tuple[StretchRecords, list[Request]]:
         """Advance ``k`` (1 <= k <= max_steps) steps.

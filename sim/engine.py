@@ -95,11 +95,7 @@ class ReplicaEngine(FastForwardSteps):
         self.fast_forward = fast_forward and self._vector_decode
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
         self._step_time = make_step_timer(latency_model)
-        self._stretch = (
-            make_stretch_timer(latency_model, self._decode_time)
-            if self._decode_time is not None
-            else None
-        )
+        self._stretch = make_stretch_timer(latency_model, self._decode_time)
         steps.num_writers += 1
         self.num_fast_forwarded = 0  # steps advanced by fast-forward
         self.num_stretches = 0  # fast-forward stretches (of one step or more)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-import numpy as np
 import simpy
 
 from kvcore.fast_forward import StretchRecords, plan_decode_stretch
@@ -65,32 +64,6 @@ class FastForwardSteps:
     def _finish(self, req: Request, now: float) -> None:
         raise NotImplementedError
 
-    def _stretch_times(
-        self, stretch: Any, start: float, until: float
-    ) -> tuple[list[float], list[float], float]:
-        """Start times and durations of the stretch's steps, from ``start``, that start
-        before ``until``.
-
-        Times are summed one step after another, as per-step timeouts would; returns
-        ``(starts, durations, end)`` with ``end`` the last step's end.
-        """
-        t = start
-        batch = stretch.batch_size
-        if self._stretch is not None:
-            return self._stretch(t, until, batch, stretch.context0, stretch.max_steps)
-        starts: list[float] = []
-        durations: list[float] = []
-        all_d = self.latency_model.decode_step_times(
-            np.full(stretch.max_steps, batch, dtype=np.int64), stretch.context_tokens
-        ).tolist()
-        for d in all_d:
-            if t >= until:
-                break
-            starts.append(t)
-            durations.append(d)
-            t = t + d
-        return starts, durations, t
-
     def _segment(self, start: float, until: float) -> _Segment | None:
         """Plan and apply one stretch whose first step starts at ``start``; None when
         no step can be fast-forwarded. Its steps start before ``until``; a finishing
@@ -99,7 +72,9 @@ class FastForwardSteps:
         stretch = plan_decode_stretch(scheduler, FAST_FORWARD_HORIZON)
         if stretch is None:
             return None
-        starts, durations, end = self._stretch_times(stretch, start, until)
+        starts, durations, end = self._stretch(
+            start, until, stretch.batch_size, stretch.context0, stretch.max_steps
+        )
         k = len(starts)
         if k == stretch.max_steps and stretch.finishes and not end < until:
             k -= 1  # the finishing step would end at or after the next event

@@ -10,18 +10,14 @@ stretch end exactly where step-by-step additions of the step times would.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from heapq import heappush
 from typing import Any
 
 import numpy as np
 import simpy
 
-from calibrate.roofline_scalar import (
-    roofline_scalar_decode_time,
-    roofline_scalar_step_time,
-    roofline_scalar_stretch_times,
-)
+from calibrate.roofline_scalar import ScalarRoofline, scalar_roofline
 
 
 def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
@@ -37,7 +33,8 @@ def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
         def fn(batch: int, context: int) -> float:
             return step_s if batch > 0 else 0.0
     else:
-        fn = roofline_scalar_decode_time(latency_model)
+        twin = scalar_roofline(latency_model)
+        fn = None if twin is None else twin.decode_time
     if fn is None:
         return None
     rng = random.Random(0)
@@ -56,44 +53,38 @@ StretchTimer = Callable[[float, float, int, int, int], tuple[list[float], list[f
 
 
 def make_stretch_timer(
-    latency_model: Any, decode_time: Callable[[int, int], float]
+    latency_model: Any, decode_time: Callable[[int, int], float] | None
 ) -> StretchTimer:
     """``f(start, until, batch, context0, max_steps) -> (starts, durations, end)``: the
-    steps of a decode stretch that start before ``until``, each duration
-    ``decode_time(batch, context0 + j * batch)`` and each start the running sum, as
-    stepping one by one would give (one call instead of one per step)."""
-    fast = roofline_scalar_stretch_times(latency_model)
-    if fast is not None and decode_time is not None:
-        rng = random.Random(2)
-        for _ in range(20):
-            b, c, t = rng.randint(1, 300), rng.randint(0, 10**6), rng.random() * 100
-            starts, durs, end = fast(t, t + 0.5, b, c, 64)
-            ctx, ref_t = c, t
-            for s0, d in zip(starts, durs):
-                if s0 != ref_t or d != decode_time(b, ctx):
-                    fast = None
-                    break
-                ref_t, ctx = ref_t + d, ctx + b
-            if fast is None or end != ref_t:
-                fast = None
-                break
-    if fast is not None:
-        return fast
+    steps of a decode stretch that start before ``until``, each duration the time of a
+    ``batch``-request decode step over ``context0 + j * batch`` tokens and each start
+    the running sum, as stepping one by one would give (one call per stretch).
+
+    Durations are ``decode_time``'s (a :func:`make_decode_timer` result), or, without
+    one, ``latency_model.decode_step_times``' for the whole stretch at once."""
+    twin = getattr(decode_time, "__self__", None)
+    if isinstance(twin, ScalarRoofline):
+        return twin.stretch_times  # decode_time's own formula, summed step by step
 
     def stretch(
         start: float, until: float, batch: int, context0: int, max_steps: int
     ) -> tuple[list[float], list[float], float]:
+        times: Iterable[float]
+        if decode_time is None:  # vectorized over the whole stretch
+            contexts = context0 + batch * np.arange(max_steps, dtype=np.int64)
+            batches = np.full(max_steps, batch, dtype=np.int64)
+            times = latency_model.decode_step_times(batches, contexts).tolist()
+        else:  # lazily: only the steps that start before until
+            times = (decode_time(batch, context0 + j * batch) for j in range(max_steps))
         starts: list[float] = []
         durations: list[float] = []
-        t, ctx = start, context0
-        for _ in range(max_steps):
+        t = start
+        for d in times:
             if t >= until:
                 break
-            d = decode_time(batch, ctx)
             starts.append(t)
             durations.append(d)
             t = t + d
-            ctx += batch
         return starts, durations, t
 
     return stretch
@@ -104,8 +95,8 @@ def make_step_timer(latency_model: Any) -> Callable[[list[int], list[int]], floa
     without numpy (constant and dense roofline models); else None.
 
     Agrees with ``latency_model.step_time`` to a relative 1e-12 on a spread of checked
-    batches (numpy sums pairwise, this in request order); every step the engine times
-    outside fast-forward uses it, with fast-forward on or off alike.
+    batches (numpy sums pairwise, this in request order). The engine times every step
+    that is not decode-only with it (decode-only steps: :func:`make_decode_timer`).
     """
     fn: Callable[[list[int], list[int]], float] | None
     if getattr(latency_model, "kind", None) == "constant":
@@ -114,7 +105,8 @@ def make_step_timer(latency_model: Any) -> Callable[[list[int], list[int]], floa
         def fn(new_tokens: list[int], context_tokens: list[int]) -> float:
             return step_s if sum(new_tokens) > 0 else 0.0
     else:
-        fn = roofline_scalar_step_time(latency_model)
+        twin = scalar_roofline(latency_model)
+        fn = None if twin is None else twin.step_time
     if fn is None:
         return None
     rng = random.Random(1)

@@ -176,3 +176,28 @@ def test_scalar_step_timers_agree_with_the_model(name, tp, h100):
         assert dec(b, k) == float(lm.decode_step_times(np.array([b]), np.array([k]))[0])
     assert make_step_timer(RooflineLatencyModel(load_model("Gemma-3-27B"), h100)) is None
     assert make_step_timer(ConstantLatencyModel(0.01))([0, 3], [5, 5]) == 0.01
+
+
+@pytest.mark.parametrize("name,tp", [("Llama-3.1-8B", 1), ("Llama-3.1-70B", 4)])
+def test_stretch_timers_sum_decode_steps(name, tp, h100):
+    """A stretch's durations are the decode timer's (or the model's) step by step, its
+    starts the running sums, and it stops at the first step starting at ``until``."""
+    import random
+
+    from sim.step_timing import make_decode_timer, make_stretch_timer
+
+    lm = RooflineLatencyModel(load_model(name), h100, tensor_parallel_size=tp)
+    dec = make_decode_timer(lm)
+    rng = random.Random(7)
+    for stretch in (make_stretch_timer(lm, dec), make_stretch_timer(lm, None)):
+        for _ in range(50):
+            b, c, t = rng.randint(1, 300), rng.randint(0, 10**6), rng.random() * 100
+            until = t + rng.choice((0.0, 0.05, 0.5, 1e9))
+            starts, durs, end = stretch(t, until, b, c, 64)
+            ref_t, ctx = t, c
+            for s0, d in zip(starts, durs):
+                assert s0 == ref_t < until
+                assert d == dec(b, ctx)
+                ref_t, ctx = ref_t + d, ctx + b
+            assert end == ref_t
+            assert len(starts) == 64 or end >= until
