@@ -31,8 +31,7 @@ class SweepFrame:
 
     def saturated(self) -> pd.Series:
         """Per row: the run's verdict says it is saturated (latency is not meaningful)."""
-        verdict = self.rows["verdict"].fillna("").astype(str).str.lower()
-        return verdict.str.startswith("saturat") | verdict.str.contains("livelock")
+        return self.rows["verdict"] == "saturated"  # sim.verdict.SATURATED (reports reads files)
 
     def cell_keys(self) -> list[str]:
         return [self.x, *self.series]

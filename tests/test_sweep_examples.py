@@ -7,14 +7,11 @@ and a subset of each axis's values, so the whole module stays within seconds.
 from __future__ import annotations
 
 import csv
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from sim.run import RunSpec
 from sim.sweep import run_sweep
 from workloads.loader import PRESET_DIR
 
@@ -65,8 +62,6 @@ def test_every_example_is_a_valid_spec() -> None:
     names = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
     assert names == ["agent-routers", "chat-qps", "kv-cliff", "rag-prefix-caching"]
     for name in names:
-        if name == "agent-routers" and not _has_replicas():
-            continue
         prepare(SWEEPS / f"{name}.yaml")
 
 
@@ -103,12 +98,6 @@ def test_rag_prefix_caching(tmp_path: Path) -> None:
     assert ttft["true"] < ttft["false"], ttft
 
 
-def _has_replicas() -> bool:
-    names = {f.name for f in dataclasses.fields(RunSpec)}
-    return {"num_replicas", "router"} <= names
-
-
-@pytest.mark.skipif(not _has_replicas(), reason="RunSpec has no num_replicas/router yet")
 def test_agent_routers(tmp_path: Path) -> None:
     keep = {"router": ["round_robin", "prefix_aware"], "workload.arrival.rate": [2]}
     path = reduced("agent-routers", tmp_path, keep, [0])

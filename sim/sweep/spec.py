@@ -16,8 +16,7 @@ Example::
     seeds: [0, 1]                   # replications (innermost); omitted: the base seed
 
 Paths are dotted: ``workload.<field...>``, ``engine.<EngineConfig field>`` or a top-level
-run field (``model``, ``gpu``, ``calibration``, and ``num_replicas`` / ``router`` where
-this kvsim's ``RunSpec`` has them).
+run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``).
 """
 
 from __future__ import annotations
@@ -112,20 +111,11 @@ def run_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(RunSpec)]
 
 
-# Fields the multi-replica work adds to RunSpec; named in the error when missing.
-_FUTURE_FIELDS = {"num_replicas", "router"}
-
-
 def check_top_field(file: str, where: str, name: str) -> None:
     """Raise SweepSpecError unless ``name`` is a RunSpec field a sweep may set."""
     allowed = [f for f in run_fields() if f not in ("decisions", "check")]
     if name in allowed:
         return
-    if name in _FUTURE_FIELDS:
-        raise SweepSpecError(
-            f"{file}: {where}: {name!r} needs multi-replica support, which this kvsim's "
-            f"RunSpec does not have (fields: {', '.join(allowed)})"
-        )
     raise SweepSpecError(f"{file}: {where}: unknown field {name!r} (allowed: {', '.join(allowed)})")
 
 

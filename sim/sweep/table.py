@@ -62,15 +62,6 @@ def fmt(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def format_verdict(verdict: Any) -> str:
-    """A run's verdict as one word where possible (``steady``, ``saturated``...)."""
-    if isinstance(verdict, dict):
-        for key in ("status", "verdict", "state", "kind", "label"):
-            if isinstance(verdict.get(key), str):
-                return verdict[key]
-    return fmt(verdict)
-
-
 def is_complete(point_dir: Path) -> bool:
     """True when a point has finished: a whole run or a recorded failure."""
     return (point_dir / "summary.json").is_file() or (point_dir / ERROR_FILE).is_file()
@@ -105,7 +96,7 @@ def point_row(point: Point, point_dir: Path) -> list[str] | None:
     summary_file = point_dir / "summary.json"
     if summary_file.is_file():
         summary = json.loads(summary_file.read_text())
-        verdict = format_verdict(summary["verdict"]) if "verdict" in summary else ""
+        verdict = summary["verdict"]["state"] if "verdict" in summary else ""
         return [*lead, "ok", *_metrics(summary), verdict, ""]
     failure = json.loads((point_dir / ERROR_FILE).read_text())
     status = str(failure.get("status", "failed"))
