@@ -17,7 +17,7 @@ from sim.plan.probe import ProbeRunner, fmt_value, is_integer_param, load_base_w
 from sim.plan.search import Bisection, seed_answers
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import RunSpec
-from sim.setup import resolve_run
+from sim.setup import ResolvedRun, resolve_run
 
 WANT = {
     "rate": "max",
@@ -36,37 +36,35 @@ DEFAULT_LOW = {
 UNITS = {"rate": "req/s", "num_replicas": "replicas", "num_gpu_blocks": "blocks"}
 
 
-def _default_high(param: str, plan: PlanSpec, source: str) -> float | None:
-    """The budget's own value for KV knobs (the search stays below it), else open."""
-    if param not in ("num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs"):
-        return None
+def _default_high(param: str, resolved: ResolvedRun) -> float | None:
+    """The base configuration's own value for KV knobs (the search stays below it),
+    else open."""
     if param == "gpu_memory_utilization":
         return 0.95
+    if param == "num_gpu_blocks":
+        return float(resolved.num_gpu_blocks)
+    if param == "max_num_seqs":
+        return float(resolved.max_num_seqs)
+    return None
+
+
+def check_plan(plan: PlanSpec, source: str) -> tuple[Any, ResolvedRun]:
+    """Load the base workload and resolve the base configuration, so bad names fail
+    before any probe runs; returns both."""
+    base = load_base_workload(plan, source)
     try:
         resolved = resolve_run(
             RunSpec(workload=plan.workload, model=plan.model, gpu=plan.gpu, engine=plan.engine)
         )
     except ValueError as e:
         raise PlanError(f"{source}: {e}") from None
-    return float(resolved.num_gpu_blocks if param == "num_gpu_blocks" else resolved.max_num_seqs)
-
-
-def check_plan(plan: PlanSpec, source: str) -> None:
-    """Resolve the base configuration once so bad names fail before any probe runs."""
-    load_base_workload(plan, source)
-    try:
-        resolve_run(
-            RunSpec(workload=plan.workload, model=plan.model, gpu=plan.gpu, engine=plan.engine)
-        )
-    except ValueError as e:
-        raise PlanError(f"{source}: {e}") from None
+    return base, resolved
 
 
 def run_plan(plan: PlanSpec, out: Path, source: str = "plan") -> dict[str, Any]:
     """Search, write ``plan.json`` and the report; return the plan result."""
     out = Path(out)
-    base = load_base_workload(plan, source)
-    check_plan(plan, source)
+    base, resolved = check_plan(plan, source)
     runner = ProbeRunner(plan, base, out)
     param = runner.param
     want = WANT[param]
@@ -74,7 +72,7 @@ def run_plan(plan: PlanSpec, out: Path, source: str = "plan") -> dict[str, Any]:
     low = plan.search.low if plan.search.low is not None else DEFAULT_LOW[param]
     high = plan.search.high
     if high is None:
-        high = _default_high(param, plan, source)
+        high = _default_high(param, resolved)
     if integer:
         low = float(int(low))
         high = float(int(high)) if high is not None else None
@@ -84,7 +82,7 @@ def run_plan(plan: PlanSpec, out: Path, source: str = "plan") -> dict[str, Any]:
         runner.probe,
         want=want,
         integer=integer,
-        geometric=param in ("rate", "num_gpu_blocks"),
+        geometric=param == "rate",  # integer parameters bisect arithmetically
         rel_tol=plan.search.rel_tol,
         max_probes=plan.search.max_probes,
     )

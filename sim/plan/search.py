@@ -65,7 +65,6 @@ class Bisection:
 
     def run(self, low: float, high: float | None) -> SearchResult:
         """Bracket, then bisect until close or out of probes."""
-        good, bad = (low, high) if self.want == "max" else (high, low)
         limit = low * EXPAND_LIMIT if high is None else high
         if self.want == "max":
             if not self._try(low):

@@ -20,8 +20,10 @@ Schema (every key optional unless said otherwise)::
     knob: num_gpu_blocks      # min_kv: num_gpu_blocks | gpu_memory_utilization | max_num_seqs
     search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
 
-``search.high`` may be left out: the search then doubles from ``low`` until a probe
-fails (max_rate, max_num_seqs) or passes (min_replicas, min_kv). Defaults of ``low``:
+``search.high`` may be left out: for max_rate and min_replicas the search then doubles
+from ``low`` until a probe fails (max_rate) or passes (min_replicas); for min_kv it
+defaults to the base configuration's value of the knob (its block count or
+max_num_seqs; gpu_memory_utilization 0.95). Defaults of ``low``:
 0.5 req/s, 1 replica, 16 blocks, gpu_memory_utilization 0.1, max_num_seqs 1.
 """
 
@@ -35,6 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sim.engine_config import EngineConfig
 from sim.router import ROUTERS
+from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
+from workloads.errors import from_validation_error
 
 QUESTIONS = ("max_rate", "min_replicas", "min_kv")
 KNOBS = ("num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs")
@@ -86,9 +90,9 @@ class Search(_Strict):
 class PlanSpec(_Strict):
     """A capacity question; see the module docstring."""
 
-    workload: str = "chat"
-    model: str = "Llama-3.1-8B"
-    gpu: str = "H100-SXM"
+    workload: str = DEFAULT_WORKLOAD
+    model: str = DEFAULT_MODEL
+    gpu: str = DEFAULT_GPU
     engine: EngineConfig = Field(default_factory=EngineConfig)
     num_requests: int | None = Field(default=None, ge=1)
     seeds: list[int] = Field(default_factory=lambda: [0, 1], min_length=1)
@@ -113,28 +117,6 @@ class PlanSpec(_Strict):
         if self.question == "min_replicas" and self.rate is None:
             raise ValueError("rate: min_replicas needs the target rate (req/s)")
         return self
-
-
-def _first_error(source: str, err: ValidationError) -> PlanError:
-    first = err.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        parent: Any = PlanSpec
-        for part in first["loc"][:-1]:
-            ann = (
-                parent.model_fields[str(part)].annotation
-                if hasattr(parent, "model_fields")
-                else None
-            )
-            parent = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-            if parent is None:
-                break
-        allowed = ", ".join(parent.model_fields) if parent is not None else ""
-        msg = f"unknown key; allowed: {allowed}" if allowed else "unknown key"
-    elif first["type"] == "literal_error":
-        msg = f"{msg} (got {first.get('input')!r})"
-    return PlanError(f"{source}: {field}: {msg}")
 
 
 def load_plan(path: str | None, overrides: dict[str, Any]) -> PlanSpec:
@@ -166,4 +148,4 @@ def load_plan(path: str | None, overrides: dict[str, Any]) -> PlanSpec:
     try:
         return PlanSpec.model_validate(data)
     except ValidationError as e:
-        raise _first_error(source, e) from None
+        raise PlanError(str(from_validation_error(e, source, PlanSpec))) from None
