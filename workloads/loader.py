@@ -59,6 +59,15 @@ def workload_from_spec(
     return SyntheticWorkload(spec, name, base_dir, file, resolved)
 
 
+def preset_path(text: str) -> Path | None:
+    """The spec file of preset ``text`` when ``text`` names one (a bare name, no
+    suffix or slash), else None: ``text`` is then a path."""
+    preset = PRESET_DIR / f"{text}.yaml"
+    if Path(text).suffix == "" and "/" not in text and preset.is_file():
+        return preset
+    return None
+
+
 def load_workload(spec: str | Path, *, seed: int | None = None) -> Workload:
     """Load a workload from a preset name, a YAML spec path or a trace path.
 
@@ -75,8 +84,8 @@ def load_workload(spec: str | Path, *, seed: int | None = None) -> Workload:
     if seed is not None and seed < 0:
         raise WorkloadError(text, "seed", f"must be >= 0 (got {seed})")
     path = Path(text)
-    preset = PRESET_DIR / f"{text}.yaml"
-    if path.suffix == "" and "/" not in text and preset.is_file():
+    preset = preset_path(text)
+    if preset is not None:
         path, file, source = preset, f"{text}.yaml", f"preset:{text}"
     elif path.is_file():
         file, source = text, text

@@ -20,7 +20,7 @@ from sim.engine import SimulationStuck
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import NothingServed, RunSpec, run
 from workloads.errors import WorkloadError
-from workloads.loader import PRESET_DIR, load_spec
+from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.spec import WorkloadSpec
 
 PARAM = {"max_rate": "rate", "min_replicas": "num_replicas"}
@@ -40,10 +40,10 @@ def is_integer_param(plan: PlanSpec) -> bool:
 def load_base_workload(plan: PlanSpec, source: str) -> WorkloadSpec:
     """The plan's workload as a spec whose rate a probe can set; PlanError if not."""
     text = plan.workload
-    path = PRESET_DIR / f"{text}.yaml"
-    if not (Path(text).suffix == "" and "/" not in text and path.is_file()):
+    path = preset_path(text)
+    if path is None:
         path = Path(text)
-        if path.suffix.lower() not in (".yaml", ".yml"):
+        if path.suffix.lower() not in YAML_SUFFIXES:
             raise PlanError(
                 f"{source}: workload: planning needs a preset or a workload YAML spec "
                 f"(got {text!r}; traces have no rate to vary)"

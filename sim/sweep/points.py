@@ -24,7 +24,7 @@ import yaml
 
 from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.sweep.spec import Scalar, SweepSpec, SweepSpecError
-from workloads.loader import PRESET_DIR, YAML_SUFFIXES
+from workloads.loader import YAML_SUFFIXES, preset_path
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ def _base_workload(
         raise SweepSpecError(
             f"{file}: base.workload: expected a preset name, a file path or a mapping"
         )
-    preset = PRESET_DIR / f"{value}.yaml"
-    if Path(value).suffix == "" and "/" not in value and preset.is_file():
+    preset = preset_path(value)
+    if preset is not None:
         source, name = preset, value
     else:
         name = _resolve_path(value, root)
