@@ -138,7 +138,8 @@ def save_calibration(cal: Calibration, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
-def _norm(name: str) -> str:
+def norm_name(name: str) -> str:
+    """A model or GPU name compared case-insensitively, without its org prefix."""
     return name.lower().split("/")[-1]
 
 
@@ -151,16 +152,16 @@ def check_matches(cal: Calibration, model: ModelSpec | None, gpu: str | None, so
             getattr(model, f) == getattr(want, f)
             for f in ("num_layers", "hidden_size", "num_kv_heads", "head_size", "layer_types")
         )
-        if _norm(model.name) != _norm(want.name) or not same_shape:
+        if norm_name(model.name) != norm_name(want.name) or not same_shape:
             raise CalibrationError(
                 f"--calibration {source}: the file is for model {want.name!r}, not "
                 f"{model.name!r}; pass --model {want.name} or calibrate this model"
             )
     if gpu is not None:
-        names = {_norm(cal.gpu.name)}
+        names = {norm_name(cal.gpu.name)}
         if cal.gpu.catalog_name:
-            names.add(_norm(cal.gpu.catalog_name))
-        if _norm(gpu) not in names:
+            names.add(norm_name(cal.gpu.catalog_name))
+        if norm_name(gpu) not in names:
             label = cal.gpu.catalog_name or cal.gpu.name
             raise CalibrationError(
                 f"--calibration {source}: the file is for GPU {label!r}, not {gpu!r}; pass "

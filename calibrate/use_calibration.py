@@ -9,6 +9,8 @@ catalog name or the measured device name (``cpu`` for CPU calibrations).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +21,11 @@ from calibrate.calibration_file import (
     FittedLatencyModel,
     check_matches,
     load_calibration,
+    norm_name,
 )
 from calibrate.catalog import load_gpu, load_model
 from calibrate.gpu_spec import GPUSpec
 from calibrate.model_spec import ModelSpec
-
-
-def _norm(name: str) -> str:
-    return name.lower().split("/")[-1]
 
 
 def resolve_calibrated(
@@ -34,7 +33,7 @@ def resolve_calibrated(
 ) -> tuple[Calibration, ModelSpec, GPUSpec]:
     """(calibration, model spec, GPU spec) for a run that asks for ``model`` on ``gpu``."""
     cal = load_calibration(path)
-    spec = cal.model.spec if _norm(model) == _norm(cal.model.name) else load_model(model)
+    spec = cal.model.spec if norm_name(model) == norm_name(cal.model.name) else load_model(model)
     check_matches(cal, spec, gpu, str(path))
     if cal.tensor_parallel_size != tensor_parallel_size:
         raise CalibrationError(
@@ -49,6 +48,18 @@ def calibrated_budget(cal: Calibration, model: ModelSpec, gpu: GPUSpec, **kwargs
     """``compute_kv_budget`` with the calibration's measured memory terms."""
     measured = MeasuredMemoryTerms.from_profile(cal.kv_budget)
     return compute_kv_budget(model, gpu, measured=measured, **kwargs)
+
+
+def budget_inputs(
+    calibration: str | Path | None, model: str, gpu: str, tensor_parallel_size: int
+) -> tuple[Calibration | None, ModelSpec, GPUSpec, Callable[..., KVBudget]]:
+    """``(calibration or None, model spec, GPU spec, budget function)`` of a run: the
+    catalog's specs and ``compute_kv_budget``, or, with a calibration file, its specs
+    and :func:`calibrated_budget` on its measured memory terms."""
+    if calibration is None:
+        return None, load_model(model), load_gpu(gpu), compute_kv_budget
+    cal, spec, hw = resolve_calibrated(calibration, model, gpu, tensor_parallel_size)
+    return cal, spec, hw, partial(calibrated_budget, cal)
 
 
 def calibrated_latency(cal: Calibration, path: str | Path) -> FittedLatencyModel:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
-from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from calibrate.budget import KVBudget, compute_kv_budget
+from calibrate.budget import KVBudget
 from calibrate.catalog import list_gpus, list_models, load_gpu, load_model
 from calibrate.gpu_spec import GIB
-from calibrate.use_calibration import calibrated_budget, resolve_calibrated
+from calibrate.use_calibration import budget_inputs
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "workloads" / "presets"
 
@@ -82,18 +81,12 @@ def budget_command(
 ) -> int:
     """Print the budget (rich table, or one JSON object); return the exit status."""
     try:
-        cal = None
-        if calibration is not None:
-            cal, spec, hw = resolve_calibrated(calibration, model, gpu, tensor_parallel_size)
-        else:
-            spec = load_model(model)
-            hw = load_gpu(gpu)
+        _, spec, hw, budget_fn = budget_inputs(calibration, model, gpu, tensor_parallel_size)
         kwargs = (
             {}
             if gpu_memory_utilization is None
             else {"gpu_memory_utilization": gpu_memory_utilization}
         )
-        budget_fn = compute_kv_budget if cal is None else partial(calibrated_budget, cal)
         budget = budget_fn(
             spec,
             hw,

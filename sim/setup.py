@@ -9,13 +9,10 @@ Model and GPU come from the catalog (or files), the KV block budget from
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from calibrate.budget import compute_kv_budget
-from calibrate.catalog import load_gpu, load_model
 from calibrate.latency import make_latency_model
-from calibrate.use_calibration import calibrated_budget, calibrated_latency, resolve_calibrated
+from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig
 from sim.router import make_router
@@ -58,15 +55,9 @@ def resolve_run(spec: RunSpec) -> ResolvedRun:
     ValueError (naming the field) on bad input."""
     check_cluster(spec)
     engine = spec.engine
-    cal = None
-    if spec.calibration is not None:
-        cal, model, gpu = resolve_calibrated(
-            spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
-        )
-    else:
-        model = load_model(spec.model)
-        gpu = load_gpu(spec.gpu)
-    budget_fn = compute_kv_budget if cal is None else partial(calibrated_budget, cal)
+    cal, model, gpu, budget_fn = budget_inputs(
+        spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
+    )
     budget = budget_fn(
         model,
         gpu,
