@@ -43,6 +43,13 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33.0 (0.9 before)
 SAMPLER_BYTES_PER_LOGIT = 16
 NON_TORCH_BYTES = GIB // 2
 NON_TORCH_TP_BYTES = GIB // 4
+
+
+def default_non_torch_bytes(tp: int) -> int:
+    """vLLM's non-torch memory allowance (bytes) at tensor-parallel size ``tp``."""
+    return NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
+
+
 CUDAGRAPH_BYTES = GIB // 2
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
@@ -221,7 +228,7 @@ def compute_kv_budget(
     activation = activation_peak_bytes(model, tp, mbt, seqs)
     non_torch = non_torch_memory_bytes
     if non_torch is None:
-        non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
+        non_torch = default_non_torch_bytes(tp)
     graphs = CUDAGRAPH_BYTES if cudagraph_memory_bytes is None else cudagraph_memory_bytes
     if measured is not None:
         weights, non_torch = measured.weights_bytes, measured.non_torch_bytes

@@ -10,7 +10,7 @@ per regime (``decode``, ``prefill``, ``mixed``) and overall.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -74,7 +74,6 @@ class FitResult:
     residual_quantiles: dict[str, float]
     num_train: int
     num_holdout: int
-    holdout_rows: list[int] = field(default_factory=list)
 
 
 def split_holdout(
@@ -105,7 +104,8 @@ def fit_step_model(
     features: np.ndarray, times: np.ndarray, regimes: list[str], seed: int = 0
 ) -> FitResult:
     """Fit on 75 % of each regime, report holdout MAPE per regime and residual
-    quantiles (relative, holdout; ``p50_abs``, ``p90_abs``, ``p05``, ``p95``)."""
+    quantiles (relative, holdout; ``p50_abs``, ``p90_abs``, ``p05``, ``p95``). With no
+    holdout rows (``num_holdout`` 0) both are computed on the training rows."""
     x, y = np.asarray(features, float), np.asarray(times, float)
     train, hold = split_holdout(regimes, seed=seed)
     coef = fit_coefficients(x[train], y[train])
@@ -126,5 +126,4 @@ def fit_step_model(
         residual_quantiles=quantiles,
         num_train=int(train.size),
         num_holdout=int(hold.size),
-        holdout_rows=[int(i) for i in hold],
     )

@@ -173,12 +173,10 @@ def calibrate(
     mbt, seqs = default_batch_limits(hw) if device == "cuda" else (2048, 256)
     max_len = min(spec.max_position_embeddings, 8192 if device == "cpu" else 131072)
     cfg = ProfileConfig(
-        0.92,
-        mbt,
-        seqs,
-        min(max_len, spec.max_position_embeddings),
+        max_num_batched_tokens=mbt,
+        max_num_seqs=seqs,
+        max_model_len=max_len,
         tensor_parallel_size=opts.tp,
-        cudagraph_bytes=None,
     )
     mem = CudaMemoryBackend() if device == "cuda" else AnalyticMemoryBackend(gpu.memory_bytes)
     if on_progress:

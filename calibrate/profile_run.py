@@ -28,7 +28,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from calibrate.budget import NON_TORCH_BYTES, NON_TORCH_TP_BYTES, activation_peak_bytes
+from calibrate.budget import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    activation_peak_bytes,
+    default_non_torch_bytes,
+)
 from calibrate.memory_backend import MemoryBackend
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
@@ -57,7 +61,7 @@ class ProfileRunner(Protocol):
 class ProfileConfig:
     """The engine arguments the profile depends on."""
 
-    gpu_memory_utilization: float = 0.92
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
     max_model_len: int = 8192
@@ -155,9 +159,9 @@ def profile_run(
     backend.cleanup()
     backend.reset_peak()
     activation = activation_peak_bytes(spec, tp, mbt, seqs)
-    non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
-    sampler = activation - activation_peak_bytes(spec, tp, mbt, 0)
-    with backend.phase("dummy_forward", transient=activation - sampler, non_torch=non_torch):
+    non_torch = default_non_torch_bytes(tp)
+    forward = activation_peak_bytes(spec, tp, mbt, 0)  # the activation without the sampler's
+    with backend.phase("dummy_forward", transient=forward, non_torch=non_torch):
         if runner is not None:
             runner.dummy_forward(mbt, num_reqs)
     with backend.phase("dummy_sampler", transient=activation):

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-REGIMES = ("decode", "prefill", "mixed")
 CSV_FIELDS = ("regime", "num_requests", "num_tokens", "new_tokens", "context_tokens", "time_s")
 
 
@@ -150,22 +149,3 @@ def write_csv(rows: list[dict[str, object]], path: str | Path) -> None:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-
-
-def read_csv(path: str | Path) -> list[dict[str, object]]:
-    """Rows of a CSV written by ``write_csv`` (see ``rows_to_steps``)."""
-    with Path(path).open(encoding="utf-8") as f:
-        return [dict(row) for row in csv.DictReader(f)]
-
-
-def rows_to_steps(rows: list[dict[str, object]]) -> tuple[list[SweepStep], np.ndarray]:
-    """Steps and seconds back from sweep rows."""
-    steps = [
-        SweepStep(
-            str(r["regime"]),
-            tuple(int(x) for x in str(r["new_tokens"]).split(";")),
-            tuple(int(x) for x in str(r["context_tokens"]).split(";")),
-        )
-        for r in rows
-    ]
-    return steps, np.array([float(r["time_s"]) for r in rows])  # type: ignore[arg-type]

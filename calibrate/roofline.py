@@ -105,6 +105,12 @@ def _causal_pairs(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarra
     return np.where(b <= w, full, np.where(a > w, q * w, straddle))
 
 
+def _kv_reach(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarray:
+    """KV tokens a chunk of ``q`` new tokens on ``c`` cached ones reads per layer: all
+    ``c + q``, or with a sliding window ``W`` the last ``W + q - 1`` at most."""
+    return c + q if window is None else np.minimum(c + q, window + q - 1)
+
+
 def decode_kv_tokens(
     g: _AttentionGroup,
     b: np.ndarray,
@@ -235,7 +241,7 @@ class RooflineLatencyModel(LatencyModel):
                     continue
                 q, c = new[sel], ctx[sel]
                 pairs = float(_causal_pairs(q, c, g.window).sum())
-                reach = c + q if g.window is None else np.minimum(c + q, g.window + q - 1)
+                reach = _kv_reach(q, c, g.window)
                 total += self._attn_phase(g, pairs, float(reach.sum()), decode)
         return total
 

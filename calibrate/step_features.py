@@ -31,6 +31,7 @@ from calibrate.roofline import (
     RooflineEfficiency,
     RooflineLatencyModel,
     _causal_pairs,
+    _kv_reach,
     decode_kv_tokens,
 )
 
@@ -77,7 +78,7 @@ class StepFeatures:
                 if not sel.any():
                     continue
                 q, c = new[sel], ctx[sel]
-                reach = c + q if g.window is None else np.minimum(c + q, g.window + q - 1)
+                reach = _kv_reach(q, c, g.window)
                 kv = g.num_layers * reach.sum() * g.kv_bytes_per_token / rf.bytes_per_s
                 out[6] += g.num_layers
                 if decode:
@@ -99,7 +100,8 @@ class StepFeatures:
         windowed_context: Mapping[int, np.ndarray] | None = None,
     ) -> np.ndarray:
         """Features of many decode-only steps (``B`` requests, ``K`` context tokens in
-        total; see ``LatencyModel.decode_step_times``); equals ``step`` row by row."""
+        total; see ``LatencyModel.decode_step_times``); equals ``step`` row by row when
+        ``windowed_context`` gives the sliding windows' totals (else their bound)."""
         rf = self.rf
         b = np.asarray(batch_sizes, dtype=np.float64).reshape(-1)
         k = np.asarray(total_context, dtype=np.float64).reshape(-1)

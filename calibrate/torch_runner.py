@@ -52,7 +52,6 @@ class TorchRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
         self._hidden: torch.Tensor | None = None
-        self._rows: torch.Tensor | None = None
 
     # ---- ProfileRunner --------------------------------------------------------------
 

@@ -129,7 +129,7 @@ def test_calibrate_quick_cpu_end_to_end(tmp_path):
     cal = load_calibration(out)
     assert (tmp_path / "tiny.csv").read_text().startswith("regime,")
     assert set(cal.latency.holdout_mape) == {"all", "decode", "prefill", "mixed"}
-    assert cal.latency.holdout_mape["all"] < 0.30  # typically ~0.08-0.11 single-threaded
+    assert cal.latency.holdout_mape["all"] < 0.30  # 0.107 when last measured (CPU, --quick)
     assert "holdout MAPE" in res.stdout
     run = _cli("run", "--model", "kvsim-tiny", "--gpu", "cpu", "--calibration", str(out),
                "--out", str(tmp_path / "run"), cwd=tmp_path)  # fmt: skip
