@@ -44,7 +44,8 @@ NATIVE_MODULES = (
 simulator's per-step path). They type-check under mypy; ``request_queue`` is left out
 (mypyc cannot compile a subclass of ``collections.deque``)."""
 GROUP = "kvcore._native"
-"""The shared library the compiled modules live in: ``kvcore/_native__mypyc``."""
+"""mypyc's group name: the compiled modules share the library ``kvcore/_native__mypyc``."""
+_SHARED_LIB = GROUP.rpartition(".")[2] + "__mypyc"
 PURE_ENV = "KVSIM_PURE_PYTHON"
 
 
@@ -102,7 +103,7 @@ def install_guard() -> str:
 
 def clean() -> list[Path]:
     """Remove the compiled modules, the shared library and the manifest."""
-    removed = [p for n in (*NATIVE_MODULES, "_native__mypyc") for p in _compiled_files(n)]
+    removed = [p for n in (*NATIVE_MODULES, _SHARED_LIB) for p in _compiled_files(n)]
     if MANIFEST.exists():
         removed.append(MANIFEST)
     for p in removed:
