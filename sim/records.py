@@ -133,13 +133,25 @@ class StepRecorder:
         self.duration_s = array("d")
         self.kv_usage = array("d")
         self.replica = array("H")
-        self.num_steps = 0
-        self.prefix_queries = 0
-        self.prefix_hits = 0
         self.num_writers = 0
         self.per_replica: dict[int, ReplicaSteps] = {}
         self._usage_text: dict[int, str] = {}  # free-block count -> formatted KV usage
         self._usage_usable = -1  # the usable block count the texts are for
+
+    @property
+    def num_steps(self) -> int:
+        """Steps recorded, all replicas."""
+        return sum(r.num_steps for r in self.per_replica.values())
+
+    @property
+    def prefix_queries(self) -> int:
+        """Prefix-cache query tokens, all replicas."""
+        return sum(r.prefix_queries for r in self.per_replica.values())
+
+    @property
+    def prefix_hits(self) -> int:
+        """Prefix-cache hit tokens, all replicas."""
+        return sum(r.prefix_hits for r in self.per_replica.values())
 
     def _replica(self, replica: int) -> ReplicaSteps:
         rec = self.per_replica.get(replica)
@@ -189,9 +201,6 @@ class StepRecorder:
         self.kv_usage.append(kv_usage)
         if self.num_writers > 1:
             self.replica.append(replica)
-        self.num_steps += 1
-        self.prefix_queries += prefix_queries
-        self.prefix_hits += prefix_hits
         rec = self._replica(replica)
         rec.num_steps += 1
         rec.prefix_queries += prefix_queries
@@ -266,7 +275,6 @@ class StepRecorder:
         self.kv_usage.extend(usage)
         if self.num_writers > 1:
             self.replica.extend([replica] * k)
-        self.num_steps += k
         rec = self._replica(replica)
         rec.num_steps += k
         if rec.last_waiting:
