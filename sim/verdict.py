@@ -199,17 +199,15 @@ def judge_inputs(
 
 
 STEP_USECOLS = ["replica", "start_s", "num_waiting", "num_decode_tokens", "num_preempted"]
-REQUEST_USECOLS = ["replica", "arrival_s", "finish_s", "num_preemptions"]
-STEP_EXTRA = ["duration_s", "kv_usage", "prefix_queries", "prefix_hits"]
-REQUEST_EXTRA = ["output_tokens"]
+REQUEST_USECOLS = ["arrival_s", "finish_s", "num_preemptions"]
 
 
 def read_records(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The columns verdicts and per-replica summaries need, from a run directory."""
+    """The columns verdicts need, from a run directory."""
     import pandas as pd
 
-    steps = pd.read_csv(run_dir / "steps.csv", usecols=STEP_USECOLS + STEP_EXTRA)
-    requests = pd.read_csv(run_dir / "requests.csv", usecols=REQUEST_USECOLS + REQUEST_EXTRA)
+    steps = pd.read_csv(run_dir / "steps.csv", usecols=STEP_USECOLS)
+    requests = pd.read_csv(run_dir / "requests.csv", usecols=REQUEST_USECOLS)
     return steps, requests
 
 
