@@ -17,6 +17,14 @@ th{text-align:left;background:#f4f4f4}pre{background:#f8f8f8;padding:1em;overflo
 img{max-width:100%}"""
 
 
+def inline_png(png: Path) -> str:
+    """A plot as an HTML heading and an ``<img>`` carrying the PNG itself (base64), so
+    the page stands alone."""
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    name = html.escape(png.stem)
+    return f'<h3>{name}</h3><img alt="{name}" src="data:image/png;base64,{data}">'
+
+
 def _rows(summary: dict[str, Any]) -> str:
     out = []
     for key, value in summary.items():
@@ -34,13 +42,7 @@ def render_report(run_dir: Path, title: str = "kvsim run") -> Path:
     """Write ``report.html`` from ``summary.json``, ``plots/*.png`` and ``config.yaml``."""
     summary = json.loads((run_dir / "summary.json").read_text())
     config = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
-    images = []
-    for png in sorted((run_dir / "plots").glob("*.png")):
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
-        images.append(
-            f'<h3>{html.escape(png.stem)}</h3><img alt="{html.escape(png.stem)}" '
-            f'src="data:image/png;base64,{data}">'
-        )
+    images = [inline_png(png) for png in sorted((run_dir / "plots").glob("*.png"))]
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
         f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"

@@ -6,12 +6,12 @@ points' ``steps.csv``). Every string that came from an input is HTML-escaped.
 
 from __future__ import annotations
 
-import base64
 import html
 from pathlib import Path
 
 import pandas as pd
 
+from reports.html import inline_png
 from reports.sweep_data import load_sweep_frame
 from reports.sweep_plots import render_sweep_plots
 
@@ -60,13 +60,7 @@ def render_sweep_report(sweep_dir: Path) -> Path:
     """Render ``plots/*.png`` and ``report.html`` of a sweep directory; return the page."""
     sweep_dir = Path(sweep_dir)
     frame = load_sweep_frame(sweep_dir)
-    images = []
-    for png in render_sweep_plots(sweep_dir):
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
-        images.append(
-            f'<h3>{html.escape(png.stem)}</h3><img alt="{html.escape(png.stem)}" '
-            f'src="data:image/png;base64,{data}">'
-        )
+    images = [inline_png(png) for png in render_sweep_plots(sweep_dir)]
     meta = sweep_dir / "sweep.yaml"
     spec_text = meta.read_text() if meta.is_file() else ""
     statuses = frame.rows["status"].value_counts().to_dict()
