@@ -8,7 +8,6 @@ with each seed's verdict, SLO metrics (null when saturated) and run directory.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from sim.plan.search import Bisection, seed_answers
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import RunSpec
 from sim.setup import ResolvedRun, resolve_run
+from sim.sweep.table import write_atomic
 
 WANT = {
     "rate": "max",
@@ -109,9 +109,7 @@ def run_plan(plan: PlanSpec, out: Path, source: str = "plan") -> dict[str, Any]:
         "probes": sorted(runner.probes, key=lambda p: p["value"]),
     }
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".plan.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(out / "plan.json")
+    write_atomic(out / "plan.json", json.dumps(doc, indent=2) + "\n")
     from reports.plan_report import render_plan_report
 
     render_plan_report(out)
