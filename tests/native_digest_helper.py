@@ -15,11 +15,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sim_run_helpers import write_yaml  # noqa: E402
 from test_fast_forward import FILES, ROUTERS, _case, _simulate, _strip_wall  # noqa: E402
 
 import kvcore  # noqa: E402
@@ -34,8 +33,7 @@ def digests(num_sim: int, num_traces: int) -> dict[str, object]:
             wl, eng, model, replicas = _case(i)
             case_dir = Path(tmp) / str(i)
             case_dir.mkdir()
-            path = case_dir / "wl.yaml"
-            path.write_text(yaml.safe_dump(wl))
+            path = write_yaml(case_dir / "wl.yaml", wl)
             summary = _simulate(
                 path, eng, model, replicas, case_dir / "out", True, ROUTERS[i % len(ROUTERS)]
             )
