@@ -105,7 +105,11 @@ class Request:
         skip_reading_prefix_cache: bool = False,
         eos_token_id: int | None = None,
         stop_token_ids: Sequence[int] = (),
+        block_hashes: Sequence[BlockHash] = (),
     ) -> None:
+        """``block_hashes``: hashes of leading full blocks already computed by this same
+        ``block_hasher`` (a kvsim extension: the simulator hashes prompts ahead, in a
+        helper process); hashing continues after them."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens} (request {request_id})")
         if len(prompt_token_ids) == 0:
@@ -133,7 +137,7 @@ class Request:
         self.eos_token_id = eos_token_id
         self.stop_token_ids = tuple(stop_token_ids)
         self.stop_reason: int | None = None
-        self.block_hashes: list[BlockHash] = []
+        self.block_hashes: list[BlockHash] = list(block_hashes)
         self._block_hasher = block_hasher
         # Tokens per hashed block, when the hasher says (skips calls that cannot hash).
         self._hash_block_size = getattr(block_hasher, "hash_block_size", 1)

@@ -111,6 +111,11 @@ class Cluster:
         else:
             self.process = simpy.AllOf(env, [e.process for e in self.engines])
 
+    def prompt_hashes(self, sr: Any) -> list[Any]:
+        """The block hashes of a workload request's prompt, as the engines compute them
+        (for ``SimRequest.prompt_block_hashes``, computed where the workload is drawn)."""
+        return kvcore_request(sr, 0.0, self.hasher).block_hashes
+
     def _routing_request(self, sr: Any) -> Any:
         """The request as the router sees it: hashed into blocks when it needs that."""
         if not self.router.needs_prefix:

@@ -37,6 +37,7 @@ def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
         lora_request=LoRARequest.from_id(sr.lora_id) if sr.lora_id else None,
         cache_salt=sr.cache_salt,
         block_hasher=hasher,
+        block_hashes=sr.prompt_block_hashes or (),
     )
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import csv
 from array import array
-from itertools import chain
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from sim.offload import ChunkWriter
+from sim.step_rows import DECODE, StepRowWriter, fmt
 
 STEP_COLUMNS = (
     "replica",
@@ -44,11 +46,7 @@ REQUEST_COLUMNS = (
     "num_preemptions",
 )
 _FLUSH_ROWS = 4096
-
-
-def _fmt(x: float) -> str:
-    """Floats with 9 significant digits: stable text, byte-identical across runs."""
-    return format(x, ".9g")
+_STEP_CHUNK_ROWS = 8192  # steps.csv rows handed over at once (~250 kB pickled)
 
 
 class _CsvSink:
@@ -57,31 +55,13 @@ class _CsvSink:
         self._writer = csv.writer(self._file, lineterminator="\n")
         self._writer.writerow(columns)
         self._rows: list[tuple] = []
-        self._text: list[str] = []
-        self._num_text_rows = 0
 
     def add(self, row: tuple) -> None:
         self._rows.append(row)
         if len(self._rows) >= _FLUSH_ROWS:
             self.flush()
 
-    def add_lines(self, text: str, num_rows: int) -> None:
-        """Already formatted rows (``num_rows`` lines), written after the pending ones."""
-        if self._rows:
-            self.flush()
-        self._text.append(text)
-        self._num_text_rows += num_rows
-        if self._num_text_rows >= _FLUSH_ROWS:
-            self._flush_text()
-
-    def _flush_text(self) -> None:
-        self._file.write("".join(self._text))
-        self._text.clear()
-        self._num_text_rows = 0
-
     def flush(self) -> None:
-        if self._text:
-            self._flush_text()
         self._writer.writerows(self._rows)
         self._rows.clear()
 
@@ -128,15 +108,16 @@ class StepRecorder:
     rows in bulk only when it is the sole writer, so row order never changes).
     """
 
-    def __init__(self, path: Path) -> None:
-        self._sink = _CsvSink(path, STEP_COLUMNS)
+    def __init__(self, path: Path, helper: bool = False) -> None:
+        """``helper``: format and write the rows in a helper process (:mod:`sim.offload`)."""
+        self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
+        self._chunk: list[tuple[Any, ...]] = []
+        self._chunk_rows = 0
         self.duration_s = array("d")
         self.kv_usage = array("d")
         self.replica = array("H")
         self.num_writers = 0
         self.per_replica: dict[int, ReplicaSteps] = {}
-        self._usage_text: dict[int, str] = {}  # free-block count -> formatted KV usage
-        self._usage_usable = -1  # the usable block count the texts are for
 
     @property
     def num_steps(self) -> int:
@@ -178,18 +159,18 @@ class StepRecorder:
         num_cached_free: int,
     ) -> None:
         """One step's row."""
-        self._sink.add(
+        self._chunk.append(
             (
                 replica,
                 step,
-                _fmt(start_s),
-                _fmt(duration_s),
+                start_s,
+                duration_s,
                 num_running,
                 num_waiting,
                 num_prefill_tokens,
                 num_decode_tokens,
                 num_preempted,
-                _fmt(kv_usage),
+                kv_usage,
                 num_free_blocks,
                 num_cached_blocks,
                 prefix_queries,
@@ -197,6 +178,9 @@ class StepRecorder:
                 num_cached_free,
             )
         )
+        self._chunk_rows += 1
+        if self._chunk_rows >= _STEP_CHUNK_ROWS:
+            self._flush()
         self.duration_s.append(duration_s)
         self.kv_usage.append(kv_usage)
         if self.num_writers > 1:
@@ -238,39 +222,28 @@ class StepRecorder:
         ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
         """
         k = len(starts)
-        # KV usage takes few distinct values: its text is kept per free-block count.
+        self._chunk.append(
+            (
+                DECODE,
+                replica,
+                step0,
+                starts,
+                durations,
+                batch,
+                last_running,
+                usable_blocks,
+                num_free_blocks,
+                num_cached_blocks,
+                num_cached_free,
+            )
+        )
+        self._chunk_rows += k
+        if self._chunk_rows >= _STEP_CHUNK_ROWS:
+            self._flush()
         if usable_blocks:
             usage = [1.0 - f / usable_blocks for f in num_free_blocks]
         else:
             usage = [0.0] * k
-        memo = self._usage_text
-        if usable_blocks != self._usage_usable:
-            memo.clear()
-            self._usage_usable = usable_blocks
-        usage_text = []
-        for f, u in zip(num_free_blocks, usage):
-            text = memo.get(f)
-            if text is None:
-                text = memo[f] = _fmt(u)
-            usage_text.append(text)
-        # One %-format over all rows: "%.9g" is _fmt's format, applied in C. The last
-        # row's num_running is last_running (requests may finish in the last step).
-        row = f"{replica},%d,%.9g,%.9g,{batch},0,0,{batch},0,%s,%d,%d,0,0,%d\n"
-        last = f"{replica},%d,%.9g,%.9g,{last_running},0,0,{batch},0,%s,%d,%d,0,0,%d\n"
-        text = (row * (k - 1) + last) % tuple(
-            chain.from_iterable(
-                zip(
-                    range(step0, step0 + k),
-                    starts,
-                    durations,
-                    usage_text,
-                    num_free_blocks,
-                    num_cached_blocks,
-                    num_cached_free,
-                )
-            )
-        )
-        self._sink.add_lines(text, k)
         self.duration_s.extend(durations)
         self.kv_usage.extend(usage)
         if self.num_writers > 1:
@@ -283,8 +256,18 @@ class StepRecorder:
             rec.last_waiting = 0
         rec.stuck_run = rec.stuck_preempted = 0
 
+    def _flush(self) -> None:
+        if self._chunk:
+            self._out.write(self._chunk)
+            self._chunk = []
+            self._chunk_rows = 0
+
     def close(self) -> None:
-        self._sink.close()
+        """Write the remaining rows and close the file (waits for the helper)."""
+        try:
+            self._flush()
+        finally:
+            self._out.close()
 
 
 class RequestRecorder:
@@ -318,9 +301,9 @@ class RequestRecorder:
             (
                 request_id,
                 replica,
-                _fmt(arrival_s),
-                _fmt(first_token_s),
-                _fmt(finish_s),
+                fmt(arrival_s),
+                fmt(first_token_s),
+                fmt(finish_s),
                 prompt_tokens,
                 output_tokens,
                 cached_tokens,

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import simpy
 import yaml
 
 from kvcore import VLLM_VERSION, __version__
+from sim import offload
 from sim.cluster import Cluster
 from sim.engine_config import EngineConfig
 from sim.records import RequestRecorder, StepRecorder
@@ -65,35 +67,47 @@ def simulate(
     on_progress: Callable[[int], None] | None = None,
     num_replicas: int = 1,
     router: str = "round_robin",
+    helpers: bool | None = None,
 ) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
-    verdict and one entry per replica)."""
+    verdict and one entry per replica).
+
+    ``helpers``: format ``steps.csv`` and draw an open-loop workload in helper
+    processes (:mod:`sim.offload`; same bytes either way); None: when
+    ``sim.offload.allowed()``.
+    """
     wall0 = time.perf_counter()
+    if helpers is None:
+        helpers = offload.allowed()
     env = simpy.Environment()
-    steps = StepRecorder(out_dir / "steps.csv")
-    requests = RequestRecorder(out_dir / "requests.csv")
-    decisions_file = (out_dir / "decisions.jsonl").open("w") if decisions else None
-    cluster = Cluster(
-        env,
-        resolved,
-        num_replicas,
-        make_router(router),
-        steps,
-        requests,
-        check=check,
-        decisions=decisions_file,
-        on_progress=on_progress,
-        fast_forward=fast_forward,
-    )
-    resolved.workload.start(env, cluster.submit)
-    try:
+    with ExitStack() as stack:  # closes whatever was opened, also on errors
+        steps = StepRecorder(out_dir / "steps.csv", helper=helpers)
+        stack.callback(steps.close)
+        requests = RequestRecorder(out_dir / "requests.csv")
+        stack.callback(requests.close)
+        decisions_file = (
+            stack.enter_context((out_dir / "decisions.jsonl").open("w")) if decisions else None
+        )
+        cluster = Cluster(
+            env,
+            resolved,
+            num_replicas,
+            make_router(router),
+            steps,
+            requests,
+            check=check,
+            decisions=decisions_file,
+            on_progress=on_progress,
+            fast_forward=fast_forward,
+        )
+        drawn = resolved.workload.draw_ahead(cluster.prompt_hashes) if helpers else None
+        ahead = None
+        if drawn is not None:
+            ahead = offload.ChunkReader(lambda: drawn, True, "workload")
+            stack.callback(ahead.close)
+        resolved.workload.start(env, cluster.submit, ahead)
         env.run(until=cluster.process)
-    finally:
-        steps.close()
-        requests.close()
-        if decisions_file is not None:
-            decisions_file.close()
     summary = build_summary(
         steps,
         requests,
@@ -148,11 +162,12 @@ def run(
     on_progress: Callable[[int], None] | None = None,
     resolved: ResolvedRun | None = None,
     render: bool = True,
+    helpers: bool | None = None,
 ) -> dict[str, Any]:
     """Resolve, simulate and write the whole run directory at ``out``; return the summary.
 
     ``render=False`` skips plots and ``report.html`` (planning probes; ``kvsim report``
-    renders them later from the records).
+    renders them later from the records). ``helpers``: see :func:`simulate`.
     """
     resolved = resolved or resolve_run(spec)
     out = Path(out)
@@ -169,6 +184,7 @@ def run(
             on_progress=on_progress,
             num_replicas=spec.num_replicas,
             router=spec.router,
+            helpers=helpers,
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(

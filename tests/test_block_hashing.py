@@ -50,6 +50,18 @@ def test_hashes_grow_as_outputs_are_appended():
     assert len(req.block_hashes) == 2
 
 
+@pytest.mark.parametrize("given", [0, 1, 2])
+def test_hashes_computed_ahead_continue_like_hashing_from_scratch(given):
+    hasher = BlockHasher.from_name(4, "sha256")
+    prompt = [5, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    whole = Request("a", prompt, 10, block_hasher=hasher)
+    ahead = Request("a", prompt, 10, block_hasher=hasher, block_hashes=whole.block_hashes[:given])
+    assert ahead.block_hashes == whole.block_hashes
+    for req in (whole, ahead):
+        req.append_output_token_ids([7, 7, 7])
+    assert len(ahead.block_hashes) == 3 and ahead.block_hashes == whole.block_hashes
+
+
 @pytest.mark.parametrize("algo", sorted(HASH_FUNCTIONS))
 def test_every_algorithm_is_deterministic_and_distinct(algo):
     h1 = BlockHasher.from_name(2, algo)

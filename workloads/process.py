@@ -14,14 +14,20 @@ zero or positive think time), never from inside ``on_finish`` itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import simpy
 
 from workloads.request import SimRequest
 
 Submit = Callable[[SimRequest], None]
+
+
+class Chunks(Protocol):
+    """Chunks of :meth:`Workload.draw_ahead` in order: ``next()`` returns the next."""
+
+    def next(self) -> list[Any]: ...
 
 
 class Workload:
@@ -56,14 +62,28 @@ class Workload:
         """Requests submitted so far."""
         return self._num_submitted
 
-    def start(self, env: simpy.Environment, submit: Submit) -> None:
-        """Start the SimPy process(es) that call ``submit(req)`` at each arrival."""
+    def start(self, env: simpy.Environment, submit: Submit, ahead: Chunks | None = None) -> None:
+        """Start the SimPy process(es) that call ``submit(req)`` at each arrival.
+
+        ``ahead``: the chunks of :meth:`draw_ahead`, drawn elsewhere (a helper process,
+        :mod:`sim.offload`); the workload then takes its requests from them.
+        """
         if self._env is not None:
             raise RuntimeError(f"workload {self.name!r} was already started")
         self._env = env
         self._submit = submit
         self.all_submitted = env.event()
-        self._begin(env)
+        self._begin(env, ahead)
+
+    def draw_ahead(
+        self, prepare: Callable[[SimRequest], Any] | None = None
+    ) -> Iterator[list[Any]] | None:
+        """Chunks of what this workload will submit, when that does not depend on the
+        engine and drawing it dominates (else None). Handed back to :meth:`start` as
+        ``ahead``, possibly drawn in another process (a copy of this workload).
+        ``prepare(request)`` runs on each request where it is drawn; its result is the
+        request's ``prompt_block_hashes``."""
+        return None
 
     def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
         """The engine finished ``request_id`` at ``now`` seconds with these output tokens."""
@@ -74,7 +94,7 @@ class Workload:
 
     # -- for subclasses -------------------------------------------------------
 
-    def _begin(self, env: simpy.Environment) -> None:
+    def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
         raise NotImplementedError
 
     def _emit(self, request: SimRequest) -> None:

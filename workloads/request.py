@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -19,6 +20,8 @@ class SimRequest:
         lora_id: LoRA adapter id, or None for the base model.
         cache_salt: prefix-cache salt (vLLM ``cache_salt``), or None.
         session_id: the multi-turn session this request belongs to, or None.
+        prompt_block_hashes: the prompt's full-block hashes when the engine's block
+            hasher computed them ahead (a helper drawing the workload), else None.
     """
 
     request_id: str
@@ -29,6 +32,7 @@ class SimRequest:
     lora_id: int | None = None
     cache_salt: str | None = None
     session_id: str | None = None
+    prompt_block_hashes: list[Any] | None = None
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -8,7 +8,8 @@ a workload makes does not depend on the engine, only when the follow-ups are sen
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from array import array
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ import simpy
 
 from workloads.arrivals import arrival_times
 from workloads.distributions import LengthSampler, make_sampler
-from workloads.process import Workload
+from workloads.process import Chunks, Workload
+from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
 from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
@@ -33,6 +35,15 @@ def build_samplers(
     if spec.sessions is not None:
         turns = make_sampler(spec.sessions.turns, base_dir, file, "sessions.turns")
     return prompt, output, turns
+
+
+_AHEAD_CHUNK = 256
+DrawnTurn = tuple[array, int, int, "str | None", Any]
+"""A single-turn session drawn ahead: prompt token ids (a compact ``array``; it pickles
+as bytes), max_tokens, priority, session id, and what ``prepare`` made of it."""
+Prepare = Callable[[SimRequest], Any]
+"""Work on each drawn request done where it is drawn (the engine's prompt hashing)."""
+"""Sessions per chunk drawn ahead (~400 kB pickled at 512 prompt tokens)."""
 
 
 class SyntheticWorkload(Workload):
@@ -57,15 +68,51 @@ class SyntheticWorkload(Workload):
         self._planned = 0
         self._next_session = 0
         self._live: dict[str, SessionPlan] = {}
+        self._ahead: Chunks | None = None  # single-turn sessions drawn elsewhere
+        self._ahead_chunk: list[DrawnTurn] = []
+        self._ahead_pos = 0
+
+    def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnTurn]] | None:
+        """Open loop without sessions: what each arrival submits depends on its index
+        alone (see :meth:`_drawn_ahead`)."""
+        return None if self.reacts_to_finish else self._drawn_ahead(prepare)
+
+    def _drawn_ahead(self, prepare: Prepare | None) -> Iterator[list[DrawnTurn]]:
+        """Single-turn sessions 0, 1, ... in chunks: what :meth:`_start_session` would
+        draw for each, all but its request id and arrival time, as :data:`DrawnTurn`
+        (``prepare``'s result goes to ``prompt_block_hashes``)."""
+        total = self.workload_spec.num_requests
+        typecode = "H" if self.workload_spec.vocab_size <= 1 << 16 else "q"
+        index = 0
+        size = 64  # a small first chunk: the loop needs it at once
+        while total is None or index < total:
+            end = index + size if total is None else min(index + size, total)
+            chunk = []
+            for i in range(index, end):
+                req = self._planner.next_request(self._planner.plan(i, 1, None), "", 0.0)
+                chunk.append(
+                    (
+                        array(typecode, req.prompt_token_ids),
+                        req.max_tokens,
+                        req.priority,
+                        req.session_id,
+                        prepare(req) if prepare is not None else None,
+                    )
+                )
+            yield chunk
+            index = end
+            size = _AHEAD_CHUNK
 
     # -- SimPy side -----------------------------------------------------------
 
-    def _begin(self, env: simpy.Environment) -> None:
+    def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
         arrival = self.workload_spec.arrival
         if isinstance(arrival, ClosedLoopArrival):
             for client in range(arrival.concurrency):
                 self._after(0.0, lambda c=client: self._start_session(c))
         else:
+            if ahead is not None and not self.reacts_to_finish:
+                self._ahead = ahead
             env.process(self._open_loop(env))
         if self.workload_spec.duration_s is not None:
             self._after(self.workload_spec.duration_s, self._mark_done)
@@ -96,12 +143,36 @@ class SyntheticWorkload(Workload):
     def _start_session(self, client: int | None) -> None:
         if not self._has_budget() or not self._time_left():
             return
+        if self._ahead is not None:
+            self._send_ahead()
+            return
         total = self.workload_spec.num_requests
         cap = None if total is None else total - self._planned
         plan = self._planner.plan(self._next_session, cap, client)
         self._next_session += 1
         self._planned += plan.num_turns
         self._send_turn(plan)
+
+    def _send_ahead(self) -> None:
+        """Submit the next single-turn session drawn by the helper."""
+        assert self._ahead is not None and self._env is not None
+        if self._ahead_pos == len(self._ahead_chunk):
+            self._ahead_chunk = self._ahead.next()
+            self._ahead_pos = 0
+        tokens, max_tokens, priority, session_id, hashes = self._ahead_chunk[self._ahead_pos]
+        self._ahead_pos += 1
+        self._next_session += 1
+        self._planned += 1
+        request = SimRequest(
+            request_id=f"req-{self.num_submitted}",
+            arrival_s=float(self._env.now),
+            prompt_token_ids=tokens.tolist(),
+            max_tokens=max_tokens,
+            priority=priority,
+            session_id=session_id,
+            prompt_block_hashes=hashes,
+        )
+        self._emit(request)
 
     def _send_turn(self, plan: SessionPlan) -> None:
         if not self._time_left():

@@ -12,7 +12,7 @@ from typing import Any
 
 import simpy
 
-from workloads.process import Workload
+from workloads.process import Chunks, Workload
 from workloads.request import SimRequest
 from workloads.tokens import TAG_TRACE_ROW, HashBlockTokens, KeyedStreams, random_tokens
 from workloads.traces.table import TraceTable
@@ -42,7 +42,7 @@ class TraceWorkload(Workload):
         self._vocab = vocab_size
         self._blocks = HashBlockTokens(seed, vocab_size)
 
-    def _begin(self, env: simpy.Environment) -> None:
+    def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
         env.process(self._replay(env))
 
     def _replay(self, env: simpy.Environment) -> Generator[simpy.Event, None, None]:

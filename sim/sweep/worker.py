@@ -66,7 +66,8 @@ def run_point(payload: dict[str, Any]) -> str:
             workload_path = Path(scratch) / Path(workload_path).name
             workload_path.write_text(payload["workload_yaml"])
         try:
-            run(make_run_spec(payload["run"], workload_path), out)
+            # Sweep workers already keep every CPU busy: no helper processes.
+            run(make_run_spec(payload["run"], workload_path), out, helpers=False)
         except SimulationStuck as e:
             write_failure(out, "stuck", str(e))
             return "stuck"

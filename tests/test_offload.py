@@ -1,0 +1,187 @@
+"""Helper processes (sim.offload): same bytes as in-process, failures surface."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import simpy
+
+from sim import offload
+from sim.engine_config import EngineConfig
+from sim.run import RunSpec, simulate
+from sim.setup import resolve_run
+from workloads import SyntheticWorkload, WorkloadSpec
+from workloads.loader import workload_from_spec
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="helpers need os.fork")
+
+
+class LinesFile:
+    """A consumer writing each chunk (a list of ints) as one line."""
+
+    def __init__(self, path: Path, fail_at: int | None = None) -> None:
+        self.file = path.open("w")
+        self.fail_at = fail_at
+        self.n = 0
+
+    def write(self, chunk: list[int]) -> None:
+        if self.n == self.fail_at:
+            raise RuntimeError("consumer failed")
+        self.n += 1
+        self.file.write(" ".join(map(str, chunk)) + "\n")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+@needs_fork
+@pytest.mark.parametrize("fork", [False, True])
+def test_chunk_writer_writes_every_chunk_in_order(tmp_path: Path, fork: bool) -> None:
+    path = tmp_path / "out.txt"
+    writer = offload.ChunkWriter(LinesFile(path), fork, "test")
+    for i in range(300):
+        writer.write(list(range(i, i + 50)))  # ~300 kB in all: the pipe fills
+    writer.close()
+    lines = path.read_text().splitlines()
+    assert lines == [" ".join(map(str, range(i, i + 50))) for i in range(300)]
+
+
+@needs_fork
+def test_chunk_writer_reports_a_failed_helper(tmp_path: Path) -> None:
+    writer = offload.ChunkWriter(LinesFile(tmp_path / "out.txt", fail_at=3), True, "test")
+    with pytest.raises(offload.HelperFailed, match="test helper"):
+        for i in range(2000):  # the helper dies at the 4th chunk; a write or close sees it
+            writer.write([i] * 1000)
+        writer.close()
+
+
+def _numbers(n: int, fail_at: int | None = None) -> Iterator[list[int]]:
+    for i in range(n):
+        if i == fail_at:
+            raise RuntimeError("producer failed")
+        yield list(range(i * 100, i * 100 + 100))
+
+
+@needs_fork
+@pytest.mark.parametrize("fork", [False, True])
+def test_chunk_reader_yields_every_chunk_then_stops(fork: bool) -> None:
+    reader = offload.ChunkReader(lambda: _numbers(200), fork, "test")
+    got = []
+    with pytest.raises(StopIteration):
+        while True:
+            got.append(reader.next())
+    reader.close()
+    assert got == list(_numbers(200))
+
+
+@needs_fork
+def test_chunk_reader_does_not_hide_a_failed_producer() -> None:
+    reader = offload.ChunkReader(lambda: _numbers(50, fail_at=20), True, "test")
+    got = []
+    with pytest.raises(offload.HelperFailed, match="test helper"):
+        while True:
+            got.append(reader.next())
+    assert len(got) == 20  # what came before the failure, then an error, not an end
+
+
+@needs_fork
+def test_chunk_reader_close_stops_an_endless_producer() -> None:
+    def endless() -> Iterator[list[int]]:
+        i = 0
+        while True:
+            yield [i] * 1000
+            i += 1
+
+    reader = offload.ChunkReader(endless, True, "test")
+    assert reader.next() == [0] * 1000
+    pid = reader._pid
+    reader.close()
+    with pytest.raises(ChildProcessError):  # reaped: no such child any more
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_allowed_respects_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(offload.ENV_SWITCH, "0")
+    assert not offload.allowed()
+
+
+def _open_loop(**overrides: Any) -> SyntheticWorkload:
+    data: dict[str, Any] = {
+        "arrival": {"type": "poisson", "rate": 5},
+        "prompt_len": {"type": "uniform", "min": 5, "max": 900},
+        "output_len": {"type": "uniform", "min": 1, "max": 20},
+        "shared_prefix": {"num_groups": 3, "prefix_len": 40, "fraction": 0.5},
+        "priority": {"values": [0, 1], "weights": [1, 3]},
+        "num_requests": 1500,
+        "seed": 3,
+    }
+    data.update(overrides)
+    return workload_from_spec(WorkloadSpec.model_validate(data), "t", ".", "t.yaml", "t")
+
+
+@needs_fork
+def test_drawn_ahead_requests_equal_drawn_in_the_loop() -> None:
+    def requests(workload: SyntheticWorkload, ahead: bool) -> list[tuple]:
+        env = simpy.Environment()
+        got: list[tuple] = []
+        reader = None
+        if ahead:
+            drawn = workload.draw_ahead()
+            assert drawn is not None
+            reader = offload.ChunkReader(lambda: drawn, True, "workload")
+        workload.start(env, lambda r: got.append(tuple(getattr(r, f) for f in r.__slots__)), reader)
+        env.run()
+        if reader is not None:
+            reader.close()
+        return got
+
+    assert requests(_open_loop(), True) == requests(_open_loop(), False)
+    assert len(requests(_open_loop(), True)) == 1500
+    assert _open_loop(sessions={"turns": 2, "think_time_s": 1.0}).draw_ahead() is None
+    closed = {"type": "closed_loop", "concurrency": 2}
+    assert _open_loop(arrival=closed).draw_ahead() is None
+
+
+def _digest(out: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(out.iterdir()):
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+@needs_fork
+@pytest.mark.parametrize(
+    ("workload", "replicas"), [("open", 1), ("open", 2), ("agent", 1)], ids=str
+)
+def test_simulate_with_helpers_writes_the_same_bytes(
+    tmp_path: Path, workload: str, replicas: int
+) -> None:
+    digests = []
+    for helpers in (False, True):
+        if workload == "open":
+            path = tmp_path / "open.yaml"
+            path.write_text(
+                "arrival: {type: poisson, rate: 30}\nprompt_len: {type: uniform, min: 20, "
+                "max: 2000}\noutput_len: {type: uniform, min: 1, max: 400}\n"
+                "num_requests: 2500\nseed: 4\n"
+            )
+            name = str(path)
+        else:
+            name = workload
+        resolved = resolve_run(
+            RunSpec(workload=name, model="llama-3.1-8b", gpu="a100-80gb", engine=EngineConfig())
+        )
+        out = tmp_path / f"out-{helpers}"
+        out.mkdir()
+        summary = simulate(resolved, out, decisions=True, num_replicas=replicas, helpers=helpers)
+        summary.pop("wall_s")
+        (out / "summary.txt").write_text(repr(summary))
+        digests.append(_digest(out))
+        # agent has sessions: it reacts to finishes and draws nothing ahead
+        assert (resolved.workload._ahead is not None) == (helpers and workload == "open")
+    assert digests[0] == digests[1]
