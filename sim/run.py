@@ -6,13 +6,14 @@ so an interrupted or failed run never leaves a directory that looks complete.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,21 @@ class RunSpec:
     router: str = "round_robin"
     fast_forward: bool = True
     """Advance decode-only stretches at once (identical results; off only to prove it)."""
+
+
+@contextmanager
+def _rare_collections() -> Iterator[None]:
+    """Cyclic garbage collection seldom, and never over what existed before (a run
+    makes almost no reference cycles; scanning the KV block pool and the modules again
+    and again cost ~4% of a light-load run). Restored on exit."""
+    old = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 def simulate(
@@ -107,6 +123,7 @@ def simulate(
             ahead = offload.ChunkReader(lambda: drawn, True, "workload")
             stack.callback(ahead.close)
         resolved.workload.start(env, cluster.submit, ahead)
+        stack.enter_context(_rare_collections())
         env.run(until=cluster.process)
     summary = build_summary(
         steps,
