@@ -113,6 +113,25 @@ class ScalarRoofline:
         base = self.base_time(b, b)
         attention, groups = self._attention, self.groups
         ctx = context0
+        if len(groups) == 1:  # _attention inlined for one layer group (same operations)
+            (layers, per_pair, kv_bytes), afs, bps, kernel = (
+                groups[0],
+                self.afs,
+                self.bps,
+                self.kernel,
+            )
+            for _ in range(max_steps):
+                if t >= until:
+                    break
+                tokens = float(ctx) + b
+                compute = tokens * per_pair / afs
+                memory = tokens * kv_bytes / bps
+                out = base + layers * ((compute if compute >= memory else memory) + kernel)
+                starts.append(t)
+                durations.append(out)
+                t = t + out
+                ctx += batch
+            return starts, durations, t
         for _ in range(max_steps):
             if t >= until:
                 break

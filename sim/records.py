@@ -216,25 +216,27 @@ class StepRecorder:
     ) -> None:
         """Rows of consecutive decode-only steps of ``batch`` requests (fast-forward).
 
-        Byte-identical to calling :meth:`add` per step: nothing waits, is preempted or
+        Byte-identical to calling :meth:`add` per step: the steps run back to back
+        (``starts[j + 1] == starts[j] + durations[j]``), nothing waits, is preempted or
         prefilled, no prefix queries; ``last_running`` requests run after the last step
         (fewer than ``batch`` when requests finish in it); KV usage is
         ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
         """
         k = len(starts)
+        # Compact arrays pickle as bytes; the starts are durations' running sums.
         self._chunk.append(
             (
                 DECODE,
                 replica,
                 step0,
-                starts,
-                durations,
+                starts[0],
+                array("d", durations),
                 batch,
                 last_running,
                 usable_blocks,
-                num_free_blocks,
-                num_cached_blocks,
-                num_cached_free,
+                array("q", num_free_blocks),
+                array("q", num_cached_blocks),
+                array("q", num_cached_free),
             )
         )
         self._chunk_rows += k

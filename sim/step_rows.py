@@ -5,9 +5,10 @@ The recorder hands over chunks (lists) of items, in row order:
 
 - a *step*: the 15 raw values of one row (``STEP_COLUMNS`` order; floats unformatted);
 - a *decode stretch* (tagged ``DECODE``): consecutive decode-only steps of one batch,
-  ``(DECODE, replica, step0, starts, durations, batch, last_running, usable_blocks,
-  num_free_blocks, num_cached_blocks, num_cached_free)``; see
-  :meth:`StepRecorder.add_decode_steps`.
+  ``(DECODE, replica, step0, start0, durations, batch, last_running, usable_blocks,
+  num_free_blocks, num_cached_blocks, num_cached_free)``, sequences of one value per
+  step; step ``j + 1`` starts at step ``j``'s start plus its duration (summed here as
+  the stretch timer sums them); see :meth:`StepRecorder.add_decode_steps`.
 
 :class:`StepRowWriter` turns each chunk into text and writes it; where that runs does
 not change a byte.
@@ -56,9 +57,13 @@ class StepRowWriter:
             row[3] = fmt(row[3])
             row[9] = fmt(row[9])
             return _STEP_ROW % tuple(row)
-        _, replica, step0, starts, durations, batch, last_running, usable = item[:8]
+        _, replica, step0, t, durations, batch, last_running, usable = item[:8]
         free, cached, cfree = item[8:]
-        k = len(starts)
+        k = len(durations)
+        starts = []
+        for d in durations:
+            starts.append(t)
+            t = t + d
         # KV usage takes few distinct values: its text is kept per free-block count.
         memo = self._usage_text
         if usable != self._usage_usable:
