@@ -10,10 +10,10 @@ from __future__ import annotations
 import csv
 from array import array
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from sim.offload import ChunkWriter
-from sim.step_rows import DECODE, StepRowWriter, fmt
+from sim.step_rows import DECODE, StepChunk, StepRowWriter, fmt
 
 STEP_COLUMNS = (
     "replica",
@@ -111,7 +111,7 @@ class StepRecorder:
     def __init__(self, path: Path, helper: bool = False) -> None:
         """``helper``: format and write the rows in a helper process (:mod:`sim.offload`)."""
         self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
-        self._chunk: list[tuple[Any, ...]] = []
+        self._chunk = StepChunk()
         self._chunk_rows = 0
         self.duration_s = array("d")
         self.kv_usage = array("d")
@@ -159,7 +159,7 @@ class StepRecorder:
         num_cached_free: int,
     ) -> None:
         """One step's row."""
-        self._chunk.append(
+        self._chunk.items.append(
             (
                 replica,
                 step,
@@ -223,22 +223,13 @@ class StepRecorder:
         ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
         """
         k = len(starts)
-        # Compact arrays pickle as bytes; the starts are durations' running sums.
-        self._chunk.append(
-            (
-                DECODE,
-                replica,
-                step0,
-                starts[0],
-                array("d", durations),
-                batch,
-                last_running,
-                usable_blocks,
-                array("q", num_free_blocks),
-                array("q", num_cached_blocks),
-                array("q", num_cached_free),
-            )
-        )
+        chunk = self._chunk  # the starts are the durations' running sums
+        item = (DECODE, replica, step0, starts[0], k, batch, last_running, usable_blocks)
+        chunk.items.append(item)
+        chunk.durations.extend(durations)
+        chunk.free.extend(num_free_blocks)
+        chunk.cached.extend(num_cached_blocks)
+        chunk.cached_free.extend(num_cached_free)
         self._chunk_rows += k
         if self._chunk_rows >= _STEP_CHUNK_ROWS:
             self._flush()
@@ -259,9 +250,9 @@ class StepRecorder:
         rec.stuck_run = rec.stuck_preempted = 0
 
     def _flush(self) -> None:
-        if self._chunk:
+        if self._chunk.items:
             self._out.write(self._chunk)
-            self._chunk = []
+            self._chunk = StepChunk()
             self._chunk_rows = 0
 
     def close(self) -> None:
