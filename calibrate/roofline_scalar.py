@@ -16,28 +16,31 @@ class ScalarRoofline:
     """The roofline's constants, and its step formulas in Python floats."""
 
     def __init__(self, model: Any) -> None:
-        self.dense_w = model.dense_weight_bytes  # no MoE here (checked by the caller)
-        self.bps = model.bytes_per_s
-        self.gfs = model.gemm_flops_per_s
-        self.fpt = model.flops_per_token
-        self.lm = model.lm_head_flops_per_request
+        # Every constant as a float: int operands are converted exactly (all are below
+        # 2**53), so the arithmetic is the model's, and compiled builds use C doubles.
+        self.dense_w = float(model.dense_weight_bytes)  # no MoE here (checked by the caller)
+        self.bps = float(model.bytes_per_s)
+        self.gfs = float(model.gemm_flops_per_s)
+        self.fpt = float(model.flops_per_token)
+        self.lm = float(model.lm_head_flops_per_request)
         tp, eff = model.tp, model.eff
-        if tp == 1:
-            self.ar_coef = None
-        else:
-            link = model.gpu.interconnect_bytes_per_s * eff.interconnect
-            self.ar_coef = (2.0 * (tp - 1) / tp, model.allreduce_bytes_per_token, link)
-        self.ar_lat = eff.allreduce_latency_s
+        self.ar_coef: tuple[float, float, float] | None = None
+        if tp != 1:
+            link = float(model.gpu.interconnect_bytes_per_s * eff.interconnect)
+            self.ar_coef = (2.0 * (tp - 1) / tp, float(model.allreduce_bytes_per_token), link)
+        self.ar_lat = float(eff.allreduce_latency_s)
         self.two_layers = 2.0 * model.model.num_layers
-        self.step_oh = eff.step_overhead_s
-        self.req_oh = eff.per_request_overhead_s
-        self.afs = model.attn_flops_per_s
-        self.kernel = eff.attention_kernel_s
-        self.groups = [
-            (g.num_layers, g.decode_flops_per_pair, g.kv_bytes_per_token) for g in model.groups
+        self.step_oh = float(eff.step_overhead_s)
+        self.req_oh = float(eff.per_request_overhead_s)
+        self.afs = float(model.attn_flops_per_s)
+        self.kernel = float(eff.attention_kernel_s)
+        self.groups: list[tuple[float, float, float]] = [
+            (float(g.num_layers), float(g.decode_flops_per_pair), float(g.kv_bytes_per_token))
+            for g in model.groups
         ]
-        self.prefill_groups = [
-            (g.num_layers, g.prefill_flops_per_pair, g.kv_bytes_per_token) for g in model.groups
+        self.prefill_groups: list[tuple[float, float, float]] = [
+            (float(g.num_layers), float(g.prefill_flops_per_pair), float(g.kv_bytes_per_token))
+            for g in model.groups
         ]
 
     def base_time(self, t: float, r: float) -> float:
@@ -52,7 +55,7 @@ class ScalarRoofline:
         return out + (self.step_oh + self.req_oh * r)
 
     def _attention(
-        self, groups: list[tuple[int, float, float]], pairs: float, kv: float, out: float = 0.0
+        self, groups: list[tuple[float, float, float]], pairs: float, kv: float, out: float = 0.0
     ) -> float:
         """``out`` plus the seconds of one attention phase over all layers (compute- or
         memory-bound), added layer group by layer group."""

@@ -1,5 +1,5 @@
-"""Optional mypyc-compiled builds of kvcore's hot modules, and the guard that uses them
-only while they match their sources.
+"""Optional mypyc-compiled builds of the hot modules (kvcore's and the simulator's
+per-step path), and the guard that uses them only while they match their sources.
 
 ``python -m kvcore.native_cli build`` compiles :data:`NATIVE_MODULES` with mypyc (a part
 of mypy; needs a C compiler) into extension modules beside the sources, and records
@@ -27,37 +27,51 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+ROOT = PACKAGE_DIR.parent
+"""The directory holding the ``kvcore``, ``calibrate`` and ``sim`` packages."""
 MANIFEST = PACKAGE_DIR / "_native_manifest.json"
 NATIVE_MODULES = (
-    "kv_cache_block",
-    "block_pool",
-    "block_hashing",
-    "single_type_kv_cache_manager",
-    "kv_cache_coordinator",
-    "kv_cache_manager",
-    "request",
-    "sched_output",
-    "scheduler",
-    "fast_forward",
+    "kvcore.kv_cache_block",
+    "kvcore.block_pool",
+    "kvcore.block_hashing",
+    "kvcore.single_type_kv_cache_manager",
+    "kvcore.kv_cache_coordinator",
+    "kvcore.kv_cache_manager",
+    "kvcore.request",
+    "kvcore.sched_output",
+    "kvcore.scheduler",
+    "kvcore.fast_forward",
+    "calibrate.roofline_scalar",
+    "sim.step_timing",
+    "sim.records",
+    "sim.engine_fast_forward",
+    "sim.engine",
 )
-"""kvcore modules mypyc compiles: the block pool, managers, request and scheduler (the
-simulator's per-step path). They type-check under mypy; ``request_queue`` is left out
-(mypyc cannot compile a subclass of ``collections.deque``)."""
+"""Modules mypyc compiles: kvcore's block pool, managers, request and scheduler, and
+the simulator's engine loop with its step timing and records (the per-step path).
+They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
+a subclass of ``collections.deque``). ``sim`` and ``calibrate`` import ``kvcore``
+first, so the guard is in place before any of their listed modules is found."""
 GROUP = "kvcore._native"
 """mypyc's group name: the compiled modules share the library ``kvcore/_native__mypyc``."""
-_SHARED_LIB = GROUP.rpartition(".")[2] + "__mypyc"
+_SHARED_LIB = "kvcore." + GROUP.rpartition(".")[2] + "__mypyc"
 PURE_ENV = "KVSIM_PURE_PYTHON"
 
 
+def _source(name: str) -> Path:
+    return ROOT / (name.replace(".", "/") + ".py")
+
+
 def _source_digest(name: str) -> str:
-    return hashlib.sha256((PACKAGE_DIR / f"{name}.py").read_bytes()).hexdigest()
+    return hashlib.sha256(_source(name).read_bytes()).hexdigest()
 
 
 def _compiled_files(name: str) -> list[Path]:
+    stem = ROOT / name.replace(".", "/")
     return [
         p
         for suffix in importlib.machinery.EXTENSION_SUFFIXES
-        if (p := PACKAGE_DIR / f"{name}{suffix}").exists()
+        if (p := stem.with_name(stem.name + suffix)).exists()
     ]
 
 
@@ -79,10 +93,10 @@ def status() -> tuple[str, list[str]]:
 
 
 class _SourceFinder:
-    """A meta-path finder that imports kvcore's listed modules from their ``.py``."""
+    """A meta-path finder that imports the listed modules from their ``.py``."""
 
     def __init__(self, names: Sequence[str]) -> None:
-        self.fullnames = {f"kvcore.{n}": PACKAGE_DIR / f"{n}.py" for n in names}
+        self.fullnames = {n: _source(n) for n in names}
 
     def find_spec(self, fullname: str, path: object = None, target: object = None):
         source = self.fullnames.get(fullname)
@@ -120,18 +134,17 @@ def build() -> None:
     from setuptools import setup
 
     clean()
-    root = PACKAGE_DIR.parent
     digests = {n: _source_digest(n) for n in NATIVE_MODULES}
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(root)
+        os.chdir(ROOT)
         try:
             extensions = mypycify(
                 [
                     "--ignore-missing-imports",
                     "--follow-imports=silent",
                     "--disable-error-code=annotation-unchecked",
-                    *(f"kvcore/{n}.py" for n in NATIVE_MODULES),
+                    *(str(_source(n).relative_to(ROOT)) for n in NATIVE_MODULES),
                 ],
                 opt_level="3",
                 target_dir=str(Path(tmp) / "c"),
@@ -153,6 +166,5 @@ def build() -> None:
         lib = Path(tmp) / "lib"
         for built in lib.rglob("*"):
             if built.is_file():
-                dest = PACKAGE_DIR / built.name
-                shutil.copyfile(built, dest)
+                shutil.copyfile(built, ROOT / built.relative_to(lib))
     MANIFEST.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")

@@ -1,5 +1,5 @@
-"""``python -m kvcore.native_cli {build,status,clean}``: kvcore's optional compiled
-build (see :mod:`kvcore.native`)."""
+"""``python -m kvcore.native_cli {build,status,clean}``: the optional compiled build of
+the hot modules (see :mod:`kvcore.native`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     state, details = status()
-    print(f"kvcore modules: {state}" + (f" ({', '.join(details)})" if details else ""))
+    print(f"compiled modules: {state}" + (f" ({', '.join(details)})" if details else ""))
     return 0
 
 

@@ -9,7 +9,7 @@ the latency model; sampled tokens (a fixed id, EOS ignored) are applied with
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import IO, Any
 
 import numpy as np
@@ -17,8 +17,10 @@ import simpy
 
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.request import LoRARequest, Request
+from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
+from sim.errors import SimulationStuck
 from sim.records import RequestRecorder, StepRecorder
 from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
 
@@ -39,10 +41,6 @@ def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
         block_hasher=hasher,
         block_hashes=sr.prompt_block_hashes or (),
     )
-
-
-class SimulationStuck(RuntimeError):
-    """Requests wait but none can ever be scheduled (the KV cache is too small)."""
 
 
 class _Meta:
@@ -145,7 +143,7 @@ class ReplicaEngine(FastForwardSteps):
             return self._wake | done
         return self._wake
 
-    def run(self):
+    def run(self) -> Generator[simpy.Event, Any, None]:
         scheduler = self.scheduler
         while True:
             if self._pending:
@@ -181,7 +179,7 @@ class ReplicaEngine(FastForwardSteps):
             )[0]
         )
 
-    def _execute(self, out):
+    def _execute(self, out: SchedulerOutput) -> Generator[simpy.Event, Any, None]:
         env = self.env
         scheduler = self.scheduler
         reqs = scheduler.requests
@@ -228,7 +226,8 @@ class ReplicaEngine(FastForwardSteps):
             if m.first_token_s < 0:
                 m.first_token_s = now
         pool = self.pool
-        stats = result.prefix_cache_stats
+        stats = result.prefix_cache_stats  # the scheduler logs stats (log_stats=True)
+        assert stats is not None
         num_free = pool.get_num_free_blocks()
         num_cached_free = pool.num_cached_free_blocks
         self.steps.add(

@@ -8,13 +8,17 @@ them and writes their records exactly as stepping one by one would.
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from typing import Any, NamedTuple
 
 import simpy
 
+from kvcore.block_pool import BlockPool
 from kvcore.fast_forward import StretchRecords, plan_decode_stretch
 from kvcore.request import Request
-from sim.step_timing import timeout_at
+from kvcore.scheduler import Scheduler
+from sim.records import StepRecorder
+from sim.step_timing import StretchTimer, timeout_at
 
 SAMPLE_TOKEN_ID = 7
 """The id of every sampled token (EOS is ignored, so requests run to max_tokens)."""
@@ -47,19 +51,20 @@ class FastForwardSteps:
     counters and ``_finish``)."""
 
     env: simpy.Environment
-    scheduler: Any
-    steps: Any
+    scheduler: Scheduler
+    steps: StepRecorder
     decisions: Any
-    pool: Any
+    pool: BlockPool
     workload: Any
     replica_id: int
     latency_model: Any
     num_steps: int
     num_fast_forwarded: int
     num_stretches: int
+    check: bool
     _pending: list[Any]
     _reacts_to_finish: bool
-    _stretch: Any
+    _stretch: StretchTimer
 
     def _finish(self, req: Request, now: float) -> None:
         raise NotImplementedError
@@ -111,7 +116,7 @@ class FastForwardSteps:
         if seg.rids is not None:
             self._write_decisions(seg.rids, seg.step0, lo, hi, free, seg.finished if last else [])
 
-    def _try_fast_forward(self):
+    def _try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
         """Advance stretches of decode-only steps at once; yield their timeouts.
 
         Returns True when it advanced. A stretch's steps all start before the next SimPy

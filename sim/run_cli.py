@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from sim.engine import SimulationStuck
 from sim.engine_config import EngineConfig
+from sim.errors import SimulationStuck
 from sim.progress import progress_bar
 from sim.run import (
     DEFAULT_GPU,

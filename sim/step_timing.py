@@ -10,7 +10,7 @@ stretch end exactly where step-by-step additions of the step times would.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from heapq import heappush
 from typing import Any
 
@@ -69,19 +69,23 @@ def make_stretch_timer(
     def stretch(
         start: float, until: float, batch: int, context0: int, max_steps: int
     ) -> tuple[list[float], list[float], float]:
-        times: Iterable[float]
-        if decode_time is None:  # vectorized over the whole stretch
-            contexts = context0 + batch * np.arange(max_steps, dtype=np.int64)
-            batches = np.full(max_steps, batch, dtype=np.int64)
-            times = latency_model.decode_step_times(batches, contexts).tolist()
-        else:  # lazily: only the steps that start before until
-            times = (decode_time(batch, context0 + j * batch) for j in range(max_steps))
         starts: list[float] = []
         durations: list[float] = []
         t = start
-        for d in times:
+        if decode_time is None:  # vectorized over the whole stretch
+            contexts = context0 + batch * np.arange(max_steps, dtype=np.int64)
+            batches = np.full(max_steps, batch, dtype=np.int64)
+            for d in latency_model.decode_step_times(batches, contexts).tolist():
+                if t >= until:
+                    break
+                starts.append(t)
+                durations.append(d)
+                t = t + d
+            return starts, durations, t
+        for j in range(max_steps):  # only the steps that start before until
             if t >= until:
                 break
+            d = decode_time(batch, context0 + j * batch)
             starts.append(t)
             durations.append(d)
             t = t + d

@@ -48,14 +48,16 @@ def test_compiled_equals_pure() -> None:
 
 
 def _fake_package(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A package directory with the listed sources and (fake) compiled modules."""
-    monkeypatch.setattr(native, "PACKAGE_DIR", tmp)
+    """A source tree with the listed modules and (fake) compiled modules."""
+    monkeypatch.setattr(native, "ROOT", tmp)
     monkeypatch.setattr(native, "MANIFEST", tmp / "_native_manifest.json")
     monkeypatch.delenv(native.PURE_ENV, raising=False)
     suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
     for name in native.NATIVE_MODULES:
-        (tmp / f"{name}.py").write_text(f"X = {name!r}\n")
-        (tmp / f"{name}{suffix}").write_bytes(b"")
+        stem = tmp / name.replace(".", "/")
+        stem.parent.mkdir(exist_ok=True)
+        stem.with_suffix(".py").write_text(f"X = {name!r}\n")
+        stem.with_name(stem.name + suffix).write_bytes(b"")
     digests = {n: native._source_digest(n) for n in native.NATIVE_MODULES}
     native.MANIFEST.write_text(json.dumps(digests))
 
@@ -64,8 +66,10 @@ def test_status_follows_the_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyP
     _fake_package(tmp_path, monkeypatch)
     assert native.status() == ("compiled", list(native.NATIVE_MODULES))
     # An edited source makes the build stale: that module is named.
-    (tmp_path / "block_pool.py").write_text("X = 'edited'\n")
-    assert native.status() == ("stale", ["block_pool"])
+    (tmp_path / "kvcore" / "block_pool.py").write_text("X = 'edited'\n")
+    assert native.status() == ("stale", ["kvcore.block_pool"])
+    (tmp_path / "sim" / "engine.py").write_text("X = 'edited'\n")
+    assert native.status() == ("stale", ["kvcore.block_pool", "sim.engine"])
     # A module compiled but missing from the manifest, or not compiled, is stale too.
     native.MANIFEST.write_text("{}")
     assert native.status()[0] == "stale"
@@ -83,7 +87,7 @@ def test_pure_env_imports_sources() -> None:
     code = (
         "import importlib, kvcore\n"
         "from kvcore.native import NATIVE_MODULES\n"
-        "files = [importlib.import_module('kvcore.' + n).__file__ for n in NATIVE_MODULES]\n"
+        "files = [importlib.import_module(n).__file__ for n in NATIVE_MODULES]\n"
         "assert all(f.endswith('.py') for f in files), files\n"
         "print(kvcore.NATIVE_STATUS)\n"
     )
@@ -95,8 +99,10 @@ def test_pure_env_imports_sources() -> None:
 
 
 def test_source_finder_only_takes_listed_modules() -> None:
-    finder = native._SourceFinder(["block_pool"])
+    finder = native._SourceFinder(["kvcore.block_pool", "sim.engine"])
     spec = finder.find_spec("kvcore.block_pool")
-    assert spec is not None and spec.origin.endswith("block_pool.py")
+    assert spec is not None and spec.origin.endswith("kvcore/block_pool.py")
+    spec = finder.find_spec("sim.engine")
+    assert spec is not None and spec.origin.endswith("sim/engine.py")
     assert finder.find_spec("kvcore.request_queue") is None
     assert finder.find_spec("block_pool") is None

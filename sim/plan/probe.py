@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from sim.engine import SimulationStuck
+from sim.errors import SimulationStuck
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import NothingServed, RunSpec, run
 from workloads.errors import WorkloadError

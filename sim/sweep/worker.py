@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sim.engine import SimulationStuck
 from sim.engine_config import EngineConfig
+from sim.errors import SimulationStuck
 from sim.run import NothingServed, RunSpec, run
 
 ERROR_FILE = "error.json"
