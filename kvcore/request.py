@@ -122,9 +122,11 @@ class Request:
         self.cache_salt = cache_salt
         self.mm_features = list(mm_features or ())
         self.status = RequestStatus.WAITING
-        self.prompt_token_ids = list(prompt_token_ids)
-        self.num_prompt_tokens = len(self.prompt_token_ids)
-        self._all_token_ids = list(self.prompt_token_ids)
+        # vLLM keeps the caller's list (not a copy) and copies it into the token ids.
+        prompt = prompt_token_ids if isinstance(prompt_token_ids, list) else list(prompt_token_ids)
+        self.prompt_token_ids = prompt
+        self.num_prompt_tokens = len(prompt)
+        self._all_token_ids = prompt.copy()
         self._output_token_ids: list[int] = []
         self.num_computed_tokens = 0
         self.num_in_flight_tokens = 0
