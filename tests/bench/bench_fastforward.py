@@ -48,6 +48,7 @@ def _child(
 ) -> None:
     """Simulate once in this process; print one JSON line of figures."""
     t0 = time.perf_counter()
+    import gc
     import resource
 
     sys.path.insert(0, str(REPO))
@@ -63,6 +64,7 @@ def _child(
         summary = simulate(resolved, Path(out), fast_forward=ff, num_replicas=replicas)
     t2 = time.perf_counter()
     helpers = resource.getrusage(resource.RUSAGE_CHILDREN)  # helper processes, reaped
+    gc.freeze()  # the process ends next, as `kvsim`'s entry point does (sim.cli.main)
     print(
         json.dumps(
             {
