@@ -10,7 +10,9 @@
 (e) two replicas (round robin), the workload of (a) at 8 req/s.
 
 Each run is a fresh ``python`` process (``--child``) so start-up and peak RSS are the
-run's own; records go to a temporary directory; plots and the HTML report are skipped.
+run's own; each figure is the median of ``--repeat`` runs (3; wall times on these
+shared 2-core machines vary by about 10% from run to run), with their range; records
+go to a temporary directory; plots and the HTML report are skipped.
 kvsim's modules are byte-compiled first (``compileall``), as an installed package or a
 second run would find them: with ``PYTHONDONTWRITEBYTECODE`` set, every child would
 otherwise compile the sources again (~0.05 s of start-up).
@@ -19,9 +21,9 @@ Where the machine has a spare CPU, a run formats ``steps.csv`` and draws an open
 workload in helper processes (:mod:`sim.offload`); their CPU time is printed apart
 ("helpers cpu"); ``KVSIM_HELPERS=0`` (passed to the children) runs all in one process.
 
-The children run whichever kvcore build is current (printed first): the mypyc build
-after ``python -m kvcore.native_cli build``, else pure Python (``KVSIM_PURE_PYTHON=1``
-forces it; the environment passes to the children).
+The children run whichever build of the hot modules is current (printed first): the
+mypyc build after ``python -m kvcore.native_cli build``, else pure Python
+(``KVSIM_PURE_PYTHON=1`` forces it; the environment passes to the children).
 
 Usage (from the repo root)::
 
@@ -110,6 +112,37 @@ def _yaml(tmp: Path, name: str, rate: float | None, num: int) -> str:
     return str(path)
 
 
+def _median_run(
+    workload: str,
+    ff: bool,
+    args: argparse.Namespace,
+    seqs: int | None,
+    replicas: int,
+) -> dict:
+    """The run with the median wall time of ``args.repeat`` runs (its figures), with
+    the fastest and slowest walls added."""
+    model, gpu = "Llama-3.1-8B", "A100-80GB"
+    runs = sorted(
+        (_run(workload, ff, model, gpu, seqs, replicas) for _ in range(args.repeat)),
+        key=lambda r: r["wall_s"],
+    )
+    median = dict(runs[(len(runs) - 1) // 2])
+    median["walls"] = [r["wall_s"] for r in runs]
+    return median
+
+
+def _line(label: str, r: dict) -> str:
+    walls = r["walls"]
+    spread = f" (of {len(walls)}: {walls[0]:.2f}-{walls[-1]:.2f} s)" if len(walls) > 1 else ""
+    return (
+        f"{label}: wall {r['wall_s']:.2f} s{spread}, start-up {r['startup_s']:.2f} s, "
+        f"sim {r['sim_s']:.2f} s, sim cpu {r['sim_cpu_s']:.2f} s, "
+        f"helpers cpu {r['helper_cpu_s']:.2f} s, "
+        f"{r['num_steps']:,} steps, {r['num_steps'] / r['sim_s']:,.0f} steps/s, "
+        f"peak RSS {r['peak_rss_mib']:.0f} MiB"
+    )
+
+
 def _both(
     label: str,
     workload: str,
@@ -117,27 +150,12 @@ def _both(
     seqs: int | None = None,
     replicas: int = 1,
 ) -> None:
-    model, gpu = "Llama-3.1-8B", "A100-80GB"
-    on = _run(workload, True, model, gpu, seqs, replicas)
-    print(
-        f"{label} FF on : wall {on['wall_s']:.2f} s (start-up {on['startup_s']:.2f} s, "
-        f"sim {on['sim_s']:.2f} s, sim cpu {on['sim_cpu_s']:.2f} s, "
-        f"helpers cpu {on['helper_cpu_s']:.2f} s), "
-        f"{on['num_steps']:,} steps, {on['num_steps'] / on['sim_s']:,.0f} steps/s, "
-        f"peak RSS {on['peak_rss_mib']:.0f} MiB",
-        flush=True,
-    )
+    on = _median_run(workload, True, args, seqs, replicas)
+    print(_line(f"{label} FF on ", on), flush=True)
     if args.no_off:
         return
-    off = _run(workload, False, model, gpu, seqs, replicas)
-    print(
-        f"{label} FF off: wall {off['wall_s']:.2f} s (start-up {off['startup_s']:.2f} s, "
-        f"sim {off['sim_s']:.2f} s, sim cpu {off['sim_cpu_s']:.2f} s, "
-        f"helpers cpu {off['helper_cpu_s']:.2f} s), "
-        f"{off['num_steps']:,} steps, {off['num_steps'] / off['sim_s']:,.0f} steps/s, "
-        f"peak RSS {off['peak_rss_mib']:.0f} MiB",
-        flush=True,
-    )
+    off = _median_run(workload, False, args, seqs, replicas)
+    print(_line(f"{label} FF off", off), flush=True)
     print(
         f"{label} ratio off/on: wall {off['wall_s'] / on['wall_s']:.2f}x, "
         f"sim {off['sim_s'] / on['sim_s']:.2f}x",
@@ -156,6 +174,9 @@ def main() -> int:
     p.add_argument("--no-off", action="store_true", help="skip the fast-forward-off runs")
     p.add_argument("--million", action="store_true", help="also run (d): 1,000,000 chat")
     p.add_argument("--heavy-requests", type=int, default=2000, help="requests in (c)")
+    p.add_argument(
+        "--repeat", type=int, default=3, help="runs per figure; the median run is printed"
+    )
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
     import compileall
@@ -163,8 +184,8 @@ def main() -> int:
     import kvcore
 
     print(
-        f"kvcore build: {kvcore.NATIVE_STATUS} (compiled with `python -m kvcore.native_cli build`, "
-        f"pure Python with {kvcore.native.PURE_ENV}=1)",
+        f"build of the hot modules: {kvcore.NATIVE_STATUS} (compiled with "
+        f"`python -m kvcore.native_cli build`, pure Python with {kvcore.native.PURE_ENV}=1)",
         flush=True,
     )
     for package in ("kvcore", "sim", "calibrate", "workloads"):
