@@ -62,15 +62,19 @@ class RunSpec:
 def _rare_collections() -> Iterator[None]:
     """Cyclic garbage collection seldom, and never over what existed before (a run
     makes almost no reference cycles; scanning the KV block pool and the modules again
-    and again cost ~4% of a light-load run). Restored on exit."""
+    and again cost ~4% of a light-load run). Restored on exit; when the caller froze
+    objects itself, they stay frozen and nothing else is."""
     old = gc.get_threshold()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0  # a caller's own frozen objects stay frozen
+    if freeze:
+        gc.freeze()
     gc.set_threshold(50_000, 50, 100)
     try:
         yield
     finally:
         gc.set_threshold(*old)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
 
 
 def simulate(

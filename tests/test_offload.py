@@ -185,3 +185,27 @@ def test_simulate_with_helpers_writes_the_same_bytes(
         # agent has sessions: it reacts to finishes and draws nothing ahead
         assert (resolved.workload._ahead is not None) == (helpers and workload == "open")
     assert digests[0] == digests[1]
+
+
+def test_simulate_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """The run collects seldom (thresholds raised, earlier objects frozen) and restores
+    both: a caller's thresholds and frozen objects are as they were."""
+    import gc
+
+    spec = RunSpec(workload="chat", model="llama-3.1-8b", gpu="a100-80gb", engine=EngineConfig())
+    before = gc.get_threshold()
+    gc.set_threshold(1234, 5, 6)
+    try:
+        assert gc.get_freeze_count() == 0
+        (tmp_path / "a").mkdir()
+        simulate(resolve_run(spec), tmp_path / "a", helpers=False)
+        assert gc.get_threshold() == (1234, 5, 6)
+        assert gc.get_freeze_count() == 0
+        gc.freeze()  # a caller that froze its own objects keeps them frozen
+        frozen = gc.get_freeze_count()
+        (tmp_path / "b").mkdir()
+        simulate(resolve_run(spec), tmp_path / "b", helpers=False)
+        assert 0 < gc.get_freeze_count() <= frozen  # none thawed or added (some freed)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
