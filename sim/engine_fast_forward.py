@@ -101,19 +101,24 @@ class FastForwardSteps:
         last = hi == len(seg.starts)
         batch = seg.batch
         free, cached, cached_free = seg.records
+        durations = seg.durations
+        if lo or not last:  # a part of the segment (several writers: one step at a time)
+            durations = durations[lo:hi]
+            free, cached, cached_free = free[lo:hi], cached[lo:hi], cached_free[lo:hi]
         self.steps.add_decode_steps(
             self.replica_id,
             seg.step0 + lo,
-            seg.starts[lo:hi],
-            seg.durations[lo:hi],
+            seg.starts[lo],
+            durations,
             batch,
             batch - len(seg.finished) if last else batch,
             self.pool.num_gpu_blocks - 1,
-            free[lo:hi],
-            cached[lo:hi],
-            cached_free[lo:hi],
+            free,
+            cached,
+            cached_free,
         )
         if seg.rids is not None:
+            free = seg.records.num_free_blocks
             self._write_decisions(seg.rids, seg.step0, lo, hi, free, seg.finished if last else [])
 
     def _try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:

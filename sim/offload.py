@@ -164,17 +164,10 @@ class ChunkWriter:
 
 class ChunkReader:
     """Iterates over the chunks ``produce()`` yields, produced ahead in a forked
-    helper (or lazily in-process when ``fork`` is False). :meth:`close` stops the
-    helper wherever it is."""
+    helper. :meth:`close` stops the helper wherever it is."""
 
-    def __init__(self, produce: Callable[[], Iterator[Any]], fork: bool, what: str) -> None:
+    def __init__(self, produce: Callable[[], Iterator[Any]], what: str) -> None:
         self._what = what
-        self._pid = 0
-        self._pipe: Any = None
-        self._local: Iterator[Any] | None = None
-        if not fork:
-            self._local = produce()
-            return
 
         def serve(pipe: BinaryIO) -> None:
             for chunk in produce():
@@ -185,8 +178,6 @@ class ChunkReader:
 
     def next(self) -> Any:
         """The next chunk; raises ``StopIteration`` after the last."""
-        if self._local is not None:
-            return next(self._local)
         if self._pipe is None:
             raise StopIteration
         try:
@@ -200,7 +191,6 @@ class ChunkReader:
 
     def close(self) -> None:
         """Stop the helper (if still running) and reap it."""
-        self._local = None
         pid, self._pid = self._pid, 0
         pipe, self._pipe = self._pipe, None
         if pipe is not None:

@@ -205,7 +205,7 @@ class StepRecorder:
         self,
         replica: int,
         step0: int,
-        starts: list[float],
+        start0: float,
         durations: list[float],
         batch: int,
         last_running: int,
@@ -216,15 +216,15 @@ class StepRecorder:
     ) -> None:
         """Rows of consecutive decode-only steps of ``batch`` requests (fast-forward).
 
-        Byte-identical to calling :meth:`add` per step: the steps run back to back
-        (``starts[j + 1] == starts[j] + durations[j]``), nothing waits, is preempted or
-        prefilled, no prefix queries; ``last_running`` requests run after the last step
-        (fewer than ``batch`` when requests finish in it); KV usage is
-        ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
+        Byte-identical to calling :meth:`add` per step: the steps run back to back from
+        ``start0`` (each starts at the previous start plus its duration), nothing
+        waits, is preempted or prefilled, no prefix queries; ``last_running`` requests
+        run after the last step (fewer than ``batch`` when requests finish in it); KV
+        usage is ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
         """
-        k = len(starts)
-        chunk = self._chunk  # the starts are the durations' running sums
-        item = (DECODE, replica, step0, starts[0], k, batch, last_running, usable_blocks)
+        k = len(durations)
+        chunk = self._chunk
+        item = (DECODE, replica, step0, start0, k, batch, last_running, usable_blocks)
         chunk.items.append(item)
         chunk.durations.extend(durations)
         chunk.free.extend(num_free_blocks)
@@ -244,7 +244,7 @@ class StepRecorder:
         rec = self._replica(replica)
         rec.num_steps += k
         if rec.last_waiting:
-            rec.waiting_s.append(starts[0])
+            rec.waiting_s.append(start0)
             rec.waiting.append(0)
             rec.last_waiting = 0
         rec.stuck_run = rec.stuck_preempted = 0

@@ -124,7 +124,7 @@ def simulate(
         drawn = resolved.workload.draw_ahead(cluster.prompt_hashes) if helpers else None
         ahead = None
         if drawn is not None:
-            ahead = offload.ChunkReader(lambda: drawn, True, "workload")
+            ahead = offload.ChunkReader(lambda: drawn, "workload")
             stack.callback(ahead.close)
         resolved.workload.start(env, cluster.submit, ahead)
         stack.enter_context(_rare_collections())

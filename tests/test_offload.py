@@ -68,9 +68,8 @@ def _numbers(n: int, fail_at: int | None = None) -> Iterator[list[int]]:
 
 
 @needs_fork
-@pytest.mark.parametrize("fork", [False, True])
-def test_chunk_reader_yields_every_chunk_then_stops(fork: bool) -> None:
-    reader = offload.ChunkReader(lambda: _numbers(200), fork, "test")
+def test_chunk_reader_yields_every_chunk_then_stops() -> None:
+    reader = offload.ChunkReader(lambda: _numbers(200), "test")
     got = []
     with pytest.raises(StopIteration):
         while True:
@@ -81,7 +80,7 @@ def test_chunk_reader_yields_every_chunk_then_stops(fork: bool) -> None:
 
 @needs_fork
 def test_chunk_reader_does_not_hide_a_failed_producer() -> None:
-    reader = offload.ChunkReader(lambda: _numbers(50, fail_at=20), True, "test")
+    reader = offload.ChunkReader(lambda: _numbers(50, fail_at=20), "test")
     got = []
     with pytest.raises(offload.HelperFailed, match="test helper"):
         while True:
@@ -97,7 +96,7 @@ def test_chunk_reader_close_stops_an_endless_producer() -> None:
             yield [i] * 1000
             i += 1
 
-    reader = offload.ChunkReader(endless, True, "test")
+    reader = offload.ChunkReader(endless, "test")
     assert reader.next() == [0] * 1000
     pid = reader._pid
     reader.close()
@@ -133,7 +132,7 @@ def test_drawn_ahead_requests_equal_drawn_in_the_loop() -> None:
         if ahead:
             drawn = workload.draw_ahead()
             assert drawn is not None
-            reader = offload.ChunkReader(lambda: drawn, True, "workload")
+            reader = offload.ChunkReader(lambda: drawn, "workload")
         workload.start(env, lambda r: got.append(tuple(getattr(r, f) for f in r.__slots__)), reader)
         env.run()
         if reader is not None:
