@@ -22,7 +22,7 @@ from kvcore.scheduler import Scheduler
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.errors import SimulationStuck
 from sim.records import RequestRecorder, StepRecorder
-from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
+from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer, timeout_at
 
 _SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
 
@@ -180,9 +180,47 @@ class ReplicaEngine(FastForwardSteps):
         )
 
     def _execute(self, out: SchedulerOutput) -> Generator[simpy.Event, Any, None]:
+        """Run one scheduled step: wait its duration, then apply its output.
+
+        With fast-forward, one writer and a workload that does not react to finishes,
+        a step that ends before the next SimPy event is applied at once and the decode
+        stretches after it are chained on, in one wait: nothing can look at this
+        replica before then, and what it does after the step is what the loop would do
+        at the step's end."""
         env = self.env
-        scheduler = self.scheduler
-        reqs = scheduler.requests
+        start = env.now
+        duration, prefill, decode, sampled = self._step_cost(out)
+        if self.fast_forward and not self._reacts_to_finish and self.steps.num_writers == 1:
+            end = start + duration  # where the step's timeout would land
+            until = env.peek()
+            if end < until:
+                finished = self._apply_step(out, start, duration, prefill, decode, sampled, end)
+                done = [(req, end) for req in finished]
+                chained = self._chain_stretches(end, until, done)
+                yield timeout_at(env, end if chained is None else chained)
+                if env.peek() <= env.now:
+                    yield env.timeout(0)
+                if self.check:
+                    self.scheduler.check_invariants()
+                for req, when in done:
+                    self._finish(req, when)
+                return
+        yield StepTimeout(env, duration)
+        if env.peek() <= env.now:
+            # Let arrivals due at this instant join before the next step (with no other
+            # event at this instant, the zero timeout would change nothing).
+            yield env.timeout(0)
+        now = env.now
+        finished = self._apply_step(out, start, duration, prefill, decode, sampled, now)
+        if self.check:
+            self.scheduler.check_invariants()
+        for req in finished:
+            self._finish(req, now)
+
+    def _step_cost(self, out: SchedulerOutput) -> tuple[float, int, int, dict[str, tuple[int]]]:
+        """A scheduled step's duration (s), its prefill and decode token counts and
+        the tokens it samples."""
+        reqs = self.scheduler.requests
         n_sched = out.num_scheduled_tokens
         prefill = decode = 0
         context_sum = 0
@@ -212,14 +250,22 @@ class ReplicaEngine(FastForwardSteps):
                     np.array(contexts, dtype=np.int64),
                 )
             )
-        start = env.now
-        yield StepTimeout(env, duration)
-        if env.peek() <= env.now:
-            # Let arrivals due at this instant join before the next step (with no other
-            # event at this instant, the zero timeout would change nothing).
-            yield env.timeout(0)
+        return duration, prefill, decode, sampled
+
+    def _apply_step(
+        self,
+        out: SchedulerOutput,
+        start: float,
+        duration: float,
+        prefill: int,
+        decode: int,
+        sampled: dict[str, tuple[int]],
+        now: float,
+    ) -> list[Request]:
+        """Apply a step's output at its end ``now`` and write its records; return the
+        requests that finished in it (not yet recorded)."""
+        scheduler = self.scheduler
         result = scheduler.update_from_output(out, sampled)
-        now = env.now
         meta = self._meta
         for rid in result.new_token_ids:
             m = meta[rid]
@@ -253,7 +299,7 @@ class ReplicaEngine(FastForwardSteps):
                     {
                         "replica": self.replica_id,
                         "step": self.num_steps,
-                        "scheduled": n_sched,
+                        "scheduled": out.num_scheduled_tokens,
                         "preempted": sorted(out.preempted_req_ids),
                         "finished": result.finished_req_ids,
                         "num_free_blocks": num_free,
@@ -262,10 +308,7 @@ class ReplicaEngine(FastForwardSteps):
                 + "\n"
             )
         self.num_steps += 1
-        if self.check:
-            scheduler.check_invariants()
-        for req in result.finished_requests:
-            self._finish(req, now)
+        return result.finished_requests
 
     def _finish(self, req: Request, now: float) -> None:
         rid = req.request_id

@@ -142,36 +142,54 @@ class FastForwardSteps:
         until = self._stretch_bound()
         if until <= env.now:
             return False
-        seg = self._segment(env.now, until)
-        if seg is None:
-            return False
+        done: list[tuple[Request, float]] = []
         if self.steps.num_writers == 1:
-            chain = not self._reacts_to_finish
-            done: list[tuple[Request, float]] = []
-            while True:
-                self._write_segment(seg, 0, len(seg.starts))
-                done += [(req, seg.end) for req in seg.finished]
-                if not (chain and seg.finished and scheduler.running):
-                    break
-                nxt = self._segment(seg.end, until)
-                if nxt is None:
-                    break
-                seg = nxt
-            yield timeout_at(env, seg.end)
+            end = self._chain_stretches(env.now, until, done)
+            if end is None:
+                return False
+            yield timeout_at(env, end)
             if env.peek() <= env.now:
                 yield env.timeout(0)
         else:
+            seg = self._segment(env.now, until)
+            if seg is None:
+                return False
             for j in range(len(seg.starts)):
                 yield StepTimeout(env, seg.durations[j])
                 if env.peek() <= env.now:
                     yield env.timeout(0)
                 self._write_segment(seg, j, j + 1)
-            done = [(req, env.now) for req in seg.finished]
+            done += [(req, env.now) for req in seg.finished]
         if self.check:
             scheduler.check_invariants()
         for req, when in done:
             self._finish(req, when)
         return True
+
+    def _chain_stretches(
+        self, start: float, until: float, done: list[tuple[Request, float]]
+    ) -> float | None:
+        """With one writer: apply and write a stretch from ``start`` (its steps start
+        before ``until``) and, when the workload does not react to finishes, the
+        stretches after each one in which requests finish; add the finished requests
+        with their finish times to ``done``. Returns the end of the last stretch, or
+        None when no step can be fast-forwarded (then nothing changed)."""
+        scheduler = self.scheduler
+        if scheduler.waiting or not scheduler.running:
+            return None
+        seg = self._segment(start, until)
+        if seg is None:
+            return None
+        chain = not self._reacts_to_finish
+        while True:
+            self._write_segment(seg, 0, len(seg.starts))
+            done += [(req, seg.end) for req in seg.finished]
+            if not (chain and seg.finished and scheduler.running):
+                return seg.end
+            nxt = self._segment(seg.end, until)
+            if nxt is None:
+                return seg.end
+            seg = nxt
 
     def _stretch_bound(self) -> float:
         """The time before which a stretch's steps must start: the next SimPy event;
