@@ -18,7 +18,6 @@ buffers), with garbage collection off so no inherited object is finalized.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import os
 import pickle
@@ -48,7 +47,9 @@ default): a chunk that fits is written without waiting for the other side to wak
 
 def _pipe() -> tuple[int, int]:
     read_fd, write_fd = os.pipe()
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or a lower limit
+    with contextlib.suppress(ImportError, AttributeError, OSError):  # not Linux; a limit
+        import fcntl
+
         fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     return read_fd, write_fd
 
