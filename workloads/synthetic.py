@@ -38,12 +38,12 @@ def build_samplers(
 
 
 _AHEAD_CHUNK = 256
+"""Sessions per chunk drawn ahead (~350 kB pickled at 512 prompt tokens and their hashes)."""
 DrawnTurn = tuple[array, int, int, "str | None", Any]
 """A single-turn session drawn ahead: prompt token ids (a compact ``array``; it pickles
 as bytes), max_tokens, priority, session id, and what ``prepare`` made of it."""
 Prepare = Callable[[SimRequest], Any]
 """Work on each drawn request done where it is drawn (the engine's prompt hashing)."""
-"""Sessions per chunk drawn ahead (~400 kB pickled at 512 prompt tokens)."""
 
 
 class SyntheticWorkload(Workload):
