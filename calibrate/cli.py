@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 from calibrate.calibration_file import Calibration
@@ -59,6 +60,7 @@ def _summary(cal: Calibration, wall_s: float) -> list[Table]:
 
 
 def calibrate_command(
+    progress_bar: Callable[[Console], Progress],
     device: str = "cpu",
     model: str | None = None,
     tp: int = 1,
@@ -66,7 +68,7 @@ def calibrate_command(
     out: str | None = None,
     num_layers: int | None = None,
 ) -> int:
-    """Run ``kvsim calibrate``; return the exit status."""
+    """Run ``kvsim calibrate`` with the CLI's ``progress_bar``; return the exit status."""
     if device not in ("cpu", "cuda"):
         return _fail(f"--device: unknown {device!r}; allowed: cpu, cuda")
     if tp < 1:
@@ -81,14 +83,7 @@ def calibrate_command(
     console = Console(stderr=True)
     start = time.perf_counter()
     try:
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
+        with progress_bar(console) as progress:
             task = progress.add_task("profile_run", total=1)
 
             def report(phase: str, done: int, total: int) -> None:

@@ -288,8 +288,9 @@ def calibrate(
     """Profile memory (vLLM's profile_run) and step times on this machine; write a
     calibration file for `kvsim run/budget --calibration`. Needs torch."""
     from calibrate.cli import calibrate_command
+    from sim.progress import progress_bar
 
-    raise typer.Exit(calibrate_command(device, model, tp, quick, out, num_layers))
+    raise typer.Exit(calibrate_command(progress_bar, device, model, tp, quick, out, num_layers))
 
 
 @app.command(name="list")
