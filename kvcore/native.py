@@ -5,7 +5,7 @@ per-step path), and the guard that uses them only while they match their sources
 of mypy; needs a C compiler) into extension modules beside the sources, and records
 each source's SHA-256 in ``kvcore/_native_manifest.json``. Compiled modules run the
 same Python code (same results, block for block; the tests run on whichever build is
-installed), about 1.5 times faster in the simulator.
+installed), about twice as fast on benchmark (a) of ``tests/bench/bench_fastforward.py``.
 
 Python imports an extension module in preference to the ``.py`` beside it, so a build
 that no longer matches its sources would silently run old code. :func:`install_guard`

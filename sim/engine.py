@@ -22,7 +22,7 @@ from kvcore.scheduler import Scheduler
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.errors import SimulationStuck
 from sim.records import RequestRecorder, StepRecorder
-from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer, timeout_at
+from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
 
 _SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
 
@@ -197,13 +197,7 @@ class ReplicaEngine(FastForwardSteps):
                 finished = self._apply_step(out, start, duration, prefill, decode, sampled, end)
                 done = [(req, end) for req in finished]
                 chained = self._chain_stretches(end, until, done)
-                yield timeout_at(env, end if chained is None else chained)
-                if env.peek() <= env.now:
-                    yield env.timeout(0)
-                if self.check:
-                    self.scheduler.check_invariants()
-                for req, when in done:
-                    self._finish(req, when)
+                yield from self._finish_at(end if chained is None else chained, done)
                 return
         yield StepTimeout(env, duration)
         if env.peek() <= env.now:

@@ -147,24 +147,34 @@ class FastForwardSteps:
             end = self._chain_stretches(env.now, until, done)
             if end is None:
                 return False
+            yield from self._finish_at(end, done)
+            return True
+        seg = self._segment(env.now, until)
+        if seg is None:
+            return False
+        for j in range(len(seg.starts)):
+            yield StepTimeout(env, seg.durations[j])
+            if env.peek() <= env.now:
+                yield env.timeout(0)
+            self._write_segment(seg, j, j + 1)
+        done += [(req, env.now) for req in seg.finished]
+        yield from self._finish_at(None, done)
+        return True
+
+    def _finish_at(
+        self, end: float | None, done: list[tuple[Request, float]]
+    ) -> Generator[simpy.Event, Any, None]:
+        """Wait until ``end`` (steps already applied; None: no wait), let arrivals due
+        then join, and record the finished requests ``done`` at their finish times."""
+        env = self.env
+        if end is not None:
             yield timeout_at(env, end)
             if env.peek() <= env.now:
                 yield env.timeout(0)
-        else:
-            seg = self._segment(env.now, until)
-            if seg is None:
-                return False
-            for j in range(len(seg.starts)):
-                yield StepTimeout(env, seg.durations[j])
-                if env.peek() <= env.now:
-                    yield env.timeout(0)
-                self._write_segment(seg, j, j + 1)
-            done += [(req, env.now) for req in seg.finished]
         if self.check:
-            scheduler.check_invariants()
+            self.scheduler.check_invariants()
         for req, when in done:
             self._finish(req, when)
-        return True
 
     def _chain_stretches(
         self, start: float, until: float, done: list[tuple[Request, float]]
