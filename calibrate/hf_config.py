@@ -73,6 +73,61 @@ def _flatten(raw: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _key(raw: dict[str, Any], key: str) -> str:
+    """``key`` as the user wrote it: ``text_config.<key>`` when it came from there."""
+    text = raw.get("text_config")
+    return f"text_config.{key}" if isinstance(text, dict) and key in text else key
+
+
+def _check_shape(cfg: HFConfig, raw: dict[str, Any]) -> None:
+    """Refuse the head and size keys vLLM 0.33.0 cannot build a model from.
+
+    Contract: returns None when the config is usable, else raises ValueError
+    ``"<key>: <problem> (got <value>)"`` naming the ``config.json`` key
+    (``text_config.<key>`` for multimodal configs). Checked:
+
+    - ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``vocab_size``,
+      ``max_position_embeddings``: required, >= 1 (vLLM divides by the head count, and
+      sizes the embedding, the layers and ``max_model_len`` from the others);
+    - ``num_key_value_heads``: absent or null means multi-head attention (one KV head
+      per attention head, as transformers and vLLM read it); present, it must be >= 1
+      and divide ``num_attention_heads`` (vLLM's attention layer asserts both; 0 makes
+      its Llama attention divide by zero);
+    - ``head_dim``: absent, null or 0 means ``hidden_size // num_attention_heads``
+      (vLLM's ``head_dim or hidden_size // num_heads``); negative is refused.
+    """
+    positive = {
+        "hidden_size": cfg.hidden_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+    }
+    for key, value in positive.items():
+        if value is None:  # only max_position_embeddings may be absent in HFConfig
+            raise ValueError(f"{_key(raw, key)}: missing (the model's context length)")
+        if value < 1:
+            raise ValueError(f"{_key(raw, key)}: must be a positive integer (got {value})")
+    kv = cfg.num_key_value_heads
+    if kv is not None:
+        where = _key(raw, "num_key_value_heads")
+        if kv < 1:
+            raise ValueError(
+                f"{where}: must be a positive integer (got {kv}); leave it out or set it "
+                "to null for multi-head attention"
+            )
+        if cfg.num_attention_heads % kv:
+            raise ValueError(
+                f"{where}: must divide num_attention_heads ({cfg.num_attention_heads}) "
+                f"(got {kv}); allowed: a divisor of {cfg.num_attention_heads}"
+            )
+    if cfg.head_dim is not None and cfg.head_dim < 0:
+        raise ValueError(
+            f"{_key(raw, 'head_dim')}: must be a positive integer, or 0 / null for "
+            f"hidden_size // num_attention_heads (got {cfg.head_dim})"
+        )
+
+
 def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
     n = cfg.num_hidden_layers
     if cfg.kv_lora_rank is not None:
@@ -127,15 +182,15 @@ def _moe_fields(cfg: HFConfig) -> dict[str, int]:
 def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
     """A ``ModelSpec`` named ``name`` from a parsed ``config.json``.
 
-    Raises pydantic ``ValidationError`` (missing or mistyped keys) or ValueError.
+    Raises pydantic ``ValidationError`` (missing or mistyped keys) or ValueError
+    (``"<key>: <problem>"``, see ``_check_shape``).
     """
     cfg = HFConfig.model_validate(_flatten(raw))
+    _check_shape(cfg, raw)
     dtype = cfg.torch_dtype or cfg.dtype or "bfloat16"
     dtype = _DTYPE_ALIASES.get(dtype, dtype)
     quant = (cfg.quantization_config or {}).get("quant_method")
     weight_dtype = "fp8" if quant == "fp8" else None
-    if cfg.max_position_embeddings is None:
-        raise ValueError("max_position_embeddings: missing (the model's context length)")
     gemma = cfg.model_type.startswith("gemma")
     tied = cfg.tie_word_embeddings if cfg.tie_word_embeddings is not None else gemma
     fields: dict[str, Any] = {
@@ -145,7 +200,9 @@ def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,
         "num_attention_heads": cfg.num_attention_heads,
-        "num_kv_heads": cfg.num_key_value_heads or cfg.num_attention_heads,
+        "num_kv_heads": (
+            cfg.num_attention_heads if cfg.num_key_value_heads is None else cfg.num_key_value_heads
+        ),
         "head_size": cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads,
         "vocab_size": cfg.vocab_size,
         "max_position_embeddings": cfg.max_position_embeddings,
