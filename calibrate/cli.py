@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -67,6 +68,7 @@ def calibrate_command(
     quick: bool = False,
     out: str | None = None,
     num_layers: int | None = None,
+    force: bool = False,
 ) -> int:
     """Run ``kvsim calibrate`` with the CLI's ``progress_bar``; return the exit status."""
     if device not in ("cpu", "cuda"):
@@ -79,7 +81,7 @@ def calibrate_command(
         return _fail("kvsim calibrate needs torch: pip install 'kvsim[calibrate]'")
     from calibrate.harness import CalibrateOptions, calibrate
 
-    opts = CalibrateOptions(device, model, tp, quick, out, num_layers)
+    opts = CalibrateOptions(device, model, tp, quick, out, num_layers, force=force)
     console = Console(stderr=True)
     start = time.perf_counter()
     try:
@@ -92,6 +94,15 @@ def calibrate_command(
             cal, path, csv_path = calibrate(opts, report)
     except ValueError as exc:
         return _fail(str(exc))
+    except KeyboardInterrupt as exc:
+        # SIGTERM / SIGHUP arrive as KeyboardInterrupt subclasses carrying ``signum``.
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(
+            f"kvsim: interrupted ({signal.Signals(signum).name}); no calibration file "
+            "written (an earlier one is unchanged)",
+            file=sys.stderr,
+        )
+        return 128 + int(signum)
     out_console = Console()
     for table in _summary(cal, time.perf_counter() - start):
         out_console.print(table)

@@ -30,6 +30,7 @@ from calibrate.gpu_spec import GIB, GPUSpec
 from calibrate.memory_backend import AnalyticMemoryBackend, CudaMemoryBackend
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
+from calibrate.output_files import check_outputs, write_atomically
 from calibrate.profile_run import ProfileConfig, profile_run
 from calibrate.profile_sweep import SweepGrid, blocks_needed, plan_sweep, run_sweep, write_csv
 from calibrate.step_features import FEATURES, StepFeatures
@@ -61,6 +62,8 @@ class CalibrateOptions:
     out: str | None = None
     num_layers: int | None = None
     seed: int = 0
+    force: bool = False
+    """Replace an existing ``out`` (or its CSV) that kvsim did not write."""
 
 
 def resolve_model(name: str | None, device: str) -> ModelSpec:
@@ -162,6 +165,8 @@ def calibrate(
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no CUDA device")
     spec = resolve_model(opts.model, device)
+    out = Path(opts.out or f"calibration-{spec.name}-{device}.yaml")
+    check_outputs(out, opts.force)
     if device == "cpu":
         torch.set_num_threads(1)
     dtype = "float32" if device == "cpu" else "bfloat16"
@@ -198,9 +203,8 @@ def calibrate(
     feats = StepFeatures(profiled, hw, opts.tp).matrix(pairs)
     times = np.array([float(r["time_s"]) for r in rows])
     result = fit_step_model(feats, times, [s.regime for s in steps], opts.seed)
-    out = Path(opts.out or f"calibration-{spec.name}-{device}.yaml")
     csv_path = out.with_suffix(".csv")
-    write_csv(rows, csv_path)
+    write_atomically(csv_path, lambda tmp: write_csv(rows, tmp))
     timing = (
         "CUDA events, median of repeats after warm-up"
         if device == "cuda"
@@ -229,7 +233,7 @@ def calibrate(
         ),
         kv_budget=prof.to_dict(),
     )
-    save_calibration(cal, out)
+    write_atomically(out, lambda tmp: save_calibration(cal, tmp))
     return cal, out, csv_path
 
 

@@ -12,6 +12,8 @@ import typer
 
 from kvcore import VLLM_VERSION, __version__
 from sim.conformance import DEFAULT_SEED
+from sim.outdir import FORCE_HELP
+from sim.signals import install as install_signal_handlers
 
 app = typer.Typer(
     name="kvsim",
@@ -75,8 +77,12 @@ def run(
         "--router",
         help="round_robin, least_outstanding, least_kv or prefix_aware [default: round_robin]",
     ),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
-    """Simulate vLLM replicas serving a workload; write summary, records, plots, report."""
+    """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
+
+    --out may name a new directory, an empty one, or an earlier kvsim run directory
+    (replaced whole, atomically); anything else needs --force."""
     from sim.run_cli import run_command
 
     overrides = dict(
@@ -110,6 +116,7 @@ def run(
             num_replicas=num_replicas,
             router=router,
             fast_forward=fast_forward,
+            force=force,
         )
     )
 
@@ -217,8 +224,12 @@ def plan(
     num_requests: int = typer.Option(None, "--num-requests", help="requests per run"),
     max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
     num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
-    """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs."""
+    """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs.
+
+    --out may name a new directory, an empty one, or an earlier kvsim plan directory
+    (probed again); anything else needs --force."""
     from sim.plan.cli import plan_command
 
     overrides = {
@@ -242,7 +253,7 @@ def plan(
         "engine.max_num_seqs": max_num_seqs,
         "engine.num_gpu_blocks_override": num_gpu_blocks_override,
     }
-    raise typer.Exit(plan_command(plan_file, out, overrides))
+    raise typer.Exit(plan_command(plan_file, out, overrides, force=force))
 
 
 @app.command()
@@ -259,11 +270,15 @@ def sweep(
     scale: float = typer.Option(
         1.0, "--scale", help="multiply each workload's num_requests (or duration_s) by this"
     ),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
-    """Run a grid of simulations in parallel, resumably: run directories, sweep.csv, report."""
+    """Run a grid of simulations in parallel, resumably: run directories, sweep.csv, report.
+
+    --out may name a new directory, an empty one, or an earlier kvsim sweep directory
+    (resumed); anything else needs --force."""
     from sim.sweep.cli import sweep_command
 
-    raise typer.Exit(sweep_command(spec, out, executor, jobs, address, scale))
+    raise typer.Exit(sweep_command(spec, out, executor, jobs, address, scale, force=force))
 
 
 @app.command()
@@ -284,13 +299,20 @@ def calibrate(
     quick: bool = typer.Option(False, "--quick", help="a smaller sweep (CPU: < 1 minute)"),
     out: str = typer.Option(None, "--out", help="calibration YAML [default: calibration-*.yaml]"),
     num_layers: int = typer.Option(None, "--num-layers", help="profile only this many layers"),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="replace an existing --out file (or its .csv) that kvsim calibrate did not write",
+    ),
 ) -> None:
     """Profile memory (vLLM's profile_run) and step times on this machine; write a
     calibration file for `kvsim run/budget --calibration`. Needs torch."""
     from calibrate.cli import calibrate_command
     from sim.progress import progress_bar
 
-    raise typer.Exit(calibrate_command(progress_bar, device, model, tp, quick, out, num_layers))
+    raise typer.Exit(
+        calibrate_command(progress_bar, device, model, tp, quick, out, num_layers, force)
+    )
 
 
 @app.command(name="list")
@@ -309,6 +331,7 @@ def version() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    install_signal_handlers()
     try:
         app()
     finally:

@@ -27,6 +27,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Protocol
 
+from sim.signals import die_with_parent
+
 ENV_SWITCH = "KVSIM_HELPERS"
 
 
@@ -58,12 +60,17 @@ class HelperFailed(RuntimeError):
     """A helper process died or exited with an error."""
 
 
-def _child_exit(body: Callable[[], None]) -> None:
-    """Run ``body`` in a freshly forked child and leave the process; never returns."""
+def _child_exit(body: Callable[[], None], parent: int) -> None:
+    """Run ``body`` in a freshly forked child of ``parent`` and leave the process;
+    never returns."""
     status = 0
     try:
         gc.disable()
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; EOF ends us
+        # The parent decides (its cleanup closes our pipe: EOF ends us); its death
+        # ends us too.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        die_with_parent(signal.SIGKILL, parent)
         body()
     except BrokenPipeError:
         status = 0  # the parent stopped reading (a producer no longer needed)
@@ -82,6 +89,7 @@ def _fork_helper(serve: Callable[[BinaryIO], None], helper_writes: bool) -> tupl
     mine, theirs = (read_fd, write_fd) if helper_writes else (write_fd, read_fd)
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         os.close(mine)
@@ -90,7 +98,7 @@ def _fork_helper(serve: Callable[[BinaryIO], None], helper_writes: bool) -> tupl
             with os.fdopen(theirs, "wb" if helper_writes else "rb", buffering=1 << 16) as pipe:
                 serve(pipe)
 
-        _child_exit(body)
+        _child_exit(body, parent)
     os.close(theirs)
     return pid, os.fdopen(mine, "rb" if helper_writes else "wb", buffering=1 << 16)
 
@@ -198,5 +206,5 @@ class ChunkReader:
             pipe.close()
         if pid:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGKILL)  # it ignores SIGTERM; it holds nothing to clean
             os.waitpid(pid, 0)

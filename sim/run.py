@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -25,6 +22,7 @@ from kvcore import VLLM_VERSION, __version__
 from sim import offload
 from sim.cluster import Cluster
 from sim.engine_config import EngineConfig
+from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import make_router
 from sim.setup import ResolvedRun, resolve_run
@@ -184,17 +182,22 @@ def run(
     resolved: ResolvedRun | None = None,
     render: bool = True,
     helpers: bool | None = None,
+    force: bool = False,
+    target: OutputTarget | None = None,
 ) -> dict[str, Any]:
     """Resolve, simulate and write the whole run directory at ``out``; return the summary.
+
+    ``out`` is checked first (:func:`sim.outdir.check_output`; ``force`` as there, or
+    a ``target`` the caller checked already): nothing kvsim did not write is deleted or
+    overwritten, and a bad ``out`` raises :class:`sim.outdir.OutputError` before any
+    simulation.
 
     ``render=False`` skips plots and ``report.html`` (planning probes; ``kvsim report``
     renders them later from the records). ``helpers``: see :func:`simulate`.
     """
     resolved = resolved or resolve_run(spec)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    tmp.chmod(0o755)
+    target = check_output(out, "run", force=force) if target is None else target
+    tmp = staging_dir(target)
     try:
         summary = simulate(
             resolved,
@@ -228,12 +231,8 @@ def run(
                 title=f"kvsim run: {resolved.workload_name} on "
                 f"{resolved.model_name} / {resolved.gpu_name}",
             )
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            shutil.rmtree(old)
-        tmp.rename(out)
+        publish(tmp, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
         raise
     return summary

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
+from sim.outdir import OutputError, check_output
 from sim.progress import progress_bar
 from sim.run import (
     DEFAULT_GPU,
@@ -27,6 +28,7 @@ from sim.run import (
     run,
 )
 from sim.setup import resolve_run
+from sim.signals import exit_status, interrupted
 
 
 def _fail(message: str) -> int:
@@ -129,6 +131,7 @@ def run_command(
     num_replicas: int | None = None,
     router: str | None = None,
     fast_forward: bool = True,
+    force: bool = False,
 ) -> int:
     """Body of ``kvsim run``; returns the exit status."""
     try:
@@ -155,6 +158,10 @@ def run_command(
         else Path("runs")
         / (f"{Path(resolved.workload_name).stem}_{resolved.model_name}_{resolved.gpu_name}")
     )
+    try:
+        target = check_output(out_dir, "run", force=force)
+    except OutputError as e:
+        return _fail(str(e))
     console = Console(stderr=True)
     total = resolved.workload.num_requests
     try:
@@ -166,9 +173,16 @@ def run_command(
                     out_dir,
                     resolved=resolved,
                     on_progress=lambda n: progress.advance(task, n),
+                    target=target,
                 )
         else:
-            summary = run(spec, out_dir, resolved=resolved)
+            summary = run(spec, out_dir, resolved=resolved, target=target)
+    except KeyboardInterrupt as e:
+        before = "the earlier run there is unchanged" if target.exists else "nothing was written"
+        print(f"kvsim: {interrupted(e)}; no run directory at {out_dir} ({before})", file=sys.stderr)
+        return exit_status(e)
+    except OutputError as e:
+        return _fail(str(e))
     except NothingServed as e:
         return _fail(str(e))
     except SimulationStuck as e:

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.outdir import OutputError
 from sim.plan.runner import describe, run_plan
 from sim.plan.spec import PlanError, load_plan
+from sim.signals import exit_status, interrupted
 
 
 def _infeasible_message(doc: dict[str, Any], out: Path) -> str:
@@ -28,18 +30,25 @@ def _infeasible_message(doc: dict[str, Any], out: Path) -> str:
     )
 
 
-def plan_command(path: str | None, out: str | None, overrides: dict[str, Any]) -> int:
+def plan_command(
+    path: str | None, out: str | None, overrides: dict[str, Any], force: bool = False
+) -> int:
     """Run ``kvsim plan``; returns the exit status."""
+    out_dir = Path(out) if out else None
     try:
         plan = load_plan(path, overrides)
         source = path or "plan flags"
         out_dir = (
             Path(out) if out else Path("plans") / f"{Path(plan.workload).stem}_{plan.question}"
         )
-        doc = run_plan(plan, out_dir, source)
-    except PlanError as e:
+        doc = run_plan(plan, out_dir, source, force=force)
+    except (PlanError, OutputError) as e:
         print(f"kvsim: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        where = f"; the probes run so far are kept in {out_dir / 'probes'}" if out_dir else ""
+        print(f"kvsim: {interrupted(e)}; no plan.json written{where}", file=sys.stderr)
+        return exit_status(e)
     if doc["status"] == "infeasible":
         print(f"kvsim: error: {_infeasible_message(doc, out_dir)}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kvcore import __version__
+from sim.outdir import check_output, write_marker
 from sim.plan.probe import ProbeRunner, fmt_value, is_integer_param, load_base_workload
 from sim.plan.search import Bisection, seed_answers
 from sim.plan.spec import PlanError, PlanSpec
@@ -61,10 +62,19 @@ def check_plan(plan: PlanSpec, source: str) -> tuple[Any, ResolvedRun]:
     return base, resolved
 
 
-def run_plan(plan: PlanSpec, out: Path, source: str = "plan") -> dict[str, Any]:
-    """Search, write ``plan.json`` and the report; return the plan result."""
+def run_plan(
+    plan: PlanSpec, out: Path, source: str = "plan", force: bool = False
+) -> dict[str, Any]:
+    """Search, write ``plan.json`` and the report; return the plan result.
+
+    ``out`` is checked before any probe (:func:`sim.outdir.check_output`, ``force`` as
+    there): :class:`sim.outdir.OutputError` when it may not be written.
+    """
     out = Path(out)
     base, resolved = check_plan(plan, source)
+    check_output(out, "plan", force=force)
+    out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, "plan")
     runner = ProbeRunner(plan, base, out)
     param = runner.param
     want = WANT[param]

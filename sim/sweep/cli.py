@@ -13,7 +13,9 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from sim.outdir import OutputError
 from sim.progress import progress_bar
+from sim.signals import exit_status, interrupted
 from sim.sweep.runner import SweepResult, run_sweep
 from sim.sweep.spec import SweepSpecError, load_sweep_spec
 
@@ -38,11 +40,12 @@ def sweep_command(
     jobs: int | None,
     address: str | None,
     scale: float,
+    force: bool = False,
 ) -> int:
     """Run (or resume) a sweep with a progress bar on a terminal; print where it went."""
     out_dir = Path(out) if out else _default_out(spec_path)
     console = Console(stderr=True)
-    kwargs = dict(executor=executor, jobs=jobs, address=address, scale=scale)
+    kwargs = dict(executor=executor, jobs=jobs, address=address, scale=scale, force=force)
     try:
         if console.is_terminal:
             with progress_bar(console) as progress:
@@ -60,15 +63,15 @@ def sweep_command(
                 )
         else:
             result = run_sweep(spec_path, out_dir, **kwargs)
-    except SweepSpecError as e:
+    except (SweepSpecError, OutputError) as e:
         return _fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(
-            f"kvsim: interrupted; finished points are kept in {out_dir}, "
+            f"kvsim: {interrupted(e)}; finished points are kept in {out_dir}, "
             "rerun the same command to resume",
             file=sys.stderr,
         )
-        return 130
+        return exit_status(e)
     return _report_result(result)
 
 

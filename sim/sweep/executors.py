@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
+from sim.signals import run_in_worker, worker_init
 from sim.sweep.spec import SweepSpecError
 from sim.sweep.worker import run_point, run_point_packed, unpack_point
 
@@ -42,9 +43,15 @@ def execute_local(
     import reports.html  # noqa: F401
     import reports.plots  # noqa: F401
 
-    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(payloads))))
+    pool = ProcessPoolExecutor(
+        max_workers=max(1, min(jobs, len(payloads))),
+        initializer=worker_init,
+        initargs=(os.getpid(),),
+    )
     try:
-        futures: dict[Future, int] = {pool.submit(run_point, p): i for i, p in payloads}
+        futures: dict[Future, int] = {
+            pool.submit(run_in_worker, run_point, p): i for i, p in payloads
+        }
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -56,9 +63,19 @@ def execute_local(
                     errors[index] = e
                     status = "error"
                 on_done(index, status)
+    except KeyboardInterrupt:
+        _stop_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return errors
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Interrupt every worker's point (each removes its temporary directory and exits)."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        if process.is_alive():
+            process.terminate()
 
 
 def _import_ray() -> Any:

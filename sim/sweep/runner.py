@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from kvcore import __version__
+from sim.outdir import check_output, write_marker
 from sim.sweep.executors import default_jobs, execute_local, execute_ray
 from sim.sweep.points import Point, expand_points
 from sim.sweep.spec import SweepSpec, SweepSpecError, load_sweep_spec
@@ -105,20 +106,25 @@ def run_sweep(
     on_start: Callable[[int, int], None] | None = None,
     on_point: Callable[[Point, str], None] | None = None,
     render: bool = True,
+    force: bool = False,
 ) -> SweepResult:
     """Run every unfinished point of the sweep at ``path`` into ``out``.
 
     ``on_start(total, already_done)`` is called once, ``on_point(point, status)`` after
     each point. Points whose directory is complete are skipped; sweep.csv is rewritten
-    after each point. Raises SweepSpecError on bad input (nothing is run).
+    after each point. Raises SweepSpecError on bad input and
+    :class:`sim.outdir.OutputError` on an ``out`` that may not be written (``force``:
+    see :func:`sim.outdir.check_output`); nothing is run then.
     """
     if executor not in ("local", "ray"):
         raise SweepSpecError(f"--executor: unknown executor {executor!r} (allowed: local, ray)")
     if jobs is not None and jobs < 1:
         raise SweepSpecError(f"--jobs: must be >= 1 (got {jobs})")
     spec, points = prepare(path, scale)
+    check_output(out, "sweep", force=force)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, "sweep")
     _write_meta(out, spec, path, scale)
     _clean_leftovers(out / "points")
     _write_inputs(out, points)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 import tarfile
 import tempfile
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
+from sim.outdir import check_output, discard, publish, staging_dir
 from sim.run import NothingServed, RunSpec, run
 
 ERROR_FILE = "error.json"
@@ -35,19 +34,16 @@ def make_run_spec(run_kwargs: dict[str, Any], workload_path: str | Path | None) 
 
 
 def write_failure(out: Path, status: str, message: str) -> None:
-    """Write ``out/error.json`` as a whole directory renamed into place."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    """Write ``out/error.json`` as a whole run directory renamed into place."""
+    target = check_output(out, "run")
+    tmp = staging_dir(target)
     try:
         (tmp / ERROR_FILE).write_text(
             json.dumps({"status": status, "error": message}, indent=2) + "\n"
         )
-        tmp.chmod(0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        publish(tmp, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
         raise
 
 
@@ -94,8 +90,8 @@ def run_point_packed(payload: dict[str, Any]) -> tuple[str, bytes]:
 
 def unpack_point(data: bytes, out: Path) -> None:
     """Extract a packed point directory to ``out`` via a temporary name and a rename."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    target = check_output(out, "run")
+    tmp = staging_dir(target)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             if hasattr(tarfile, "data_filter"):
@@ -104,10 +100,6 @@ def unpack_point(data: bytes, out: Path) -> None:
                 tar.extractall(tmp)  # noqa: S202 - our own archive, made by run_point_packed
         src = tmp / "point"
         src.chmod(0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            shutil.rmtree(old)
-        src.rename(out)
+        publish(src, target)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)

@@ -1,0 +1,109 @@
+"""Signals: SIGTERM and SIGHUP end kvsim the way Ctrl-C does, and no process kvsim
+starts outlives it.
+
+In the main process, :func:`install` turns SIGTERM and SIGHUP into :class:`Terminated`,
+a ``KeyboardInterrupt``, so the cleanup that runs on Ctrl-C (temporary directories
+removed, helper processes reaped, one line saying what was kept) runs for them too.
+Worker processes (sweep points) call :func:`worker_init`: they get SIGTERM when their
+parent dies (Linux ``PR_SET_PDEATHSIG``, or a watchdog thread elsewhere), clean up
+the point they are running and exit; an idle worker exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_PR_SET_PDEATHSIG = 1
+_HANDLED = (signal.SIGTERM, signal.SIGHUP)
+_busy = False
+
+
+class Terminated(KeyboardInterrupt):
+    """The process got SIGTERM or SIGHUP (``signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    for sig in _HANDLED:  # cleanup runs once: a second SIGTERM does not cut it short
+        signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+def install() -> None:
+    """Main process: SIGTERM and SIGHUP raise :class:`Terminated` (in the main thread)."""
+    for sig in _HANDLED:
+        signal.signal(sig, _raise)
+
+
+def interrupted(exc: BaseException) -> str:
+    """``interrupted`` or ``interrupted (SIGTERM)``, for one line on stderr."""
+    if isinstance(exc, Terminated):
+        return f"interrupted ({signal.Signals(exc.signum).name})"
+    return "interrupted"
+
+
+def exit_status(exc: BaseException) -> int:
+    """The shell's status for a process ended by the signal behind ``exc`` (128 + n)."""
+    signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+    return 128 + int(signum)
+
+
+def die_with_parent(sig: int, parent: int) -> None:
+    """Have ``sig`` sent to this process when its parent (pid ``parent``) dies."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(sig, parent), daemon=True).start()
+    if os.getppid() != parent:  # the parent died before we were armed
+        os.kill(os.getpid(), sig)
+
+
+def _watch_parent(sig: int, parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.kill(os.getpid(), sig)
+
+
+def _worker_signal(signum: int, frame: FrameType | None) -> None:
+    if _busy:
+        raise Terminated(signum)
+    os._exit(128 + signum)
+
+
+def worker_init(parent: int) -> None:
+    """Initializer of a worker process forked by ``parent``: SIGTERM, SIGHUP and SIGINT
+    interrupt the point being run (see :func:`run_in_worker`) or end an idle worker;
+    the parent's death sends SIGTERM."""
+    for sig in (*_HANDLED, signal.SIGINT):
+        signal.signal(sig, _worker_signal)
+    die_with_parent(signal.SIGTERM, parent)
+
+
+def run_in_worker(fn: Callable[..., T], *args: Any) -> T:
+    """Call ``fn(*args)`` in a worker set up by :func:`worker_init`. Interrupted, ``fn``
+    cleans up as on Ctrl-C and the worker exits (it is not reused)."""
+    global _busy
+    _busy = True
+    try:
+        return fn(*args)
+    except KeyboardInterrupt as e:
+        os._exit(exit_status(e))
+    finally:
+        _busy = False
