@@ -336,3 +336,44 @@ def test_sigkill_of_sweep_leaves_no_worker_and_reruns_cleanly(tmp_path: Path) ->
         rows = list(csv.DictReader(f))
     assert sorted(r["point_id"] for r in rows) == sorted({r["point_id"] for r in rows})
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
+
+
+# kvsim calibrate: the YAML and CSV it writes (checked before profiling; no torch needed).
+def test_calibrate_refuses_to_overwrite_files_it_did_not_write(tmp_path: Path) -> None:
+    from calibrate.output_files import check_outputs, write_atomically
+
+    out = tmp_path / "cal.yaml"
+    check_outputs(out)  # nothing there yet
+    _user_file(out)
+    with pytest.raises(ValueError, match="--out .*cal.yaml.*not written by kvsim"):
+        check_outputs(out)
+    check_outputs(out, force=True)
+    out.write_text("schema_version: 1\nlatency: {}\n")  # a calibration file: replaceable
+    check_outputs(out)
+    _user_file(tmp_path / "cal.csv")
+    with pytest.raises(ValueError, match="cal.csv exists"):
+        check_outputs(out)
+    (tmp_path / "cal.csv").unlink()
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        check_outputs(tmp_path / "dir.yaml")
+    with pytest.raises(ValueError, match="cannot write"):
+        check_outputs(tmp_path / "cal.yaml" / "x.yaml")
+
+    def interrupted_write(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(out, interrupted_write)
+    assert out.read_text() == "schema_version: 1\nlatency: {}\n"
+    assert _entries(tmp_path) == ["cal.yaml", "dir.yaml"]
+
+
+def test_calibrate_cli_checks_out_before_profiling(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    target = _user_file(tmp_path / "cal.yaml")
+    proc = kvsim_cli("calibrate", "--quick", "--out", str(target))
+    _one_error_line(proc, "--out", "cal.yaml", "--force")
+    assert target.read_bytes() == USER_BYTES
+    assert _entries(tmp_path) == ["cal.yaml"]
