@@ -23,6 +23,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 from reports.html import _STYLE  # noqa: E402
 
 
+def _x_limits(values: list[float], log_x: bool) -> tuple[float, float]:
+    """X-axis limits around the probed ``values`` (non-empty), 5 % padded.
+
+    Contract: returns ``(low, high)`` with ``low < high``, and ``low > 0`` when
+    ``log_x`` and every value is positive. A single probed value (a plan that stops
+    at its first probe) gets a window around it instead of the zero-width range that
+    matplotlib refuses with a warning.
+    """
+    lo, hi = min(values), max(values)
+    if log_x and lo > 0:
+        pad = (hi / lo) ** 0.05 if hi > lo else 2.0
+        return lo / pad, hi * pad
+    span = (hi - lo) or abs(lo) or 1.0
+    return lo - 0.05 * span, hi + 0.05 * span
+
+
 def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
     """Write the probe-curve figure of a plan to ``path`` (PNG)."""
     slo = doc["slo"]
@@ -60,13 +76,7 @@ def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
             ax.set_xscale("log")
         values = [p["value"] for p in probes]
         if values:
-            lo, hi = min(values), max(values)
-            pad = (hi / lo) ** 0.05 if log_x and lo > 0 else None
-            if pad:
-                ax.set_xlim(lo / pad, hi * pad)
-            else:
-                span = (hi - lo) or 1.0
-                ax.set_xlim(lo - 0.05 * span, hi + 0.05 * span)
+            ax.set_xlim(*_x_limits(values, log_x))
         ax.set_ylabel(metric)
         ax.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel(f"{doc['param']} (red x: saturated or failed, latency not meaningful)")
