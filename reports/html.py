@@ -8,13 +8,14 @@ from __future__ import annotations
 import base64
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 _STYLE = """body{font-family:sans-serif;max-width:960px;margin:2em auto;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{text-align:left;background:#f4f4f4}pre{background:#f8f8f8;padding:1em;overflow:auto}
-img{max-width:100%}"""
+img{max-width:100%}.notes{background:#fff4e0;border:1px solid #e0a040;padding:.5em 1em}"""
 
 
 def inline_png(png: Path) -> str:
@@ -38,14 +39,55 @@ def _rows(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def render_report(run_dir: Path, title: str = "kvsim run") -> Path:
-    """Write ``report.html`` from ``summary.json``, ``plots/*.png`` and ``config.yaml``."""
+def _limit_lines(summary: dict[str, Any]) -> list[str]:
+    """Requests that met max_model_len, when any: rejected prompts (``rejected`` /
+    ``num_rejected``) and capped outputs (``num_capped_outputs``); [] when none."""
+
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    lines = []
+    rejected = summary.get("rejected")
+    rejected = rejected if isinstance(rejected, dict) else {}
+    num = count(rejected.get("prompt_too_long")) or count(summary.get("num_rejected"))
+    limit = count(rejected.get("max_model_len"))
+    within = f" (prompt of at least max_model_len, {limit:,} tokens)" if limit else ""
+    if num:
+        total = count(summary.get("num_requests"))
+        of = f" of {total:,}" if total else ""
+        lines.append(f"{num:,}{of} requests rejected{within}: they never ran")
+    capped = count(summary.get("num_capped_outputs"))
+    if capped:
+        lines.append(
+            f"{capped:,} requests' outputs capped at max_model_len: they produced fewer "
+            "output tokens than asked"
+        )
+    return lines
+
+
+def _notes_block(notes: Sequence[str]) -> str:
+    """The report's warning lines (escaped), or "" when there are none."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return f"<div class='notes'><strong>Note</strong><ul>{items}</ul></div>"
+
+
+def render_report(run_dir: Path, title: str = "kvsim run", notes: Sequence[str] = ()) -> Path:
+    """Write ``report.html`` from ``summary.json``, ``plots/*.png`` and ``config.yaml``.
+
+    ``notes``: warning lines shown above the summary (e.g. a truncated ``steps.csv``:
+    :func:`reports.run_records.read_run_records`); rejected and capped requests from
+    the summary are added to them when non-zero.
+    """
     summary = json.loads((run_dir / "summary.json").read_text())
     config = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
     images = [inline_png(png) for png in sorted((run_dir / "plots").glob("*.png"))]
+    notes_html = _notes_block([*notes, *_limit_lines(summary)])
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
         f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"{notes_html}"
         f"<h2>Summary</h2><table>{_rows(summary)}</table><h2>Plots</h2>{''.join(images)}"
         f"<h2>Configuration</h2><pre>{html.escape(config)}</pre></body></html>\n"
     )

@@ -21,6 +21,12 @@ def _thin(df: pd.DataFrame) -> pd.DataFrame:
     return df.iloc[:: int(np.ceil(len(df) / _MAX_POINTS))]
 
 
+def _legend(ax: plt.Axes) -> None:
+    """A legend when the axes has labelled lines (none for a run without rows)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
 def plot_kv_usage(steps: pd.DataFrame, num_gpu_blocks: int, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for replica, df in steps.groupby("replica"):
@@ -48,7 +54,7 @@ def plot_preemptions(steps: pd.DataFrame, path: Path) -> None:
     for replica, df in steps.groupby("replica"):
         ax.plot(df["start_s"], df["num_preempted"].cumsum(), label=f"replica {replica}")
     ax.set(xlabel="time (s)", ylabel="preemptions (cumulative)", title="Preemptions over time")
-    ax.legend(fontsize=8)
+    _legend(ax)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -61,7 +67,7 @@ def plot_queues(steps: pd.DataFrame, path: Path) -> None:
         ax.plot(df["start_s"], df["num_running"], label=f"running (replica {replica})")
         ax.plot(df["start_s"], df["num_waiting"], label=f"waiting (replica {replica})")
     ax.set(xlabel="time (s)", ylabel="requests", title="Running and waiting requests")
-    ax.legend(fontsize=8)
+    _legend(ax)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -90,12 +96,24 @@ def plot_latency(requests: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def render_run_plots(run_dir: Path, num_gpu_blocks: int) -> list[Path]:
-    """Write ``plots/*.png`` for a run directory; return the files written."""
+def render_run_plots(
+    run_dir: Path,
+    num_gpu_blocks: int,
+    steps: pd.DataFrame | None = None,
+    requests: pd.DataFrame | None = None,
+) -> list[Path]:
+    """Write ``plots/*.png`` for a run directory; return the files written.
+
+    ``steps`` / ``requests``: the rows to plot (e.g. checked ones from
+    :func:`reports.run_records.read_run_records`); None reads ``steps.csv`` /
+    ``requests.csv`` as they are. Empty frames give empty panels, without warnings.
+    """
     plots = run_dir / "plots"
     plots.mkdir(exist_ok=True)
-    steps = pd.read_csv(run_dir / "steps.csv")
-    requests = pd.read_csv(run_dir / "requests.csv")
+    if steps is None:
+        steps = pd.read_csv(run_dir / "steps.csv")
+    if requests is None:
+        requests = pd.read_csv(run_dir / "requests.csv")
     out = [
         plots / "kv_usage.png",
         plots / "preemptions.png",

@@ -115,16 +115,27 @@ def report_command(directory: str) -> int:
 
 
 def _render_run(path: Path) -> Path:
+    """Re-render a run directory's plots and report.html; a truncated or damaged
+    ``steps.csv`` / ``requests.csv`` is one ``kvsim: warning:`` line per problem on
+    stderr and in the report (ValueError when a file cannot be read at all)."""
     from reports.html import render_report
     from reports.plots import render_run_plots
+    from reports.run_records import read_run_records
 
     summary = json.loads((path / "summary.json").read_text())
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path / 'summary.json'}: expected a JSON object")
+    records = read_run_records(path, summary)
+    for note in records.notes:
+        print(f"kvsim: warning: {path}/{note}", file=sys.stderr)
     config_file = path / "config.yaml"
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
     config = config if isinstance(config, dict) else {}
     workload = config.get("workload") or {}
     name = workload.get("name", "?") if isinstance(workload, dict) else "?"
-    render_run_plots(path, int(summary["num_gpu_blocks"]))
+    render_run_plots(path, int(summary["num_gpu_blocks"]), records.steps, records.requests)
     return render_report(
-        path, title=f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}"
+        path,
+        title=f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}",
+        notes=records.notes,
     )

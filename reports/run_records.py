@@ -1,0 +1,146 @@
+"""Read a run's ``steps.csv`` and ``requests.csv`` for the plots, checked against
+``summary.json``.
+
+A finished run writes one ``steps.csv`` row per engine step of every replica (the sum
+is ``summary.json``'s ``num_steps``) and one ``requests.csv`` row per finished request
+(``num_finished``), each row ending in a newline. A file cut short (a disk that filled
+up, a copy that stopped, an edit) is detected here, not plotted silently:
+
+- a last line without its newline is cut mid-row: it is left out (unless the rows
+  then match the summary's count: only the final newline is missing);
+- rows whose plotted columns do not parse as numbers (or have too many fields) are
+  left out;
+- fewer (or more) rows than the summary counts: the plots are partial.
+
+Each finding is one line for the report and the terminal. A file that cannot be read
+at all (missing, empty, no header, a plotted column missing) raises
+``RunRecordsError`` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+STEP_PLOT_COLUMNS = (
+    "replica",
+    "start_s",
+    "num_running",
+    "num_waiting",
+    "num_preempted",
+    "num_free_blocks",
+)
+"""The ``steps.csv`` columns the run plots read (``num_cached_free_blocks`` is optional)."""
+REQUEST_PLOT_COLUMNS = ("arrival_s", "first_token_s", "finish_s", "output_tokens")
+"""The ``requests.csv`` columns the latency plot reads."""
+
+
+class RunRecordsError(ValueError):
+    """A run's CSV file cannot be read at all; ``str`` is ``<file>: <problem>``."""
+
+
+@dataclass
+class RunRecords:
+    """The rows the plots may use, and one line per problem found (empty: complete)."""
+
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def _count_lines(path: Path) -> tuple[int, bool]:
+    """Newline characters in ``path`` and whether it ends in one (reads in 1 MiB blocks)."""
+    count, last = 0, b"\n"
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count, last == b"\n"
+
+
+def _read_one(
+    path: Path, columns: tuple[str, ...], optional: tuple[str, ...], expected: int | None, what: str
+) -> tuple[pd.DataFrame, list[str]]:
+    """The parsable rows of one CSV file and the notes about it.
+
+    Contract: ``columns`` must be in the header (else RunRecordsError); rows are kept
+    only if every column of ``columns + optional`` present parses as a number; the
+    note about the row count compares the kept rows with ``expected`` (skipped when
+    None). Notes name the file by its name (``steps.csv``).
+    """
+    name = path.name
+    if not path.is_file():
+        raise RunRecordsError(f"{path}: missing (the run's {what} records)")
+    newlines, ends_in_newline = _count_lines(path)
+    try:
+        df = pd.read_csv(path, on_bad_lines="skip", skip_blank_lines=False, low_memory=False)
+    except pd.errors.EmptyDataError:
+        raise RunRecordsError(f"{path}: empty (no header line)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise RunRecordsError(f"{path}: not readable as CSV ({e})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise RunRecordsError(
+            f"{path}: header: missing column(s) {', '.join(missing)}; needed: {', '.join(columns)}"
+        )
+    notes: list[str] = []
+    cut = 0 if ends_in_newline else 1  # a last line without its newline
+    data_lines = newlines - 1 + cut  # lines after the header
+    skipped = data_lines - len(df)  # lines pandas left out (too many fields)
+    if cut and len(df) and len(df) != expected:  # all rows there: only the newline is gone
+        df = df.iloc[:-1]
+        notes.append(f"{name}: the last line is cut off mid-row (left out)")
+    if skipped > 0:
+        notes.append(f"{name}: {skipped:,} malformed line(s) with too many fields (left out)")
+    numeric = [c for c in (*columns, *optional) if c in df.columns]
+    parsed = df[numeric].apply(pd.to_numeric, errors="coerce")
+    bad = parsed.isna().any(axis=1).to_numpy()
+    if bad.any():
+        first = int(bad.argmax())
+        where = f"line {first + 2}" if skipped <= 0 else f"data row {first + 1}"
+        shown = ", ".join(
+            f"{c} {'' if pd.isna(df[c].iloc[first]) else str(df[c].iloc[first])!r}"
+            for c in numeric
+            if pd.isna(parsed[c].iloc[first])
+        )
+        notes.append(
+            f"{name}: {int(bad.sum()):,} row(s) with values that are not numbers (left out; "
+            f"first: {where}: {shown})"
+        )
+    out = df.drop(columns=numeric).join(parsed)[~bad].reset_index(drop=True)
+    if expected is not None and len(out) != expected:
+        notes.append(f"{name} holds {len(out):,} of {expected:,} {what}: the plots are partial")
+    return out, notes
+
+
+def _expected(summary: dict[str, Any], key: str) -> int | None:
+    value = summary.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
+    """``steps.csv`` and ``requests.csv`` of ``run_dir``, checked against ``summary``
+    (``num_steps``, ``num_finished``; a count that is absent is not checked).
+
+    Raises RunRecordsError when a file cannot be read at all; otherwise returns the
+    usable rows (plotted columns numeric) and one note per problem, in file order.
+    """
+    run_dir = Path(run_dir)
+    steps, step_notes = _read_one(
+        run_dir / "steps.csv",
+        STEP_PLOT_COLUMNS,
+        ("num_cached_free_blocks",),
+        _expected(summary, "num_steps"),
+        "steps",
+    )
+    requests, request_notes = _read_one(
+        run_dir / "requests.csv",
+        REQUEST_PLOT_COLUMNS,
+        (),
+        _expected(summary, "num_finished"),
+        "finished requests",
+    )
+    return RunRecords(steps, requests, step_notes + request_notes)
