@@ -219,7 +219,12 @@ def compute_kv_budget(
             f"({model.max_position_embeddings})"
         )
     if mbt < seqs:
-        raise KVBudgetError(f"max_num_batched_tokens ({mbt}) must be >= max_num_seqs ({seqs})")
+        mbt_from = "" if max_num_batched_tokens else f", vLLM's default on {gpu.name}"
+        seqs_from = "" if max_num_seqs else f", vLLM's default on {gpu.name}"
+        raise KVBudgetError(
+            f"max_num_batched_tokens ({mbt}{mbt_from}) must be >= max_num_seqs "
+            f"({seqs}{seqs_from}): set max_num_seqs or max_num_batched_tokens"
+        )
     if num_gpu_blocks_override is not None:
         _positive("num_gpu_blocks_override", num_gpu_blocks_override)
     total = gpu.memory_bytes if measured is None else measured.total_memory_bytes

@@ -1,13 +1,23 @@
 """Engine configuration: vLLM's engine-argument names and defaults (vLLM 0.33.0).
 
-Loaded from ``--engine FILE`` (YAML) and command-line flags; validated strictly.
+Loaded from ``--engine FILE`` (YAML) and command-line flags; validated strictly: an
+integer field takes only an integer (not ``"16"`` or ``16.0``), a float field a number,
+floats must be finite, and values vLLM 0.33.0 refuses are refused here.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+BLOCK_SIZE_MULTIPLE = 16
+"""vLLM 0.33.0 on CUDA/ROCm takes a ``--block-size`` that some attention backend
+supports (``AttentionBackend.supports_block_size``): FLASH_ATTN, TRITON_ATTN,
+FLEX_ATTENTION and the MLA backends TRITON_MLA / FLASH_ATTN_MLA take any multiple of
+16, FlashInfer 16/32/64 (more on Blackwell), FlashMLA 64, CUTLASS_MLA 128; no backend
+takes a size that is not a multiple of 16 (``No valid attention backend found``)."""
 
 
 class EngineConfig(BaseModel):
@@ -17,7 +27,7 @@ class EngineConfig(BaseModel):
     use (``roofline`` from the catalog, or ``constant`` seconds per step).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     block_size: int = Field(16, gt=0)
     gpu_memory_utilization: float = Field(0.92, gt=0.0, le=1.0)
@@ -34,3 +44,30 @@ class EngineConfig(BaseModel):
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     latency_model: Literal["roofline", "constant"] = "roofline"
     constant_step_s: float = Field(0.01, gt=0.0)
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_size(cls, value: int) -> int:
+        if value % BLOCK_SIZE_MULTIPLE:
+            raise PydanticCustomError(
+                "block_size",
+                "must be a multiple of {multiple} (16, 32, 64, 128, ...: the sizes vLLM "
+                "0.33.0's attention backends support) (got {got})",
+                {"multiple": BLOCK_SIZE_MULTIPLE, "got": value},
+            )
+        return value
+
+    @field_validator("max_num_batched_tokens")
+    @classmethod
+    def _batched_tokens(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """vLLM 0.33.0's ``SchedulerConfig.verify_max_model_len``: at least
+        ``max_num_seqs`` tokens per step (checked here when both are given; the
+        KV budget checks it against the GPU's default ``max_num_seqs``)."""
+        seqs = info.data.get("max_num_seqs")
+        if value is not None and seqs is not None and value < seqs:
+            raise PydanticCustomError(
+                "batched_tokens_below_seqs",
+                "must be >= max_num_seqs ({seqs}), as vLLM 0.33.0 requires (got {got})",
+                {"seqs": seqs, "got": value},
+            )
+        return value

@@ -106,6 +106,12 @@ def _reason(err: dict[str, Any], models: list[type[BaseModel]]) -> str:
         if isinstance(limit, float) and limit.is_integer():
             limit = int(limit)
         return f"must be {bounds[kind]} {limit}{shown}"
+    if kind == "finite_number":
+        return f"must be a finite number{shown}"
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return f"must be an integer, not {type(got).__name__}{shown}"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number, not {type(got).__name__}{shown}"
     if kind == "union_tag_invalid":
         return (
             f"unknown type {ctx.get('tag')!r} "

@@ -35,6 +35,8 @@ def load_spec(path: Path, file: str | None = None) -> WorkloadSpec:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise WorkloadError(file, "", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(file, "", "not UTF-8 text; a workload spec is a YAML file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -21,9 +21,14 @@ Z90 = 1.2815515655446004
 
 
 class StrictModel(BaseModel):
-    """Base of every spec model: unknown keys are rejected, instances are frozen."""
+    """Base of every spec model: unknown keys are rejected, instances are frozen.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Values are strict, as in traces: an integer field takes only a YAML integer (not
+    ``"100"``, ``100.0`` or ``true``), a float field a YAML number (an integer is
+    fine), never a string; floats must be finite (``.inf`` and ``.nan`` are refused).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class FixedLength(StrictModel):
@@ -48,12 +53,24 @@ class UniformLength(StrictModel):
 
 
 class NormalLength(StrictModel):
-    """Normal(mean, std) tokens, rounded to the nearest integer, clipped to ``[1, max]``."""
+    """Normal(mean, std) tokens, rounded to the nearest integer, clipped to ``[1, max]``.
+
+    ``max`` may not be below ``mean`` (the median): most draws would be clipped to it.
+    """
 
     type: Literal["normal"]
     mean: float = Field(gt=0)
     std: float = Field(ge=0)
     max: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _max_above_median(self) -> NormalLength:
+        if self.max is not None and self.max < self.mean:
+            raise ValueError(
+                f"max ({self.max}) is below the median ({self.mean:g}, the mean); "
+                "max must be >= the median"
+            )
+        return self
 
 
 class LogNormalLength(StrictModel):
@@ -67,6 +84,8 @@ class LogNormalLength(StrictModel):
     - ``median`` and ``sigma``: ``mu = ln(median)``;
     - ``mean`` and ``sigma``: ``mean`` is the mean length before rounding and clipping,
       ``mu = ln(mean) - sigma**2 / 2``.
+
+    ``max`` may not be below the median ``exp(mu)``: most draws would be clipped to it.
     """
 
     type: Literal["lognormal"]
@@ -86,6 +105,12 @@ class LogNormalLength(StrictModel):
             )
         if self.p90 is not None and self.median is not None and self.p90 <= self.median:
             raise ValueError(f"p90 ({self.p90}) must be > median ({self.median})")
+        if self.max is not None:
+            median = math.exp(self.mu_sigma()[0])
+            if self.max < median:
+                raise ValueError(
+                    f"max ({self.max}) is below the median ({median:g}); max must be >= the median"
+                )
         return self
 
     def mu_sigma(self) -> tuple[float, float]:

@@ -50,7 +50,10 @@ class PlanError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Strict values, as in workload YAML and traces: integers only where an integer is
+    wanted (not ``"2"`` or ``2.0``), numbers (finite) where a float is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class SLO(_Strict):

@@ -46,7 +46,10 @@ class SweepSpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Strict values, as in workload YAML and traces: integers only where an integer is
+    wanted (not ``"2"`` or ``2.0``), numbers (finite) where a float is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Axis(_Strict):
@@ -61,6 +64,32 @@ class Axis(_Strict):
         if not values:
             raise ValueError("empty axis: give at least one value")
         return values
+
+
+def _value_key(value: Scalar) -> tuple[str, Scalar]:
+    """Values that configure the same run compare equal (``2`` and ``2.0``); a bool is
+    not a number here (``true`` is not ``1``)."""
+    if isinstance(value, bool) or value is None:
+        return ("const", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    return ("str", value)
+
+
+def _no_repeats(where: str, rows: list[tuple[Scalar, ...]]) -> None:
+    """ValueError naming ``where`` and the first value (tuple) given twice: the same
+    point would run twice under one point id."""
+    first: dict[tuple[tuple[str, Scalar], ...], int] = {}
+    for i, row in enumerate(rows):
+        key = tuple(_value_key(v) for v in row)
+        if key in first:
+            shown = repr(row[0]) if len(row) == 1 else "(" + ", ".join(map(repr, row)) + ")"
+            raise ValueError(
+                f"{where}: value {shown} is given twice (entries {first[key] + 1} and "
+                f"{i + 1}); {'each row of a zip group' if len(row) > 1 else 'every value'} "
+                "must be distinct"
+            )
+        first[key] = i
 
 
 class SweepSpec(_Strict):
@@ -89,6 +118,11 @@ class SweepSpec(_Strict):
             if axis.path in seen:
                 raise ValueError(f"axes: axis {axis.path!r} appears twice")
             seen.add(axis.path)
+        for axis in self.axes:
+            _no_repeats(f"axis {axis.path!r}", [(v,) for v in axis.values])
+        for g, group in enumerate(self.zip):
+            names = ", ".join(repr(a.path) for a in group)
+            _no_repeats(f"zip[{g}] ({names})", list(zip(*(a.values for a in group))))
         if self.seeds is not None:
             if not self.seeds:
                 raise ValueError("seeds: empty; give at least one seed or leave seeds out")
@@ -145,6 +179,8 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise SweepSpecError(f"{file}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise SweepSpecError(f"{file}: not UTF-8 text; a sweep spec is a YAML file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

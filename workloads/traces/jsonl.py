@@ -14,23 +14,38 @@ from workloads.errors import WorkloadError, from_validation_error
 M = TypeVar("M", bound=BaseModel)
 
 
-def iter_json_lines(path: Path, file: str) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line number, object)`` for each non-blank line of a JSONL file."""
+def text_lines(path: Path, file: str) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number, text)`` for each line of a UTF-8 text file; a line that is
+    not UTF-8 (a binary file) is a ``WorkloadError`` naming the file and the line."""
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except OSError as exc:
         raise WorkloadError(file, "", f"cannot read trace: {exc.strerror}") from None
     with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+        for number, raw in enumerate(handle, start=1):
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(file, f"line {number}", f"not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise WorkloadError(file, f"line {number}", "each line must be a JSON object")
-            yield number, obj
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise WorkloadError(
+                    file,
+                    f"line {number}",
+                    f"not UTF-8 text (byte {exc.start + 1} of the line is "
+                    f"0x{raw[exc.start]:02x}); a trace must be a text file",
+                ) from None
+
+
+def iter_json_lines(path: Path, file: str) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)`` for each non-blank line of a JSONL file."""
+    for number, line in text_lines(path, file):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(file, f"line {number}", f"not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise WorkloadError(file, f"line {number}", "each line must be a JSON object")
+        yield number, obj
 
 
 def validate_record(model: type[M], obj: dict, file: str, number: int) -> M:
