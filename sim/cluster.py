@@ -19,8 +19,14 @@ from kvcore.block_hashing import FastBlockHasher
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from sim.engine import ReplicaEngine, kvcore_request
+from sim.input_limits import InputLimits
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router
+
+_UNCACHEABLE = object()
+"""What a prefix-aware router is shown for a request that will be rejected (its prompt
+is at least max_model_len tokens): no replica caches any of it, and its prompt is
+never hashed (vLLM rejects it before any cache lookup)."""
 
 
 def build_scheduler(resolved: Any) -> Scheduler:
@@ -58,6 +64,8 @@ class EngineView:
 
     def cached_prefix_tokens(self, request: object) -> int:
         """Tokens of the (hashed kvcore) request's prompt cached on this replica now."""
+        if request is _UNCACHEABLE:
+            return 0
         manager = self.engine.scheduler.kv_cache_manager
         return manager.get_computed_blocks(request)[1]
 
@@ -104,6 +112,9 @@ class Cluster:
             )
             for i in range(num_replicas)
         ]
+        self.max_model_len: int = resolved.max_model_len
+        self.limits = InputLimits(self.max_model_len)
+        """Rejected and capped requests (see :mod:`sim.input_limits`)."""
         self.views = [EngineView(e) for e in self.engines]
         self.num_routed = [0] * num_replicas
         if num_replicas == 1:
@@ -111,23 +122,31 @@ class Cluster:
         else:
             self.process = simpy.AllOf(env, [e.process for e in self.engines])
 
-    def prompt_hashes(self, sr: Any) -> list[Any]:
+    def prompt_hashes(self, sr: Any) -> list[Any] | None:
         """The block hashes of a workload request's prompt, as the engines compute them
-        (for ``SimRequest.prompt_block_hashes``, computed where the workload is drawn)."""
+        (for ``SimRequest.prompt_block_hashes``, computed where the workload is drawn);
+        None for a prompt the engines will reject (at least max_model_len tokens),
+        whose token ids are then never built."""
+        if sr.num_prompt_tokens >= self.max_model_len:
+            return None
         return kvcore_request(sr, 0.0, self.hasher).block_hashes
 
-    def _routing_request(self, sr: Any) -> Any:
+    def _routing_request(self, sr: Any, rejected: bool) -> Any:
         """The request as the router sees it: hashed into blocks when it needs that."""
         if not self.router.needs_prefix:
             return sr
+        if rejected:
+            return _UNCACHEABLE
         return kvcore_request(sr, self.env.now, self.hasher)
 
     def submit(self, sr: Any) -> None:
-        """Route one arriving request to a replica."""
+        """Route one arriving request to a replica (a request the replica will reject
+        is routed too: routers see every arrival, as they always have)."""
+        rejected = self.limits.observe(sr)
         if len(self.engines) == 1:
             i = 0
         else:
-            i = self.router.choose(self._routing_request(sr), self.views)
+            i = self.router.choose(self._routing_request(sr, rejected), self.views)
         self.num_routed[i] += 1
         self.engines[i].submit(sr)
 

@@ -111,8 +111,9 @@ class ReplicaEngine(FastForwardSteps):
 
     def submit(self, sim_request: Any) -> None:
         """Hand a request to this replica (it joins the queue before the next step)."""
-        if len(sim_request.prompt_token_ids) >= self.max_model_len:
-            # vLLM rejects such prompts at the API; the request never runs.
+        if sim_request.num_prompt_tokens >= self.max_model_len:
+            # vLLM rejects such prompts at the API; the request never runs (and its
+            # token ids, when the workload defers them, are never built).
             self.num_rejected += 1
             self.on_finish(sim_request.request_id, [], self.env.now)
             return

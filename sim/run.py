@@ -22,6 +22,7 @@ from kvcore import VLLM_VERSION, __version__
 from sim import offload
 from sim.cluster import Cluster
 from sim.engine_config import EngineConfig
+from sim.input_limits import nothing_served_message
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import make_router
@@ -136,6 +137,7 @@ def simulate(
         wall_s=time.perf_counter() - wall0,
         num_gpu_blocks=resolved.num_gpu_blocks,
         block_size=resolved.engine.block_size,
+        input_limits=cluster.limits.summary(resolved.workload),
     )
     summary["verdict"] = judge_inputs(VerdictInputs.from_recorders(steps, requests))
     summary["num_replicas"] = num_replicas
@@ -211,12 +213,7 @@ def run(
             helpers=helpers,
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
-            raise NothingServed(
-                f"{spec.workload}: max_model_len: all {summary['num_rejected']} requests "
-                f"have prompts of at least max_model_len ({resolved.max_model_len}) tokens "
-                "and were rejected; "
-                "raise --max-model-len or shorten the workload's prompts"
-            )
+            raise NothingServed(nothing_served_message(spec.workload, summary))
         (tmp / "config.yaml").write_text(
             yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False)
         )

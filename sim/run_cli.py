@@ -76,10 +76,25 @@ def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineCon
 
 
 def _summary_table(summary: dict[str, Any], out: Path) -> Table:
+    """The run's summary table. Also writes one ``kvsim: warning:`` line on stderr per
+    kind of request that met max_model_len (rejected prompts, capped outputs; see
+    :mod:`sim.input_limits`), as the run is reported."""
+    from sim.input_limits import warnings as limit_warnings
+
+    for line in limit_warnings(summary):
+        print(f"kvsim: warning: {line}", file=sys.stderr)
     t = Table(title=f"kvsim run -> {out}")
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("requests finished", f"{summary['num_finished']:,} / {summary['num_requests']:,}")
+    rejected = summary.get("rejected") or {}
+    if rejected.get("prompt_too_long"):
+        t.add_row(
+            "rejected: prompt >= max_model_len",
+            f"{rejected['prompt_too_long']:,} (max_model_len {rejected['max_model_len']:,})",
+        )
+    if summary.get("num_capped_outputs"):
+        t.add_row("outputs capped at max_model_len", f"{summary['num_capped_outputs']:,}")
     t.add_row("simulated time", f"{summary['sim_duration_s']:.1f} s")
     t.add_row(
         "throughput",

@@ -28,8 +28,11 @@ def build_summary(
     wall_s: float,
     num_gpu_blocks: int,
     block_size: int,
+    input_limits: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected``.
+    """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected`` and
+    the ``input_limits`` fields after it (``rejected``, ``num_capped_outputs``,
+    ``capped_outputs``: :mod:`sim.input_limits`).
 
     ``kv_usage.mean`` is weighted by step duration (the fraction of time-averaged
     blocks in use); p99 and max are over steps.
@@ -54,6 +57,7 @@ def build_summary(
         "num_requests": num_requests,
         "num_finished": finished,
         "num_rejected": num_rejected,
+        **(input_limits or {}),
         "sim_duration_s": duration,
         "wall_s": wall_s,
         "throughput_rps": finished / duration if duration else 0.0,

@@ -133,7 +133,7 @@ def test_drawn_ahead_requests_equal_drawn_in_the_loop() -> None:
             drawn = workload.draw_ahead()
             assert drawn is not None
             reader = offload.ChunkReader(lambda: drawn, "workload")
-        workload.start(env, lambda r: got.append(tuple(getattr(r, f) for f in r.__slots__)), reader)
+        workload.start(env, lambda r: got.append(tuple(getattr(r, f) for f in r.FIELDS)), reader)
         env.run()
         if reader is not None:
             reader.close()

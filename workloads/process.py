@@ -85,6 +85,10 @@ class Workload:
         request's ``prompt_block_hashes``."""
         return None
 
+    def locate(self, request_id: str) -> int | None:
+        """The file line that ``request_id`` comes from (a trace's), else None."""
+        return None
+
     def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
         """The engine finished ``request_id`` at ``now`` seconds with these output tokens."""
 

@@ -118,9 +118,43 @@ class SessionPlanner:
             new[0] = min(new[0], limit - prefix - out[0])
         return SessionPlan(index, group, priority, new, out, client, self._streams.save())
 
+    def _single_turn_tokens(
+        self, group: int | None, rng_state: dict[str, Any], n: int
+    ) -> list[int]:
+        """The prompt of a one-turn session: its group's prefix, then ``n`` ids from the
+        session's stream at ``rng_state`` (what :meth:`next_request` draws for turn 0)."""
+        head = (
+            random_tokens(
+                self._streams.load(self._seed, TAG_PREFIX, group),
+                self._prefix_len,
+                self._spec.vocab_size,
+            )
+            if group is not None
+            else []
+        )
+        return head + random_tokens(self._streams.restore(rng_state), n, self._spec.vocab_size)
+
     def next_request(self, plan: SessionPlan, request_id: str, now: float) -> SimRequest:
-        """Build the next turn of ``plan`` (token ids drawn now) and advance the plan."""
+        """Build the next turn of ``plan`` and advance the plan.
+
+        A one-turn session's token ids are drawn when first used (the same ids: its
+        stream is parked in the plan), so a prompt the engine rejects for its length
+        is never drawn; a later turn's are drawn now (the next turn continues the
+        stream and the context)."""
         turn = plan.next_turn
+        if turn == 0 and len(plan.new_lens) == 1:
+            group, state, n = plan.group, plan.rng_state, plan.new_lens[0]
+            plan.next_turn = 1
+            return SimRequest(
+                request_id=request_id,
+                arrival_s=now,
+                prompt_token_ids=None,
+                num_prompt_tokens=(self._prefix_len if group is not None else 0) + n,
+                build_prompt=lambda: self._single_turn_tokens(group, state, n),
+                max_tokens=plan.out_lens[0],
+                priority=plan.priority,
+                session_id=f"session-{plan.index}" if self._turns is not None else None,
+            )
         if turn == 0:
             head = (
                 random_tokens(

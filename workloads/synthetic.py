@@ -39,9 +39,11 @@ def build_samplers(
 
 _AHEAD_CHUNK = 256
 """Sessions per chunk drawn ahead (~350 kB pickled at 512 prompt tokens and their hashes)."""
-DrawnTurn = tuple[array, int, int, "str | None", Any]
+DrawnTurn = tuple["array | int", int, int, "str | None", Any]
 """A single-turn session drawn ahead: prompt token ids (a compact ``array``; it pickles
-as bytes), max_tokens, priority, session id, and what ``prepare`` made of it."""
+as bytes), max_tokens, priority, session id, and what ``prepare`` made of it. When
+``prepare`` returns None (the engine will reject the prompt unseen), the ids are not
+drawn and the first item is the prompt length."""
 Prepare = Callable[[SimRequest], Any]
 """Work on each drawn request done where it is drawn (the engine's prompt hashing)."""
 
@@ -64,6 +66,8 @@ class SyntheticWorkload(Workload):
         )
         self.workload_spec = spec
         prompt, output, turns = build_samplers(spec, Path(base_dir), file)
+        self.samplers = (prompt, output, turns)
+        """The prompt, output and turns samplers (turns None without sessions)."""
         self._planner = SessionPlanner(spec, spec.seed, prompt, output, turns)
         self._planned = 0
         self._next_session = 0
@@ -90,13 +94,15 @@ class SyntheticWorkload(Workload):
             chunk = []
             for i in range(index, end):
                 req = self._planner.next_request(self._planner.plan(i, 1, None), "", 0.0)
+                prepared = prepare(req) if prepare is not None else None
+                skip = prepare is not None and prepared is None
                 chunk.append(
                     (
-                        array(typecode, req.prompt_token_ids),
+                        req.num_prompt_tokens if skip else array(typecode, req.prompt_token_ids),
                         req.max_tokens,
                         req.priority,
                         req.session_id,
-                        prepare(req) if prepare is not None else None,
+                        prepared,
                     )
                 )
             yield chunk
@@ -161,18 +167,36 @@ class SyntheticWorkload(Workload):
             self._ahead_pos = 0
         tokens, max_tokens, priority, session_id, hashes = self._ahead_chunk[self._ahead_pos]
         self._ahead_pos += 1
+        index = self._next_session
         self._next_session += 1
         self._planned += 1
-        request = SimRequest(
-            request_id=f"req-{self.num_submitted}",
-            arrival_s=float(self._env.now),
-            prompt_token_ids=tokens.tolist(),
-            max_tokens=max_tokens,
-            priority=priority,
-            session_id=session_id,
-            prompt_block_hashes=hashes,
-        )
+        if isinstance(tokens, int):  # not drawn (to be rejected): drawn here if used
+            request = SimRequest(
+                request_id=f"req-{self.num_submitted}",
+                arrival_s=float(self._env.now),
+                prompt_token_ids=None,
+                num_prompt_tokens=tokens,
+                build_prompt=lambda: self._redraw_prompt(index),
+                max_tokens=max_tokens,
+                priority=priority,
+                session_id=session_id,
+            )
+        else:
+            request = SimRequest(
+                request_id=f"req-{self.num_submitted}",
+                arrival_s=float(self._env.now),
+                prompt_token_ids=tokens.tolist(),
+                max_tokens=max_tokens,
+                priority=priority,
+                session_id=session_id,
+                prompt_block_hashes=hashes,
+            )
         self._emit(request)
+
+    def _redraw_prompt(self, index: int) -> list[int]:
+        """The prompt of single-turn session ``index`` (as :meth:`_drawn_ahead` draws it)."""
+        plan = self._planner.plan(index, 1, None)
+        return self._planner.next_request(plan, "", 0.0).prompt_token_ids
 
     def _send_turn(self, plan: SessionPlan) -> None:
         if not self._time_left():

@@ -1,13 +1,16 @@
 """A workload that replays a trace: request ``i`` is submitted at ``arrival_s[i]``.
 
-Prompt token ids are built at arrival: the trace's own ids when it has them,
-re-expanded hash blocks when it has hash ids, otherwise ids drawn from the stream
-``(seed, trace row, i)``. Completions do not change anything (the trace is open loop).
+Prompt token ids are built when the engine first uses them (a request it rejects for
+its length never builds them): the trace's own ids when it has them, re-expanded hash
+blocks when it has hash ids, otherwise ids drawn from the stream ``(seed, trace row,
+i)``; the same ids whenever they are built. Completions do not change anything (the
+trace is open loop).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
+from functools import partial
 from typing import Any
 
 import simpy
@@ -41,6 +44,7 @@ class TraceWorkload(Workload):
         self._streams = KeyedStreams()
         self._vocab = vocab_size
         self._blocks = HashBlockTokens(seed, vocab_size)
+        self._rows_by_id: dict[str, int] | None = None
 
     def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
         env.process(self._replay(env))
@@ -64,6 +68,21 @@ class TraceWorkload(Workload):
         rng = self._streams.load(self._seed, TAG_TRACE_ROW, row)
         return random_tokens(rng, length, self._vocab)
 
+    def locate(self, request_id: str) -> int | None:
+        """The trace line of request ``request_id``, or None."""
+        lines = self.table.line_numbers
+        if lines is None:
+            return None
+        ids = self.table.request_ids
+        if ids is None:
+            head, _, tail = request_id.partition("-")
+            row = int(tail) if head == "req" and tail.isdigit() else -1
+        else:
+            if self._rows_by_id is None:
+                self._rows_by_id = {rid: i for i, rid in enumerate(ids)}
+            row = self._rows_by_id.get(request_id, -1)
+        return lines[row] if 0 <= row < len(lines) else None
+
     def request(self, row: int, now: float) -> SimRequest:
         """The request of trace row ``row``, arriving at ``now`` seconds."""
         table = self.table
@@ -74,7 +93,9 @@ class TraceWorkload(Workload):
         return SimRequest(
             request_id=column(table.request_ids, f"req-{row}"),
             arrival_s=now,
-            prompt_token_ids=self._tokens(row),
+            prompt_token_ids=None,
+            num_prompt_tokens=int(table.prompt_tokens[row]),
+            build_prompt=partial(self._tokens, row),
             max_tokens=int(table.output_tokens[row]),
             priority=column(table.priority, 0),
             lora_id=column(table.lora_id, None),

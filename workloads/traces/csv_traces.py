@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from workloads.errors import WorkloadError
+from workloads.traces.jsonl import text_lines
 from workloads.traces.table import TraceTable, check_arrivals, require_nonempty
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -54,44 +55,54 @@ def parse_datetime(text: str) -> tuple[int, float]:
     return int(moment.timestamp()), float("0" + fraction) if fraction else 0.0
 
 
+def _csv_rows(path: Path, file: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, cells)`` of each CSV record; a file that is not UTF-8 text or
+    not CSV (binary garbage, NUL bytes) is a ``WorkloadError`` naming the line."""
+    lines = (text for _, text in text_lines(path, file))
+    reader = csv.reader(lines)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise WorkloadError(file, f"line {reader.line_num}", f"not CSV ({exc})") from None
+        yield reader.line_num, row
+
+
 def read_header(path: Path, file: str) -> list[str]:
     """The stripped column names of a CSV file."""
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            header = next(csv.reader(handle), [])
-    except OSError as exc:
-        raise WorkloadError(file, "", f"cannot read trace: {exc.strerror}") from None
+    header = next(_csv_rows(path, file), (0, []))[1]
     return [name.strip() for name in header]
 
 
 def _rows(path: Path, file: str, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
     """Yield ``(line number, [values of columns])``; a missing column is an error."""
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
-        header = [name.strip() for name in next(reader, [])]
-        missing = [c for c in columns if c not in header]
-        if missing:
+    records = _csv_rows(path, file)
+    header = [name.strip() for name in next(records, (0, []))[1]]
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise WorkloadError(
+            file,
+            "header",
+            f"missing column {', '.join(repr(c) for c in missing)} "
+            f"(need {', '.join(columns)}; found {', '.join(header) or 'nothing'})",
+        )
+    index = [header.index(c) for c in columns]
+    for line_num, row in records:
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) < len(header):
             raise WorkloadError(
-                file,
-                "header",
-                f"missing column {', '.join(repr(c) for c in missing)} "
-                f"(need {', '.join(columns)}; found {', '.join(header) or 'nothing'})",
+                file, f"line {line_num}", f"{len(row)} values, header has {len(header)}"
             )
-        index = [header.index(c) for c in columns]
-        for row in reader:
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) < len(header):
-                raise WorkloadError(
-                    file, f"line {reader.line_num}", f"{len(row)} values, header has {len(header)}"
-                )
-            yield reader.line_num, [row[i].strip() for i in index]
+        yield line_num, [row[i].strip() for i in index]
 
 
 def _count(text: str, file: str, where: str) -> int:
     try:
         value = int(float(text))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise WorkloadError(file, where, f"not a token count: {text!r}") from None
     if value < 0:
         raise WorkloadError(file, where, f"must be >= 0 (got {value})")
@@ -105,6 +116,7 @@ def _read(
     prompts: list[int] = []
     outputs: list[int] = []
     lines: list[str] = []
+    numbers: list[int] = []
     skipped = 0
     for number, (when, prompt, output) in _rows(path, file, columns):
         try:
@@ -120,6 +132,7 @@ def _read(
         prompts.append(p)
         outputs.append(o)
         lines.append(f"line {number}")
+        numbers.append(number)
     require_nonempty(file, len(arrivals))
     check_arrivals(file, arrivals, lines, columns[0])
     return TraceTable(
@@ -128,6 +141,7 @@ def _read(
         prompt_tokens=np.asarray(prompts, dtype=np.int64),
         output_tokens=np.asarray(outputs, dtype=np.int64),
         skipped_rows=skipped,
+        line_numbers=numbers,
     )
 
 

@@ -70,6 +70,7 @@ def read_kvsim(path: Path, file: str) -> TraceTable:
     """Read a kvsim JSONL trace (see the module docstring)."""
     rows: list[KvsimLine] = []
     lines: list[str] = []
+    numbers: list[int] = []
     seen: dict[str, int] = {}
     for number, obj in iter_json_lines(path, file):
         row = validate_record(KvsimLine, obj, file, number)
@@ -82,6 +83,7 @@ def read_kvsim(path: Path, file: str) -> TraceTable:
         seen[row.request_id] = number
         rows.append(row)
         lines.append(f"line {number}")
+        numbers.append(number)
     require_nonempty(file, len(rows))
     check_arrivals(file, [r.arrival_s for r in rows], lines, "arrival_s")
     return TraceTable(
@@ -100,4 +102,5 @@ def read_kvsim(path: Path, file: str) -> TraceTable:
         lora_id=[r.lora_id for r in rows],
         cache_salt=[r.cache_salt for r in rows],
         session_id=[r.session_id for r in rows],
+        line_numbers=numbers,
     )

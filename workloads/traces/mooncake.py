@@ -39,9 +39,11 @@ def read_mooncake(path: Path, file: str) -> TraceTable:
     """Read a Mooncake JSONL trace (see the module docstring)."""
     rows: list[MooncakeLine] = []
     lines: list[str] = []
+    numbers: list[int] = []
     for number, obj in iter_json_lines(path, file):
         rows.append(validate_record(MooncakeLine, obj, file, number))
         lines.append(f"line {number}")
+        numbers.append(number)
     require_nonempty(file, len(rows))
     stamps = [r.timestamp for r in rows]
     check_arrivals(file, stamps, lines, "timestamp")
@@ -53,4 +55,5 @@ def read_mooncake(path: Path, file: str) -> TraceTable:
         output_tokens=np.asarray([r.output_length for r in rows], dtype=np.int64),
         hash_ids=[r.hash_ids for r in rows],
         hash_block_size=[MOONCAKE_BLOCK] * len(rows),
+        line_numbers=numbers,
     )

@@ -28,6 +28,7 @@ class TraceTable:
         hash_block_size: tokens per hash block, per row, or None.
         priority, lora_id, cache_salt, session_id: optional per-row columns.
         skipped_rows: rows left out on purpose (see the reader), for the resolved config.
+        line_numbers: the file line of each row (for messages), or None.
     """
 
     format: str
@@ -43,6 +44,7 @@ class TraceTable:
     cache_salt: list[str | None] | None = None
     session_id: list[str | None] | None = None
     skipped_rows: int = 0
+    line_numbers: list[int] | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
     def __len__(self) -> int:
