@@ -16,6 +16,7 @@ from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig
 from sim.router import make_router
+from sim.work_bounds import check_work_bounds
 from workloads import load_workload
 
 if TYPE_CHECKING:
@@ -50,9 +51,11 @@ def check_cluster(spec: RunSpec) -> None:
     make_router(spec.router)
 
 
-def resolve_run(spec: RunSpec) -> ResolvedRun:
+def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
     """Load and check everything (the cluster's replica count and router first); raise
-    ValueError (naming the field) on bad input."""
+    ValueError (naming the field) on bad input, and on work far beyond what one machine
+    can simulate (:func:`sim.work_bounds.check_work_bounds`; ``allow_large=True`` or
+    ``KVSIM_ALLOW_LARGE=1`` in the environment skips that check)."""
     check_cluster(spec)
     engine = spec.engine
     cal, model, gpu, budget_fn = budget_inputs(
@@ -90,7 +93,7 @@ def resolve_run(spec: RunSpec) -> ResolvedRun:
         )
     workload = load_workload(spec.workload, seed=spec.seed)
     describe = getattr(latency, "describe", None)
-    return ResolvedRun(
+    resolved = ResolvedRun(
         workload=workload,
         workload_name=workload.name,
         workload_config=workload.spec,
@@ -107,3 +110,5 @@ def resolve_run(spec: RunSpec) -> ResolvedRun:
         latency_model=latency,
         latency_description=describe() if describe else {"kind": engine.latency_model},
     )
+    check_work_bounds(resolved, allow_large=allow_large, source=spec.workload)
+    return resolved
