@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from array import array
+from itertools import accumulate
 from pathlib import Path
 from typing import IO
 
@@ -45,6 +46,7 @@ REQUEST_COLUMNS = (
     "cached_tokens",
     "num_preemptions",
 )
+_NAN = float("nan")
 _FLUSH_ROWS = 4096
 _STEP_CHUNK_ROWS = 8192  # steps.csv rows handed over at once (~250 kB pickled)
 
@@ -100,10 +102,11 @@ class ReplicaSteps:
 class StepRecorder:
     """Writes ``steps.csv``; keeps only what the summary needs.
 
-    Kept per step: duration and KV usage (8-byte floats, for the duration-weighted mean
-    and percentiles) and, with several writers, the replica id (2 bytes); per replica:
-    step and prefix counts, the waiting-queue length where it changes (for the queue
-    verdict) and the livelock streak (see :mod:`sim.verdict`). Everything else goes to
+    Kept per step: start, duration and KV usage (8-byte floats, for the
+    duration-weighted mean and percentiles over the run and its window) and, with
+    several writers, the replica id (2 bytes); per replica: step and prefix counts,
+    the waiting-queue length where it changes (for the queue verdict) and the livelock
+    streak (see :mod:`sim.verdict`). Everything else goes to
     disk only. ``num_writers`` counts the engines writing here (fast-forward writes its
     rows in bulk only when it is the sole writer, so row order never changes).
     """
@@ -113,6 +116,7 @@ class StepRecorder:
         self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
         self._chunk = StepChunk()
         self._chunk_rows = 0
+        self.start_s = array("d")
         self.duration_s = array("d")
         self.kv_usage = array("d")
         self.replica = array("H")
@@ -181,6 +185,7 @@ class StepRecorder:
         self._chunk_rows += 1
         if self._chunk_rows >= _STEP_CHUNK_ROWS:
             self._flush()
+        self.start_s.append(start_s)
         self.duration_s.append(duration_s)
         self.kv_usage.append(kv_usage)
         if self.num_writers > 1:
@@ -237,6 +242,9 @@ class StepRecorder:
             usage = [1.0 - f / usable_blocks for f in num_free_blocks]
         else:
             usage = [0.0] * k
+        # Each step starts at the previous start plus its duration, summed in order.
+        if k:
+            self.start_s.extend(accumulate(durations[:-1], initial=start0))
         self.duration_s.extend(durations)
         self.kv_usage.extend(usage)
         if self.num_writers > 1:
@@ -264,15 +272,18 @@ class StepRecorder:
 
 
 class RequestRecorder:
-    """Writes ``requests.csv`` as requests finish; keeps latency samples, arrival and
-    finish times (seconds, 8 bytes each) and per-replica counts."""
+    """Writes ``requests.csv`` as requests finish; keeps, per finished request in
+    finish order, TTFT and TPOT (NaN with one output token), arrival and finish times
+    (seconds), output tokens and preemptions, and per-replica counts."""
 
     def __init__(self, path: Path) -> None:
         self._sink = _CsvSink(path, REQUEST_COLUMNS)
         self.ttft_s = array("d")
-        self.tpot_s = array("d")
+        self.tpot_s = array("d")  # NaN for a request with one output token
         self.arrival_s = array("d")
         self.finish_s = array("d")
+        self.output_len = array("q")
+        self.preempted = array("q")
         self.per_replica: dict[int, list[int]] = {}  # [finished, preemptions, output tokens]
         self.num_finished = 0
         self.num_preemptions = 0
@@ -312,8 +323,11 @@ class RequestRecorder:
         counts[0] += 1
         counts[1] += num_preemptions
         counts[2] += output_tokens
-        if output_tokens > 1:
-            self.tpot_s.append((finish_s - first_token_s) / (output_tokens - 1))
+        self.tpot_s.append(
+            (finish_s - first_token_s) / (output_tokens - 1) if output_tokens > 1 else _NAN
+        )
+        self.output_len.append(output_tokens)
+        self.preempted.append(num_preemptions)
         self.num_finished += 1
         self.num_preemptions += num_preemptions
         self.output_tokens += output_tokens

@@ -7,11 +7,14 @@ from typing import Any
 import numpy as np
 
 from sim.records import RequestRecorder, StepRecorder
+from sim.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate
 
 
 def _dist(values) -> dict[str, float]:
-    """``{mean, p50, p90, p99}`` of a sample (seconds); zeros when empty."""
+    """``{mean, p50, p90, p99}`` of a sample (seconds; NaN entries skipped); zeros when
+    empty."""
     a = np.frombuffer(values, dtype=np.float64) if len(values) else np.zeros(0)
+    a = a[~np.isnan(a)]
     if a.size == 0:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0}
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
@@ -74,4 +77,74 @@ def build_summary(
         "num_gpu_blocks": num_gpu_blocks,
         "block_size": block_size,
         "num_steps": steps.num_steps,
+        "window": window_summary(steps, requests),
     }
+
+
+def _array(values, dtype: type = np.float64) -> np.ndarray:
+    return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype=dtype)
+
+
+def window_summary(steps: StepRecorder, requests: RequestRecorder) -> dict[str, Any]:
+    """The steady-state figures of the run's measurement window (:mod:`sim.window`):
+    latencies, throughput, output tokens/s, preemptions and KV usage, with 95%
+    confidence intervals where the window is long enough, and its warnings."""
+    arrival = _array(requests.arrival_s)
+    finish = _array(requests.finish_s)
+    ttft = _array(requests.ttft_s)
+    tpot = _array(requests.tpot_s)
+    win = find_window(arrival, ttft, tpot)
+    order = np.argsort(arrival[win.mask], kind="stable")  # arrival order, for batches
+    span = win.end_s - win.start_s
+    done = (finish >= win.start_s) & (finish <= win.end_s)
+    output = _array(requests.output_len, np.int64)
+    preempted = _array(requests.preempted, np.int64)
+    n = int(win.mask.sum())
+    doc: dict[str, Any] = {
+        "method": "MSER-5 warm-up cut on TTFT and TPOT; ends at the last arrival; "
+        "95% intervals from batch means",
+        "start_s": win.start_s,
+        "end_s": win.end_s,
+        "duration_s": span,
+        "warmup_requests": win.warmup_requests,
+        "num_requests": n,
+        "offered_rps": rate(arrival, win.start_s, win.end_s)["value"],
+        "throughput_rps": rate(finish, win.start_s, win.end_s),
+        "output_tokens_per_s": float(output[done].sum()) / span if span > 0 else 0.0,
+        "ttft_s": distribution(ttft[win.mask][order]),
+        "tpot_s": distribution(tpot[win.mask][order]),
+        "e2e_s": distribution((finish - arrival)[win.mask][order]),
+        "preemptions_per_request": float(preempted[win.mask].sum()) / n if n else 0.0,
+        "kv_usage": _window_kv(steps, win.start_s, win.end_s),
+    }
+    warnings = []
+    if win.no_steady_part:
+        warnings.append(
+            "no steady part found: latencies still trend at the end of the search "
+            "(saturated, or the run is too short)"
+        )
+    if doc["ttft_s"]["ci95"]["mean"] is None:
+        warnings.append(
+            f"window too short for confidence intervals ({n} requests; at least "
+            f"{MIN_BATCHES * 5} needed, {MIN_BATCHES * min_batch_for(99):,} for p99)"
+        )
+    elif doc["ttft_s"]["ci95"]["p99"] is None:
+        warnings.append(
+            f"window too short for a p99 interval ({n} requests; "
+            f"{MIN_BATCHES * min_batch_for(99):,} needed)"
+        )
+    doc["warnings"] = warnings
+    return doc
+
+
+def _window_kv(steps: StepRecorder, start: float, end: float) -> dict[str, float]:
+    """KV usage over the steps that start in ``[start, end]`` (mean weighted by step
+    duration; p99 and max over steps)."""
+    starts = _array(steps.start_s)
+    inside = (starts >= start) & (starts <= end)
+    usage = _array(steps.kv_usage)[inside]
+    if usage.size == 0:
+        return {"mean": 0.0, "p99": 0.0, "max": 0.0}
+    dur = _array(steps.duration_s)[inside]
+    mean = float(np.average(usage, weights=dur)) if dur.sum() > 0 else float(usage.mean())
+    return {"mean": mean, "p99": float(np.percentile(usage, 99)), "max": float(usage.max())}
