@@ -26,9 +26,49 @@ def inline_png(png: Path) -> str:
     return f'<h3>{name}</h3><img alt="{name}" src="data:image/png;base64,{data}">'
 
 
+def _pm(value: float, ci: Any, scale: float, digits: int) -> str:
+    """``value ±half-width`` of a 95% interval, or the value alone."""
+    text = f"{value * scale:,.{digits}f}"
+    if isinstance(ci, list) and len(ci) == 2:
+        text += f" ±{(ci[1] - ci[0]) / 2 * scale:,.{digits}f}"
+    return text
+
+
+def _window_table(window: Any) -> str:
+    """The measurement window's steady-state figures (ms; 95% intervals as ±)."""
+    if not isinstance(window, dict) or "ttft_s" not in window:
+        return ""
+    head = "<tr><th>metric</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th></tr>"
+    rows = [head]
+    for key, name in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"), ("e2e_s", "E2E (ms)")):
+        d = window[key]
+        cells = "".join(
+            f"<td>{_pm(d[q], d['ci95'].get(q), 1e3, 1)}</td>" for q in ("mean", "p50", "p90", "p99")
+        )
+        rows.append(f"<tr><th>{name}</th>{cells}</tr>")
+    thr = window["throughput_rps"]
+    kv = window["kv_usage"]
+    facts = (
+        f"{window['start_s']:,.1f} s to {window['end_s']:,.1f} s: {window['num_requests']:,} "
+        f"requests arriving ({window['warmup_requests']:,} warm-up requests cut, the drain "
+        f"after the last arrival excluded). Throughput {_pm(thr['value'], thr['ci95'], 1, 2)} "
+        f"req/s at an offered {window['offered_rps']:,.2f} req/s; "
+        f"{window['output_tokens_per_s']:,.0f} output tok/s; KV usage mean {kv['mean']:.1%}, "
+        f"max {kv['max']:.1%}; {window['preemptions_per_request']:.3f} preemptions per "
+        "request. ± is the half-width of a 95% batch-means confidence interval; no ± where "
+        "the window is too short for one."
+    )
+    return (
+        f"<h2>Steady state (measurement window)</h2><p>{html.escape(facts)}</p>"
+        f"<table>{''.join(rows)}</table>"
+    )
+
+
 def _rows(summary: dict[str, Any]) -> str:
     out = []
     for key, value in summary.items():
+        if key == "window":
+            continue  # its own table
         if isinstance(value, dict):
             value = ", ".join(
                 f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items()
@@ -83,12 +123,16 @@ def render_report(run_dir: Path, title: str = "kvsim run", notes: Sequence[str] 
     summary = json.loads((run_dir / "summary.json").read_text())
     config = (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").exists() else ""
     images = [inline_png(png) for png in sorted((run_dir / "plots").glob("*.png"))]
-    notes_html = _notes_block([*notes, *_limit_lines(summary)])
+    window = summary.get("window")
+    window_notes = window.get("warnings", []) if isinstance(window, dict) else []
+    notes_html = _notes_block(
+        [*notes, *_limit_lines(summary), *(f"measurement window: {w}" for w in window_notes)]
+    )
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
         f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-        f"{notes_html}"
-        f"<h2>Summary</h2><table>{_rows(summary)}</table><h2>Plots</h2>{''.join(images)}"
+        f"{notes_html}{_window_table(window)}"
+        f"<h2>Whole run</h2><table>{_rows(summary)}</table><h2>Plots</h2>{''.join(images)}"
         f"<h2>Configuration</h2><pre>{html.escape(config)}</pre></body></html>\n"
     )
     path = run_dir / "report.html"

@@ -75,6 +75,38 @@ def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineCon
         raise ValueError(format_validation_error(source, e)) from None
 
 
+def _pm(value: float, ci: list[float] | None, scale: float = 1.0, fmt: str = ",.1f") -> str:
+    """``value`` with its 95% half-width (``12.3 ±0.4``), or alone without an interval."""
+    text = format(value * scale, fmt)
+    if ci:
+        text += " ±" + format((ci[1] - ci[0]) / 2 * scale, fmt)
+    return text
+
+
+def _window_rows(t: Table, window: dict[str, Any]) -> None:
+    """The measurement window's rows (steady-state figures, 95% intervals as ±)."""
+    t.add_row(
+        "measurement window",
+        f"{window['start_s']:,.1f}-{window['end_s']:,.1f} s, {window['num_requests']:,} requests "
+        f"({window['warmup_requests']:,} warm-up cut, drain excluded)",
+    )
+    thr = window["throughput_rps"]
+    t.add_row(
+        "throughput (window)",
+        f"{_pm(thr['value'], thr['ci95'], fmt=',.2f')} req/s (offered "
+        f"{window['offered_rps']:,.2f}), {window['output_tokens_per_s']:,.0f} output tok/s",
+    )
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        d = window[key]
+        parts = [_pm(d[q], d["ci95"][q], 1e3) for q in ("mean", "p50", "p90", "p99")]
+        t.add_row(f"{name} mean / p50 / p90 / p99 (window)", " / ".join(parts) + " ms")
+    kv = window["kv_usage"]
+    t.add_row(
+        "KV usage mean / p99 / max (window)",
+        f"{kv['mean']:.1%} / {kv['p99']:.1%} / {kv['max']:.1%}",
+    )
+
+
 def _summary_table(summary: dict[str, Any], out: Path) -> Table:
     """The run's summary table. Also writes one ``kvsim: warning:`` line on stderr per
     kind of request that met max_model_len (rejected prompts, capped outputs; see
@@ -83,6 +115,8 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
 
     for line in limit_warnings(summary):
         print(f"kvsim: warning: {line}", file=sys.stderr)
+    for line in (summary.get("window") or {}).get("warnings", []):
+        print(f"kvsim: warning: measurement window: {line}", file=sys.stderr)
     t = Table(title=f"kvsim run -> {out}")
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -96,24 +130,29 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
     if summary.get("num_capped_outputs"):
         t.add_row("outputs capped at max_model_len", f"{summary['num_capped_outputs']:,}")
     t.add_row("simulated time", f"{summary['sim_duration_s']:.1f} s")
+    window = summary.get("window")
+    if window is not None:
+        _window_rows(t, window)
     t.add_row(
-        "throughput",
+        "throughput (whole run, with drain)",
         f"{summary['throughput_rps']:.2f} req/s, "
         f"{summary['output_tokens_per_s']:,.0f} output tok/s",
     )
-    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
-        d = summary[key]
-        t.add_row(
-            f"{name} p50 / p90 / p99",
-            f"{d['p50'] * 1e3:,.1f} / {d['p90'] * 1e3:,.1f} / {d['p99'] * 1e3:,.1f} ms",
-        )
+    t.add_row(
+        "TTFT / TPOT / E2E p99 (whole run)",
+        " / ".join(f"{summary[k]['p99'] * 1e3:,.1f}" for k in ("ttft_s", "tpot_s", "e2e_s"))
+        + " ms",
+    )
     t.add_row(
         "preemptions",
         f"{summary['num_preemptions']:,} ({summary['preemptions_per_request']:.3f} per request)",
     )
     t.add_row("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%}")
     kv = summary["kv_usage"]
-    t.add_row("KV usage mean / p99 / max", f"{kv['mean']:.1%} / {kv['p99']:.1%} / {kv['max']:.1%}")
+    t.add_row(
+        "KV usage mean / p99 / max (whole run)",
+        f"{kv['mean']:.1%} / {kv['p99']:.1%} / {kv['max']:.1%}",
+    )
     t.add_row("GPU blocks x block size", f"{summary['num_gpu_blocks']:,} x {summary['block_size']}")
     t.add_row("engine steps", f"{summary['num_steps']:,}")
     t.add_row("wall time", f"{summary['wall_s']:.2f} s")

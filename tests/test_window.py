@@ -10,11 +10,12 @@ request's TTFT is its wait plus its prefill step, ``Wq + s``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from sim_run_helpers import column, read_csv, run_sim, write_yaml
+from sim_run_helpers import column, kvsim_cli, read_csv, run_sim, write_yaml
 
 from sim.window import distribution, find_window, min_batch_for, mser_truncation, rate
 
@@ -131,3 +132,28 @@ def test_quickstart_window_throughput_matches_its_arrivals(tmp_path: Path) -> No
     assert summary["throughput_rps"] < window["throughput_rps"]["value"]
     assert window["end_s"] < summary["sim_duration_s"]
     assert window["warmup_requests"] < summary["num_finished"] // 2
+
+
+def test_cli_and_report_show_the_window_with_intervals(tmp_path: Path) -> None:
+    workload = write_yaml(
+        tmp_path / "w.yaml",
+        {
+            "arrival": {"type": "poisson", "rate": 8.0},
+            "prompt_len": 200,
+            "output_len": 50,
+            "num_requests": 400,
+        },
+    )
+    proc = kvsim_cli("run", str(workload), "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    assert "throughput (window)" in proc.stdout and "±" in proc.stdout
+    assert "throughput (whole run, with drain)" in proc.stdout
+    warnings = [line for line in proc.stderr.splitlines() if "measurement window" in line]
+    assert warnings == [
+        "kvsim: warning: measurement window: window too short for a p99 interval "
+        f"({json.loads((tmp_path / 'run' / 'summary.json').read_text())['window']['num_requests']}"
+        " requests; 5,000 needed)"
+    ]
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "Steady state (measurement window)" in page and "±" in page
+    assert "window too short for a p99 interval" in page
