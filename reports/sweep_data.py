@@ -30,8 +30,10 @@ class SweepFrame:
         return self.rows[self.rows["status"] == "ok"]
 
     def saturated(self) -> pd.Series:
-        """Per row: the run's verdict says it is saturated (latency is not meaningful)."""
-        return self.rows["verdict"] == "saturated"  # sim.verdict.SATURATED (reports reads files)
+        """Per row: the run's verdict says it is saturated, or could not show it steady
+        (``undecided``): its latency is not meaningful."""
+        # sim.verdict.SATURATED / UNDECIDED (reports reads files, imports nothing of sim)
+        return self.rows["verdict"].isin(["saturated", "undecided"])
 
     def cell_keys(self) -> list[str]:
         return [self.x, *self.series]

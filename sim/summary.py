@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from sim.records import RequestRecorder, StepRecorder
-from sim.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate
+from sim.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate, trend
 
 
 def _dist(values) -> dict[str, float]:
@@ -93,7 +93,7 @@ def window_summary(steps: StepRecorder, requests: RequestRecorder) -> dict[str, 
     finish = _array(requests.finish_s)
     ttft = _array(requests.ttft_s)
     tpot = _array(requests.tpot_s)
-    win = find_window(arrival, ttft, tpot)
+    win = find_window(arrival, finish, ttft, tpot)
     order = np.argsort(arrival[win.mask], kind="stable")  # arrival order, for batches
     span = win.end_s - win.start_s
     done = (finish >= win.start_s) & (finish <= win.end_s)
@@ -116,6 +116,7 @@ def window_summary(steps: StepRecorder, requests: RequestRecorder) -> dict[str, 
         "e2e_s": distribution((finish - arrival)[win.mask][order]),
         "preemptions_per_request": float(preempted[win.mask].sum()) / n if n else 0.0,
         "kv_usage": _window_kv(steps, win.start_s, win.end_s),
+        "in_system_trend": trend(arrival, finish, win.start_s, win.end_s),
     }
     warnings = []
     if win.no_steady_part:

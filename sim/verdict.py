@@ -16,10 +16,17 @@ the last arrival. A run is **saturated** when any of these holds:
 - ``preemptions``: more than ``max_preemptions_per_request`` preemptions per
   finished request (a preemption storm);
 - ``livelock``: a replica runs ``livelock_steps`` or more consecutive steps that
-  decode no token while preempting requests (steps without progress).
+  decode no token while preempting requests (steps without progress);
+- ``rising``: the number of requests in the system rises over the run's measurement
+  window (:func:`sim.window.trend`: significantly, by more than 10% of its mean and by
+  5 requests or more; the window from :func:`sim.window.find_window`) and the warm-up
+  cut found no steady part at all.
 
-Otherwise the run is **steady**. Runs with too few arrivals or an arrival window of
-zero (a burst) cannot show queue growth; their verdict notes that.
+When the number in system rises but a steady part was found, the run is
+**undecided**: the engine is still filling or saturates slowly, and only a longer run
+can tell (``kvsim plan`` runs such probes longer). Otherwise it is **steady**. Runs
+with too few arrivals or an arrival window of zero (a burst) cannot show queue growth;
+their verdict notes that.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.window import find_window, trend
+
 if TYPE_CHECKING:  # pandas only for reading run directories back
     import pandas as pd
 
     from sim.records import RequestRecorder, StepRecorder
 
 STEADY = "steady"
+UNDECIDED = "undecided"
 SATURATED = "saturated"
 _GRID = 64
 
@@ -73,11 +83,15 @@ class VerdictInputs:
     replica, ``(times, values)`` of ``num_waiting`` at step starts (every step or only
     where it changes: the value of the last record at or before a time is the same);
     ``longest_no_progress``: the longest streak, on one replica, of steps that decode
-    nothing, counted when the streak holds a preemption.
+    nothing, counted when the streak holds a preemption; ``ttft`` / ``tpot``: seconds,
+    one per finished request in the order of ``arrivals`` (TPOT NaN with one output
+    token), for the measurement window.
     """
 
     arrivals: np.ndarray
     finishes: np.ndarray
+    ttft: np.ndarray
+    tpot: np.ndarray
     num_preemptions: int
     waiting: list[tuple[np.ndarray, np.ndarray]]
     longest_no_progress: int
@@ -93,6 +107,8 @@ class VerdictInputs:
         return cls(
             arrivals=np.array(requests.arrival_s, dtype=np.float64),
             finishes=np.array(requests.finish_s, dtype=np.float64),
+            ttft=np.array(requests.ttft_s, dtype=np.float64),
+            tpot=np.array(requests.tpot_s, dtype=np.float64),
             num_preemptions=requests.num_preemptions,
             waiting=waiting,
             longest_no_progress=max(
@@ -103,9 +119,17 @@ class VerdictInputs:
     @classmethod
     def from_frames(cls, steps: pd.DataFrame, requests: pd.DataFrame) -> VerdictInputs:
         """From ``steps.csv`` / ``requests.csv`` columns (``STEP_USECOLS``, ...)."""
+        arrivals = requests["arrival_s"].to_numpy(dtype=np.float64)
+        finishes = requests["finish_s"].to_numpy(dtype=np.float64)
+        first = requests["first_token_s"].to_numpy(dtype=np.float64)
+        tokens = requests["output_tokens"].to_numpy(dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(tokens > 1, (finishes - first) / (tokens - 1), np.nan)
         return cls(
-            arrivals=requests["arrival_s"].to_numpy(dtype=np.float64),
-            finishes=requests["finish_s"].to_numpy(dtype=np.float64),
+            arrivals=arrivals,
+            finishes=finishes,
+            ttft=first - arrivals,
+            tpot=tpot,
             num_preemptions=int(requests["num_preemptions"].sum()),
             waiting=[
                 (g["start_s"].to_numpy(np.float64), g["num_waiting"].to_numpy())
@@ -195,11 +219,26 @@ def judge_inputs(
     if stuck >= th.livelock_steps:
         reasons.append(f"livelock: {stuck} consecutive steps decode nothing while preempting")
     state = SATURATED if reasons else STEADY
+    if state == STEADY and n >= th.min_arrivals:
+        win = find_window(inputs.arrivals, inputs.finishes, inputs.ttft, inputs.tpot)
+        rise = trend(inputs.arrivals, inputs.finishes, win.start_s, win.end_s)
+        if rise["rising"]:
+            how = (
+                "with no steady part (the warm-up cut reached its limit)"
+                if win.no_steady_part
+                else "still filling or slowly saturating: run longer"
+            )
+            state = SATURATED if win.no_steady_part else UNDECIDED
+            reasons.append(
+                f"rising: requests in the system rise by {rise['growth_frac']:.0%} of their "
+                f"mean ({rise['mean_in_system']:.0f}) over the measurement window "
+                f"(t = {rise['t']:.1f}), {how}"
+            )
     return {"state": state, "reasons": reasons, "notes": notes, **out}
 
 
 STEP_USECOLS = ["replica", "start_s", "num_waiting", "num_decode_tokens", "num_preempted"]
-REQUEST_USECOLS = ["arrival_s", "finish_s", "num_preemptions"]
+REQUEST_USECOLS = ["arrival_s", "first_token_s", "finish_s", "output_tokens", "num_preemptions"]
 
 
 def read_records(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

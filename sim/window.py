@@ -83,14 +83,28 @@ class Window:
     no_steady_part: bool
 
 
-def find_window(arrival_s: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray) -> Window:
-    """The window of a run's finished requests (arrays in any order; ``tpot_s`` NaN
-    where a request has one output token)."""
+def in_system_at_arrival(arrival_s: np.ndarray, finish_s: np.ndarray) -> np.ndarray:
+    """For each request in arrival order, the requests in the system when it arrives
+    (arrived at or before it, not yet finished)."""
+    arrivals = np.sort(arrival_s)
+    finishes = np.sort(finish_s)
+    arrived = np.arange(1, arrivals.size + 1)
+    return (arrived - np.searchsorted(finishes, arrivals, side="right")).astype(np.float64)
+
+
+def find_window(
+    arrival_s: np.ndarray, finish_s: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray
+) -> Window:
+    """The window of a run's finished requests (arrays in any order, one entry per
+    request; ``tpot_s`` NaN where a request has one output token). MSER-5 runs on the
+    TTFT, TPOT and number-in-system-at-arrival series (the latter catches a system
+    still filling while its latencies look flat); the latest cut wins."""
     order = np.argsort(arrival_s, kind="stable")
     arrivals = arrival_s[order]
     cut = 0
     at_limit = False
-    for series in (ttft_s[order], tpot_s[order]):
+    in_system = in_system_at_arrival(arrival_s, finish_s)
+    for series in (ttft_s[order], tpot_s[order], in_system):
         series = series[np.isfinite(series)]
         drop, limit = mser_truncation(series)
         if len(series) and drop:
@@ -119,6 +133,51 @@ _T975 = {  # Student's t, 0.975 quantile, by degrees of freedom (k - 1 batches)
     18: 2.1009220,
     19: 2.0930241,
 }
+
+
+TREND_SLICES = 10
+TREND_T = 2.3060041  # Student's t, 0.975 quantile, 8 degrees of freedom
+TREND_GROWTH = 0.1
+TREND_MIN_RISE = 5.0
+"""The number in system must rise, significantly, by more than ``TREND_GROWTH`` of its
+mean and by at least ``TREND_MIN_RISE`` requests over the window to count as rising."""
+
+
+def trend(arrival_s: np.ndarray, finish_s: np.ndarray, start: float, end: float) -> dict:
+    """Does the number in system rise over ``[start, end]``?
+
+    The window is cut into 10 equal slices; each slice's time-average number in system
+    (the overlap of every request's ``[arrival, finish]`` with the slice) is one batch
+    mean; the least-squares slope of those means against time is tested with
+    Student's t (8 degrees of freedom, two-sided 95%). ``rising``: the slope is
+    significant and the rise over the window exceeds :data:`TREND_GROWTH` of the mean
+    and :data:`TREND_MIN_RISE` requests.
+    Returns ``{rising, growth_frac, t, mean_in_system}``.
+    """
+    span = end - start
+    if span <= 0 or arrival_s.size < 2 * TREND_SLICES:
+        return {"rising": False, "growth_frac": 0.0, "t": 0.0, "mean_in_system": 0.0}
+    edges = np.linspace(start, end, TREND_SLICES + 1)
+    width = span / TREND_SLICES
+    means = np.empty(TREND_SLICES)
+    for j in range(TREND_SLICES):
+        lo, hi = edges[j], edges[j + 1]
+        overlap = np.minimum(finish_s, hi) - np.maximum(arrival_s, lo)
+        means[j] = float(np.clip(overlap, 0.0, None).sum()) / width
+    x = (edges[:-1] + edges[1:]) / 2 - (start + end) / 2
+    sxx = float((x * x).sum())
+    slope = float((x * (means - means.mean())).sum()) / sxx
+    resid = means - means.mean() - slope * x
+    se = math.sqrt(float((resid * resid).sum()) / (TREND_SLICES - 2) / sxx)
+    mean = float(means.mean())
+    t = slope / se if se > 0 else (math.inf if slope > 0 else 0.0)
+    growth = slope * span / mean if mean > 0 else 0.0
+    return {
+        "rising": bool(t > TREND_T and growth > TREND_GROWTH and slope * span >= TREND_MIN_RISE),
+        "growth_frac": growth,
+        "t": t if math.isfinite(t) else 1e9,
+        "mean_in_system": mean,
+    }
 
 
 def _t(k: int) -> float:

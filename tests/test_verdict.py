@@ -55,7 +55,9 @@ def _records(n_steps: int, preempt_every: int, decode: int):
         {
             "replica": 0,
             "arrival_s": [i * 0.1 for i in range(40)],
+            "first_token_s": [i * 0.1 + 0.01 for i in range(40)],
             "finish_s": [i * 0.1 + 0.05 for i in range(40)],
+            "output_tokens": 5,
             "num_preemptions": 3,
         }
     )
@@ -154,7 +156,15 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
             rows,
             columns=["replica", "start_s", "num_waiting", "num_decode_tokens", "num_preempted"],
         )
-        empty = pd.DataFrame({"arrival_s": [], "finish_s": [], "num_preemptions": []})
+        empty = pd.DataFrame(
+            {
+                "arrival_s": [],
+                "first_token_s": [],
+                "finish_s": [],
+                "output_tokens": [],
+                "num_preemptions": [],
+            }
+        )
         ref = VerdictInputs.from_frames(frame, empty)
         requests = RequestRecorder(tmp_path / f"r{trial}.csv")
         requests.close()

@@ -43,7 +43,38 @@ METRICS: list[tuple[str, tuple[str, ...]]] = [
     ("num_replicas", ()),
     ("router", ()),
 ]
-METRIC_COLUMNS = [f"{k}_{s}" if s else k for k, subs in METRICS for s in (subs or ("",))]
+# The measurement window's figures (summary.json ``window``): value, and the 95%
+# interval as a JSON pair (empty when the window gives none).
+WINDOW_METRICS: list[tuple[str, tuple[str, ...]]] = [
+    ("num_requests", ()),
+    ("warmup_requests", ()),
+    ("offered_rps", ()),
+    ("throughput_rps", ("value", "ci95")),
+    ("output_tokens_per_s", ()),
+    ("ttft_s", ("mean", "p50", "p90", "p99")),
+    ("tpot_s", ("mean", "p50", "p90", "p99")),
+    ("e2e_s", ("mean", "p50", "p90", "p99")),
+    ("preemptions_per_request", ()),
+]
+
+
+def _window_columns() -> list[str]:
+    cols = []
+    for key, subs in WINDOW_METRICS:
+        if not subs:
+            cols.append(f"window_{key}")
+        elif key == "throughput_rps":
+            cols += ["window_throughput_rps", "window_throughput_rps_ci95"]
+        else:
+            for sub in subs:
+                cols += [f"window_{key}_{sub}", f"window_{key}_{sub}_ci95"]
+    return cols
+
+
+METRIC_COLUMNS = [
+    *(f"{k}_{s}" if s else k for k, subs in METRICS for s in (subs or ("",))),
+    *_window_columns(),
+]
 
 
 def header(axis_paths: list[str]) -> list[str]:
@@ -75,6 +106,17 @@ def _metrics(summary: dict[str, Any]) -> list[str]:
             cells += [fmt((value or {}).get(s)) for s in subs]
         else:
             cells.append(fmt(value))
+    window = summary.get("window") or {}
+    for key, subs in WINDOW_METRICS:
+        value = window.get(key)
+        if not subs:
+            cells.append(fmt(value))
+        elif key == "throughput_rps":
+            cells += [fmt((value or {}).get("value")), fmt((value or {}).get("ci95"))]
+        else:
+            ci = (value or {}).get("ci95") or {}
+            for sub in subs:
+                cells += [fmt((value or {}).get(sub)), fmt(ci.get(sub))]
     return cells
 
 
