@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.html import inline_png
-from reports.sweep_data import load_sweep_frame
+from reports.sweep_data import SweepFrame, load_sweep_frame
 from reports.sweep_plots import render_sweep_plots
 
 _STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
@@ -23,10 +23,11 @@ img{max-width:100%}.bad{color:#b00}"""
 _TABLE_COLUMNS = [
     "seed",
     "status",
-    "throughput_rps",
-    "ttft_s_p90",
-    "tpot_s_p90",
-    "e2e_s_p99",
+    "window_offered_rps",
+    "window_throughput_rps",
+    "window_ttft_s_p90",
+    "window_tpot_s_p90",
+    "window_e2e_s_p99",
     "preemptions_per_request",
     "prefix_cache_hit_rate",
     "kv_usage_mean",
@@ -56,6 +57,37 @@ def _points_table(rows: pd.DataFrame, axes: list[str]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
 
 
+def headline(frame: SweepFrame) -> str:
+    """Where saturation starts along a numeric x axis, per line: "steady up to X; first
+    not shown steady: Y" (a value counts as steady when every seed's run is), or ""."""
+    ok = frame.ok
+    if ok.empty or not frame.x_is_numeric() or frame.x == "point":
+        return ""
+    unit = " req/s" if frame.x.endswith("arrival.rate") else ""
+    parts = []
+    groups = ok.groupby(frame.series, sort=True) if frame.series else [((), ok)]
+    for key, grp in groups:
+        steady = grp.groupby(frame.x)["verdict"].apply(lambda v: bool((v == "steady").all()))
+        steady = steady.sort_index()
+        last = first_bad = None
+        for x, is_steady in steady.items():
+            if not is_steady:
+                first_bad = x
+                break
+            last = x
+        label = frame.series_label(key if isinstance(key, tuple) else (key,))
+        lead = f"{label}: " if label else ""
+        if first_bad is None:
+            parts.append(f"{lead}steady at every {frame.x} up to {last:g}{unit}")
+        elif last is None:
+            parts.append(f"{lead}not steady even at {first_bad:g}{unit}")
+        else:
+            parts.append(
+                f"{lead}steady up to {last:g}{unit}; first not shown steady: {first_bad:g}{unit}"
+            )
+    return "; ".join(parts)
+
+
 def render_sweep_report(sweep_dir: Path) -> Path:
     """Render ``plots/*.png`` and ``report.html`` of a sweep directory; return the page."""
     sweep_dir = Path(sweep_dir)
@@ -66,9 +98,11 @@ def render_sweep_report(sweep_dir: Path) -> Path:
     statuses = frame.rows["status"].value_counts().to_dict()
     counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
     title = f"kvsim sweep: {frame.name}"
+    head = headline(frame)
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
         f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"{f'<p><strong>{html.escape(head)}</strong></p>' if head else ''}"
         f"<p>{len(frame.rows)} points ({html.escape(counts)}); x axis: "
         f"<code>{html.escape(frame.x)}</code>; lines: "
         f"<code>{html.escape(', '.join(frame.series) or '-')}</code>. "

@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from sim_run_helpers import kvsim_cli, run_sim, write_yaml
 
-from reports.sweep_data import load_sweep_frame
-from reports.sweep_html import render_sweep_report
+from reports.sweep_data import SweepFrame, load_sweep_frame
+from reports.sweep_html import headline, render_sweep_report
 from sim.sweep.table import METRIC_COLUMNS, header
 
 EVIL = "<script>alert('x')</script>"
@@ -121,3 +121,30 @@ def test_kvsim_report_rerenders_run_and_sweep_dirs(tmp_path: Path) -> None:
     assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {"kv_usage.png", "latency.png"}
     assert json.loads((run_dir / "summary.json").read_text()) == before
     assert "kvsim run: w on" in (run_dir / "report.html").read_text()
+
+
+def _frame_from_rows(tmp_path: Path, rows: list[tuple]) -> SweepFrame:
+    lines = ["point,point_id,workload.arrival.rate,router,seed,status,verdict"]
+    lines += [",".join(map(str, (i, f"p{i}", *r))) for i, r in enumerate(rows)]
+    (tmp_path / "sweep.csv").write_text("\n".join(lines) + "\n")
+    return load_sweep_frame(tmp_path)
+
+
+def test_headline_says_where_saturation_starts(tmp_path: Path) -> None:
+    frame = _frame_from_rows(
+        tmp_path,
+        [
+            (8, "rr", 0, "ok", "steady"),
+            (8, "rr", 1, "ok", "steady"),
+            (16, "rr", 0, "ok", "steady"),
+            (16, "rr", 1, "ok", "undecided"),  # one seed not shown steady: 16 is not
+            (32, "rr", 0, "ok", "saturated"),
+            (8, "pa", 0, "ok", "steady"),
+            (16, "pa", 0, "ok", "steady"),
+            (32, "pa", 0, "ok", "steady"),
+        ],
+    )
+    assert headline(frame) == (
+        "router=pa: steady at every workload.arrival.rate up to 32 req/s; "
+        "router=rr: steady up to 8 req/s; first not shown steady: 16 req/s"
+    )

@@ -83,10 +83,24 @@ def _report_result(result: SweepResult) -> int:
         + (f" ({', '.join(parts)})" if parts else "")
         + f" -> {result.out / 'sweep.csv'}, {result.out / 'report.html'}"
     )
+    head = _headline(result.out)
+    if head:
+        print(f"kvsim sweep: {head}")
     for index, err in sorted(result.errors.items()):
         first = (str(err).strip().splitlines() or [type(err).__name__])[-1]
         print(f"kvsim: error: point {index}: {first}", file=sys.stderr)
     return 1 if result.errors else 0
+
+
+def _headline(out: Path) -> str:
+    """The sweep report's headline (where saturation starts), or "" without one."""
+    from reports.sweep_data import load_sweep_frame
+    from reports.sweep_html import headline
+
+    try:
+        return headline(load_sweep_frame(out))
+    except (OSError, ValueError, KeyError):
+        return ""
 
 
 def report_command(directory: str) -> int:
