@@ -22,9 +22,10 @@ the last arrival. A run is **saturated** when any of these holds:
   5 requests or more; the window from :func:`sim.window.find_window`) and the warm-up
   cut found no steady part at all.
 
-When the number in system rises but a steady part was found, the run is
-**undecided**: the engine is still filling or saturates slowly, and only a longer run
-can tell (``kvsim plan`` runs such probes longer). Otherwise it is **steady**. Runs
+When only one of the two holds (the number in system rises although a steady part
+was found, or no steady part was found although it does not rise significantly), the
+run is **undecided**: the engine is still filling or saturates slowly, and only a
+longer run can tell (``kvsim plan`` runs such probes longer). Otherwise it is **steady**. Runs
 with too few arrivals or an arrival window of zero (a burst) cannot show queue growth;
 their verdict notes that.
 """
@@ -222,18 +223,22 @@ def judge_inputs(
     if state == STEADY and n >= th.min_arrivals:
         win = find_window(inputs.arrivals, inputs.finishes, inputs.ttft, inputs.tpot)
         rise = trend(inputs.arrivals, inputs.finishes, win.start_s, win.end_s)
-        if rise["rising"]:
-            how = (
-                "with no steady part (the warm-up cut reached its limit)"
-                if win.no_steady_part
-                else "still filling or slowly saturating: run longer"
-            )
-            state = SATURATED if win.no_steady_part else UNDECIDED
-            reasons.append(
-                f"rising: requests in the system rise by {rise['growth_frac']:.0%} of their "
-                f"mean ({rise['mean_in_system']:.0f}) over the measurement window "
-                f"(t = {rise['t']:.1f}), {how}"
-            )
+        if rise["rising"] or win.no_steady_part:
+            state = SATURATED if rise["rising"] and win.no_steady_part else UNDECIDED
+            how = "still filling or slowly saturating: run longer"
+            if state == SATURATED:
+                how = "with no steady part (the warm-up cut reached its limit)"
+            if rise["rising"]:
+                reasons.append(
+                    f"rising: requests in the system rise by {rise['growth_frac']:.0%} of "
+                    f"their mean ({rise['mean_in_system']:.0f}) over the measurement window "
+                    f"(t = {rise['t']:.1f}), {how}"
+                )
+            else:
+                reasons.append(
+                    "no steady part: the warm-up cut reached its limit (half the run); "
+                    "latencies or the number in system still trend: run longer"
+                )
     return {"state": state, "reasons": reasons, "notes": notes, **out}
 
 
