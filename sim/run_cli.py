@@ -56,9 +56,13 @@ def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineCon
     if path is not None:
         source = path
         try:
-            loaded = yaml.safe_load(Path(path).read_text())
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except OSError as e:
             raise ValueError(f"{path}: cannot read engine file: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}: not UTF-8 text (byte {e.start}): an engine file is YAML"
+            ) from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f"line {mark.line + 1}: " if mark is not None else ""

@@ -252,6 +252,9 @@ def test_row13_binary_files_and_engine_batch_limit_name_the_file(tmp_path: Path)
     line = _refused(tmp_path, "run", "ok.yaml", "--engine", "eng.yaml", "--out", "run")
     assert "eng.yaml: max_num_batched_tokens: must be >= max_num_seqs (64)" in line, line
     assert "(got 32)" in line
+    (tmp_path / "bin_engine.yaml").write_bytes(garbage)
+    line = _refused(tmp_path, "run", "ok.yaml", "--engine", "bin_engine.yaml", "--out", "run")
+    assert "bin_engine.yaml: not UTF-8 text" in line, line
 
 
 def test_row14_duplicate_axis_values_are_refused(tmp_path: Path) -> None:
