@@ -377,3 +377,32 @@ def test_calibrate_cli_checks_out_before_profiling(tmp_path: Path) -> None:
     _one_error_line(proc, "--out", "cal.yaml", "--force")
     assert target.read_bytes() == USER_BYTES
     assert _entries(tmp_path) == ["cal.yaml"]
+
+
+def test_sigterm_of_sweep_stops_its_workers_and_says_what_was_kept(tmp_path: Path) -> None:
+    workload = write_yaml(tmp_path / "w.yaml", SWEEP_WORKLOAD)
+    spec = write_yaml(
+        tmp_path / "sweep.yaml",
+        {
+            "name": "term",
+            "base": {"workload": str(workload)},
+            "axes": [{"path": "workload.arrival.rate", "values": [10, 20, 30, 40]}],
+        },
+    )
+    out = tmp_path / "sweep"
+    proc = _start(["sweep", str(spec), "--out", str(out), "--jobs", "2"], tmp_path)
+    points = out / "points"
+    _wait_for(
+        lambda: points.is_dir() and any(".tmp-" in n for n in _entries(points)),
+        "a point to start",
+    )
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"kvsim: interrupted (SIGTERM); finished points are kept in {out}, "
+        "rerun the same command to resume"
+    ]
+    assert _alive(workers) == []
+    assert not [n for n in _entries(points) if n.startswith(".")]
