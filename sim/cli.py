@@ -224,6 +224,26 @@ def plan(
     num_requests: int = typer.Option(None, "--num-requests", help="requests per run"),
     max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
     num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
+    max_model_len: int = typer.Option(
+        None, "--max-model-len", help="tokens [default: the model's maximum]"
+    ),
+    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens"),
+    gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization"),
+    block_size: int = typer.Option(None, "--block-size", help="tokens per KV block"),
+    tensor_parallel_size: int = typer.Option(None, "--tensor-parallel-size"),
+    enable_prefix_caching: bool = typer.Option(
+        None, "--enable-prefix-caching/--no-enable-prefix-caching"
+    ),
+    enable_chunked_prefill: bool = typer.Option(
+        None, "--enable-chunked-prefill/--no-enable-chunked-prefill"
+    ),
+    scheduling_policy: str = typer.Option(None, "--scheduling-policy", help="fcfs or priority"),
+    long_prefill_token_threshold: int = typer.Option(None, "--long-prefill-token-threshold"),
+    kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help="auto or fp8"),
+    latency_model: str = typer.Option(None, "--latency-model", help="roofline or constant"),
+    constant_step_s: float = typer.Option(
+        None, "--constant-step-s", help="seconds per step for --latency-model constant"
+    ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs.
@@ -252,6 +272,18 @@ def plan(
         "num_requests": num_requests,
         "engine.max_num_seqs": max_num_seqs,
         "engine.num_gpu_blocks_override": num_gpu_blocks_override,
+        "engine.max_model_len": max_model_len,
+        "engine.max_num_batched_tokens": max_num_batched_tokens,
+        "engine.gpu_memory_utilization": gpu_memory_utilization,
+        "engine.block_size": block_size,
+        "engine.tensor_parallel_size": tensor_parallel_size,
+        "engine.enable_prefix_caching": enable_prefix_caching,
+        "engine.enable_chunked_prefill": enable_chunked_prefill,
+        "engine.scheduling_policy": scheduling_policy,
+        "engine.long_prefill_token_threshold": long_prefill_token_threshold,
+        "engine.kv_cache_dtype": kv_cache_dtype,
+        "engine.latency_model": latency_model,
+        "engine.constant_step_s": constant_step_s,
     }
     raise typer.Exit(plan_command(plan_file, out, overrides, force=force))
 

@@ -24,7 +24,13 @@ Schema (every key optional unless said otherwise)::
 from ``low`` until a probe fails (max_rate) or passes (min_replicas); for min_kv it
 defaults to the base configuration's value of the knob (its block count or
 max_num_seqs; gpu_memory_utilization 0.95). Defaults of ``low``:
-0.5 req/s, 1 replica, 16 blocks, gpu_memory_utilization 0.1, max_num_seqs 1.
+0.5 req/s, 1 replica, 16 blocks, gpu_memory_utilization 0.1, max_num_seqs 1. For
+min_kv on blocks or gpu_memory_utilization, a ``low`` below the configuration bound
+(where the engine can start with ``engine.max_model_len``: one full-length request's
+KV cache must fit; see ``sim.plan.config_bound``) is raised to it.
+
+``engine`` takes every ``kvsim run`` engine flag (``kvsim plan --max-model-len ...``
+sets ``engine.max_model_len``), validated as in an engine file.
 """
 
 from __future__ import annotations
