@@ -1,10 +1,12 @@
 """The plan report: the probe curve against the SLO lines, the answer, and a
 self-contained ``report.html``, from ``plan.json`` alone.
 
-One panel per SLO: each steady seed's metric at each probed value (dots), the worst
-seed per probe (line), the SLO (dashed), the answer (green) and the bracket around
-it (shaded). Saturated or failed seeds have no meaningful latency: they are drawn as
-red crosses along the top edge, never as values.
+One panel per SLO: each steady seed's measurement-window metric at each probed value
+(dots) with its 95% interval where there is one (vertical bar), the worst seed per
+probe (line), the SLO (dashed), the answer (green) and the bracket around it
+(shaded). The probe table lists each seed's metrics as ``value [lo, hi]``. Saturated,
+undecided or failed seeds have no meaningful latency: they are drawn as red crosses
+along the top edge, never as values.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
         for p in probes:
             ys = [s["metrics"][metric] for s in p["seeds"] if s.get("metrics")]
             ax.scatter([p["value"]] * len(ys), ys, s=14, color="tab:blue", alpha=0.6)
+            for s in p["seeds"]:
+                ci = _interval(s, metric)
+                if ci is not None:
+                    ax.vlines(p["value"], ci[0], ci[1], color="tab:blue", alpha=0.5, lw=1)
             if len(ys) == len(p["seeds"]):
                 worst_x.append(p["value"])
                 worst_y.append(max(ys))
@@ -79,7 +85,9 @@ def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
             ax.set_xlim(*_x_limits(values, log_x))
         ax.set_ylabel(metric)
         ax.legend(fontsize=7, loc="upper left")
-    axes[-1, 0].set_xlabel(f"{doc['param']} (red x: saturated or failed, latency not meaningful)")
+    axes[-1, 0].set_xlabel(
+        f"{doc['param']} (red x: saturated, undecided or failed; latency not meaningful)"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -87,12 +95,28 @@ def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _interval(seed: dict[str, Any], metric: str) -> list[float] | None:
+    """A seed's 95% interval ``[lo, hi]`` of ``metric`` (``plan.json`` ``intervals``),
+    or None when it has none (window too short, saturated, or an older plan.json)."""
+    intervals = seed.get("intervals") or {}
+    ci = intervals.get(metric)
+    return ci if isinstance(ci, list) and len(ci) == 2 else None
+
+
+def _metric_text(seed: dict[str, Any], metric: str, value: float) -> str:
+    ci = _interval(seed, metric)
+    text = f"{metric} {value:.4g}"
+    return text + (f" [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "")
+
+
 def _probe_rows(doc: dict[str, Any]) -> str:
     rows = []
     for p in doc["probes"]:
         for s in p["seeds"]:
             m = s.get("metrics")
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in m.items()) if m else "(not meaningful)"
+            shown = (
+                ", ".join(_metric_text(s, k, v) for k, v in m.items()) if m else "(not meaningful)"
+            )
             why = "; ".join(s.get("failures") or [])
             cells = (
                 f"{p['value']:.4g}",
@@ -125,12 +149,19 @@ def render_plan_report(plan_dir: Path) -> Path:
         "SLOs": ", ".join(f"{k} <= {v:g}" for k, v in doc["slo"].items()),
         "probes": str(doc["num_probes"]),
     }
+    if doc.get("configuration_min") is not None:
+        unit = f" {doc['unit']}" if doc["unit"] else ""
+        facts["configuration bound (engine starts from)"] = (
+            f"{doc['configuration_min']:.6g}{unit} for max_model_len {doc.get('max_model_len')}"
+        )
+        facts["answer bound by"] = str(doc.get("bound"))
     table = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
         for k, v in facts.items()
     )
     head = "".join(
-        f"<th>{h}</th>" for h in ("value", "probe", "seed", "verdict", "metrics", "failures")
+        f"<th>{h}</th>"
+        for h in ("value", "probe", "seed", "verdict", "metrics [95% interval]", "failures")
     )
     title = f"kvsim plan: {doc['question']}"
     page = (

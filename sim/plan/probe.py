@@ -4,8 +4,11 @@ A probe's value sets the searched parameter (request rate, replica count or a KV
 knob). Each seed's run directory is kept under ``OUT/probes/<param>=<value>/seed_<s>``
 beside the workload YAML the probe ran (the plan's workload with ``arrival.rate`` and
 ``num_requests`` set). A seed passes when its run is steady (see ``sim.verdict``) and
-meets every SLO; a probe passes when every seed passes. A saturated run's latencies
-are not recorded as metrics (they depend only on how long the run was).
+meets every SLO; a probe passes when every seed passes. The SLO metrics are the run's
+measurement-window figures (``summary["window"]``: warm-up cut by MSER-5, the drain
+after the last arrival left out), each with its 95% interval where the window is long
+enough. A saturated run's latencies are not recorded as metrics (they depend only on
+how long the run was).
 """
 
 from __future__ import annotations
@@ -136,32 +139,72 @@ class ProbeRunner:
                 "state": "failed",
                 "failures": [str(e)],
                 "metrics": None,
+                "intervals": None,
             }
         return {**entry, **judge_summary(summary, self.plan.slo.bounds())}
 
 
+METRIC_SOURCE = {
+    "ttft_p90_s": ("ttft_s", "p90"),
+    "tpot_p99_s": ("tpot_s", "p99"),
+    "e2e_p99_s": ("e2e_s", "p99"),
+}
+"""Each latency SLO's distribution in ``summary.json`` and the statistic it bounds."""
+
+
+def slo_figures(
+    summary: dict[str, Any],
+) -> tuple[str, dict[str, float], dict[str, list[float] | None]]:
+    """``(figures, values, intervals)`` of one run's SLO metrics.
+
+    ``figures`` is ``"window"`` when the summary has a measurement window
+    (``summary["window"]``, :mod:`sim.window`: warm-up cut, drain excluded), else
+    ``"whole_run"`` (an older summary). ``values`` are seconds (preemptions: per
+    request); ``intervals`` the window's 95% interval ``[lo, hi]`` of each metric,
+    ``None`` where the window is too short for one, for whole-run figures and for
+    preemptions (which have none).
+    """
+    window = summary.get("window")
+    source = window if isinstance(window, dict) else summary
+    values: dict[str, float] = {}
+    intervals: dict[str, list[float] | None] = {}
+    for key, (dist, stat) in METRIC_SOURCE.items():
+        values[key] = source[dist][stat]
+        ci = source[dist].get("ci95") if source is window else None
+        intervals[key] = ci.get(stat) if isinstance(ci, dict) else None
+    values["max_preemptions_per_request"] = source["preemptions_per_request"]
+    intervals["max_preemptions_per_request"] = None
+    return ("window" if source is window else "whole_run"), values, intervals
+
+
 def judge_summary(summary: dict[str, Any], bounds: dict[str, float]) -> dict[str, Any]:
-    """``{passed, state, reasons, failures, metrics}`` of one run against the SLOs."""
+    """``{passed, state, reasons, failures, figures, metrics, intervals, ...}`` of one
+    run against the SLOs.
+
+    The SLO metrics are the measurement window's (:func:`slo_figures`); ``intervals``
+    holds the 95% interval of each SLO given (``None`` when there is none);
+    ``window_warnings`` the window's own warnings (e.g. too short for a p99 interval).
+    The verdict (steady or saturated) is the whole run's.
+    """
     verdict = summary["verdict"]
-    values = {
-        "ttft_p90_s": summary["ttft_s"]["p90"],
-        "tpot_p99_s": summary["tpot_s"]["p99"],
-        "e2e_p99_s": summary["e2e_s"]["p99"],
-        "max_preemptions_per_request": summary["preemptions_per_request"],
-    }
+    figures, values, intervals = slo_figures(summary)
     failures = [
         f"{k} {values[k]:.4g} > {bound:.4g}"
         for k, bound in bounds.items()
         if not math.isfinite(values[k]) or values[k] > bound
     ]
-    saturated = verdict["state"] != "steady"
+    saturated = verdict["state"] != "steady"  # saturated, or not shown to be steady
     if saturated:
-        failures = ["saturated: " + "; ".join(verdict["reasons"])]
+        failures = [f"{verdict['state']}: " + "; ".join(verdict["reasons"])]
+    window = summary.get("window")
     return {
         "passed": not failures,
         "state": verdict["state"],
         "reasons": verdict["reasons"],
         "failures": failures,
+        "figures": figures,
         "metrics": None if saturated else values,
+        "intervals": None if saturated else {k: intervals[k] for k in bounds},
+        "window_warnings": list(window.get("warnings", [])) if isinstance(window, dict) else [],
         "throughput_rps": summary["throughput_rps"],
     }

@@ -2,7 +2,14 @@
 
 ``plan.json`` holds the question, the answer, the bracket (``last_pass`` /
 ``first_fail``), a confidence interval from the seeds' own answers, and every probe
-with each seed's verdict, SLO metrics (null when saturated) and run directory.
+with each seed's verdict, SLO metrics (the measurement window's; null when saturated),
+their 95% intervals (``intervals``, null where the window gives none) and run
+directory. For ``min_kv`` with a block or memory knob it also holds the configuration
+bound (``configuration_min``: the smallest value at which the engine starts with this
+``max_model_len``; ``blocks_per_request``) and ``bound``: ``"configuration"`` when the
+answer is that bound (the search starts there, as every probe below it is a
+configuration error), ``"workload"`` when the workload's probes set it; both null
+otherwise. ``max_model_len`` is the resolved one (tokens).
 """
 
 from __future__ import annotations
@@ -13,8 +20,15 @@ from typing import Any
 
 from kvcore import __version__
 from sim.outdir import check_output, write_marker
-from sim.plan.probe import ProbeRunner, fmt_value, is_integer_param, load_base_workload
-from sim.plan.search import Bisection, seed_answers
+from sim.plan.config_bound import KNOB_FIELD, ConfigurationBound, configuration_bound
+from sim.plan.probe import (
+    ProbeRunner,
+    fmt_value,
+    is_integer_param,
+    load_base_workload,
+    param_name,
+)
+from sim.plan.search import Bisection, seed_answers, within_tolerance
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import RunSpec
 from sim.setup import ResolvedRun, resolve_run
@@ -62,6 +76,47 @@ def check_plan(plan: PlanSpec, source: str) -> tuple[Any, ResolvedRun]:
     return base, resolved
 
 
+def search_range(
+    plan: PlanSpec, resolved: ResolvedRun, source: str
+) -> tuple[float, float | None, ConfigurationBound | None]:
+    """``(low, high, configuration bound)`` of the search, in the parameter's unit.
+
+    ``high`` None: open-ended. For ``min_kv`` on a block or memory knob, ``low`` is
+    raised to the configuration bound (:mod:`sim.plan.config_bound`) when below it:
+    every probe below it would fail on the configuration check, not on the workload.
+    PlanError when the range is empty or the engine does not start at ``high``.
+    """
+    param = param_name(plan)
+    low = plan.search.low if plan.search.low is not None else DEFAULT_LOW[param]
+    high = plan.search.high
+    if high is None:
+        high = _default_high(param, resolved)
+    if is_integer_param(plan):
+        low = float(int(low))
+        high = float(int(high)) if high is not None else None
+    if high is not None and high <= low:
+        raise PlanError(f"{source}: search.high: must be above low ({fmt_value(low)})")
+    bound = None
+    if plan.question == "min_kv" and high is not None and plan.knob in KNOB_FIELD:
+        bound = configuration_bound(plan, resolved, high)
+        if bound is None:
+            raise PlanError(
+                f"{source}: search.high: the engine does not start at {plan.knob} "
+                f"{fmt_value(high)} (one request of max_model_len {resolved.max_model_len} "
+                "tokens does not fit): raise search.high or pass --max-model-len"
+            )
+    if bound is not None and low < bound.value:
+        low = bound.value
+        if high is not None and high <= low:
+            raise PlanError(
+                f"{source}: search.high: {fmt_value(high)} is not above the configuration "
+                f"bound ({plan.knob} {fmt_value(low)}, where the engine starts with "
+                f"max_model_len {bound.max_model_len}); raise search.high or pass "
+                "--max-model-len"
+            )
+    return low, high, bound
+
+
 def run_plan(
     plan: PlanSpec, out: Path, source: str = "plan", force: bool = False
 ) -> dict[str, Any]:
@@ -72,6 +127,7 @@ def run_plan(
     """
     out = Path(out)
     base, resolved = check_plan(plan, source)
+    low, high, bound = search_range(plan, resolved, source)
     check_output(out, "plan", force=force)
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, "plan")
@@ -79,15 +135,6 @@ def run_plan(
     param = runner.param
     want = WANT[param]
     integer = is_integer_param(plan)
-    low = plan.search.low if plan.search.low is not None else DEFAULT_LOW[param]
-    high = plan.search.high
-    if high is None:
-        high = _default_high(param, resolved)
-    if integer:
-        low = float(int(low))
-        high = float(int(high)) if high is not None else None
-    if high is not None and high <= low:
-        raise PlanError(f"{source}: search.high: must be above low ({fmt_value(low)})")
     search = Bisection(
         runner.probe,
         want=want,
@@ -115,6 +162,10 @@ def run_plan(
         "seed_answers": {str(k): v for k, v in per_seed.items()},
         "slo": plan.slo.bounds(),
         "num_probes": result.num_probes,
+        "configuration_min": bound.value if bound is not None else None,
+        "bound": _which_bound(result.answer, bound),
+        "max_model_len": resolved.max_model_len,
+        "blocks_per_request": bound.blocks_per_request if bound is not None else None,
         "plan": plan.model_dump(mode="json"),
         "probes": sorted(runner.probes, key=lambda p: p["value"]),
     }
@@ -126,8 +177,68 @@ def run_plan(
     return doc
 
 
+def _which_bound(answer: float | None, bound: ConfigurationBound | None) -> str | None:
+    """``"configuration"`` when the answer is the configuration bound (the engine does
+    not start below it, so the workload's own need is not known), ``"workload"`` when
+    the answer lies above it (probes failed on the workload), None without a bound or
+    an answer."""
+    if bound is None or answer is None:
+        return None
+    return "configuration" if answer <= bound.value else "workload"
+
+
+def _bound_line(doc: dict[str, Any]) -> str | None:
+    """The line saying which bound set a ``min_kv`` answer, or None."""
+    which, cmin = doc.get("bound"), doc.get("configuration_min")
+    if which is None or cmin is None:
+        return None
+    param, max_len = doc["param"], doc.get("max_model_len")
+    if param == "num_gpu_blocks":
+        need = f"max_model_len {max_len} needs {fmt_value(cmin)} blocks to start"
+        per_request = doc.get("blocks_per_request")
+        if per_request is not None:
+            need += f" ({per_request} for one request, plus the null block)"
+    else:
+        need = (
+            f"max_model_len {max_len} needs {param} {fmt_value(cmin)} to start "
+            "(one request's KV cache must fit)"
+        )
+    if which == "configuration":
+        return (
+            f"the answer is the configuration bound: {need}; the workload may need less: "
+            "pass --max-model-len to plan for the workload's need"
+        )
+    return f"the answer is the workload's need (the configuration bound: {need})"
+
+
+def _probe_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per probe: value, pass/fail, and for each SLO the worst seed's window
+    figure with its 95% interval where there is one."""
+    lines = []
+    for p in doc["probes"]:
+        cells = [f"  {fmt_value(p['value']):>8}  {'pass' if p['passed'] else 'fail'}"]
+        seeds = p["seeds"]
+        if any(s.get("metrics") is None for s in seeds):
+            bad = next(s for s in seeds if s.get("metrics") is None)
+            why = "; ".join(bad.get("failures") or []) or bad.get("state", "")
+            cells.append(f"seed {bad['seed']}: {why}")
+        else:
+            for metric in doc["slo"]:
+                worst = max(seeds, key=lambda s: s["metrics"][metric])
+                text = f"{metric} {worst['metrics'][metric]:.4g}"
+                ci = (worst.get("intervals") or {}).get(metric)
+                if ci:
+                    text += f" [{ci[0]:.4g}, {ci[1]:.4g}]"
+                cells.append(text)
+        lines.append("  ".join(cells))
+    return lines
+
+
 def describe(doc: dict[str, Any]) -> str:
-    """One or two lines for the terminal."""
+    """The answer for the terminal: a line with the bracket, a line on what bound it
+    (search limit, probe budget, configuration bound) where one applies, then one line
+    per probe (worst seed per SLO, with its 95% interval ``[lo, hi]`` where the
+    measurement window gives one)."""
     param, unit = doc["param"], doc["unit"]
     b = doc["bracket"]
     if doc["status"] == "infeasible":
@@ -142,8 +253,26 @@ def describe(doc: dict[str, Any]) -> str:
     if ci:
         text += f"; per-seed answers {f(ci['low'])} .. {f(ci['high'])}"
     text += f"; {doc['num_probes']} probes)"
-    if doc["status"] == "at_bound":
+    bound_line = _bound_line(doc)
+    if doc["status"] == "at_bound" and doc.get("bound") != "configuration":
         text += f"\nevery probe passed up to the search limit: the true {param} is beyond it"
-    elif doc["status"] == "max_probes":
+    elif doc["status"] == "max_probes" and _wider_than_tolerance(doc):
         text += "\nstopped at search.max_probes before the bracket met search.rel_tol"
+    if bound_line:
+        text += "\n" + bound_line
+    lines = _probe_lines(doc)
+    if lines:
+        text += "\nprobes (worst seed per SLO, window figures, [95% interval]):\n"
+        text += "\n".join(lines)
     return text
+
+
+def _wider_than_tolerance(doc: dict[str, Any]) -> bool:
+    """True when the bracket is wider than ``search.rel_tol`` (or, for integer
+    parameters, than adjacent values)."""
+    b = doc["bracket"]
+    if b["last_pass"] is None or b["first_fail"] is None:
+        return True
+    rel_tol = doc["plan"]["search"]["rel_tol"]
+    integer = doc["param"] in ("num_replicas", "num_gpu_blocks", "max_num_seqs")
+    return not within_tolerance(b["last_pass"], b["first_fail"], rel_tol, integer)

@@ -3,12 +3,15 @@
 ``want="max"``: the SLOs hold below some boundary (request rate, max_num_seqs) and
 the answer is the highest passing value. ``want="min"``: they hold above it (replica
 count, KV blocks, gpu_memory_utilization) and the answer is the lowest passing value.
-Rates bisect geometrically; other floats arithmetically; integers to adjacent values.
+Rates bisect geometrically, other parameters arithmetically (integers on integers);
+the search stops once the bracket is at most ``rel_tol`` of its larger end wide, or
+(integers) its ends are adjacent.
 
 Outcomes (``status``): ``bracketed`` (a passing and a failing probe within the
 tolerance), ``at_bound`` (every probe up to the search limit passed, so the answer is
 the limit and the true boundary lies beyond it), ``infeasible`` (no probed value
-passes), ``max_probes`` (stopped by the probe budget; the bracket is wider).
+passes), ``max_probes`` (stopped by the probe budget while the bracket is still wider
+than the tolerance).
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ from typing import Any, Literal
 Probe = Callable[[float], bool]
 EXPAND_LIMIT = 4096.0
 """How far (as a multiple of ``low``) an open-ended search doubles before stopping."""
+
+
+def within_tolerance(a: float, b: float, rel_tol: float, integer: bool) -> bool:
+    """True when the bracket ``[a, b]`` (either order) is narrow enough to stop: at most
+    ``rel_tol`` of its larger end wide, or (integers) adjacent values."""
+    width = abs(b - a)
+    return width <= rel_tol * max(abs(a), abs(b)) or (integer and width <= 1)
 
 
 @dataclass
@@ -56,9 +66,7 @@ class Bisection:
         return math.sqrt(a * b) if self.geometric else (a + b) / 2
 
     def _close(self, a: float, b: float) -> bool:
-        if self.integer:
-            return abs(b - a) <= 1
-        return abs(b - a) <= self.rel_tol * max(abs(a), abs(b))
+        return within_tolerance(a, b, self.rel_tol, self.integer)
 
     def _grow(self, x: float) -> float:
         return float(max(int(x) + 1, int(x) * 2)) if self.integer else x * 2
