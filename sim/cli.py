@@ -207,7 +207,9 @@ def plan(
     workload: str = typer.Option(None, "--workload", help="preset or workload YAML"),
     model: str = typer.Option(None, "--model"),
     gpu: str = typer.Option(None, "--gpu"),
-    ttft_p90_s: float = typer.Option(None, "--ttft-p90-s"),
+    ttft_mean_s: float = typer.Option(None, "--ttft-mean-s", help="SLO: mean TTFT, seconds"),
+    ttft_p90_s: float = typer.Option(None, "--ttft-p90-s", help="SLO: p90 TTFT, seconds"),
+    tpot_mean_s: float = typer.Option(None, "--tpot-mean-s", help="SLO: mean TPOT, seconds"),
     tpot_p99_s: float = typer.Option(None, "--tpot-p99-s"),
     e2e_p99_s: float = typer.Option(None, "--e2e-p99-s"),
     max_preemptions_per_request: float = typer.Option(None, "--max-preemptions-per-request"),
@@ -221,7 +223,25 @@ def plan(
     high: float = typer.Option(None, "--high", help="search range high end"),
     max_probes: int = typer.Option(None, "--max-probes"),
     num_seeds: int = typer.Option(None, "--seeds", help="seeds 0..N-1 per probe"),
-    num_requests: int = typer.Option(None, "--num-requests", help="requests per run"),
+    num_requests: int = typer.Option(
+        None,
+        "--num-requests",
+        help="requests per probe run to start with (runs double until they decide)",
+    ),
+    precision: float = typer.Option(
+        None,
+        "--precision",
+        help="relative half-width of an SLO metric's 95% interval that decides a run "
+        "whose interval holds the bound [default: 0.05]",
+    ),
+    max_length_factor: int = typer.Option(
+        None, "--max-length-factor", help="longest probe run, times the start [default: 16]"
+    ),
+    fixed_length: bool = typer.Option(
+        None,
+        "--fixed-length/--no-fixed-length",
+        help="run every probe at --num-requests only (a note where that is too short)",
+    ),
     max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
     num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
     max_model_len: int = typer.Option(
@@ -257,7 +277,9 @@ def plan(
         "workload": workload,
         "model": model,
         "gpu": gpu,
+        "slo.ttft_mean_s": ttft_mean_s,
         "slo.ttft_p90_s": ttft_p90_s,
+        "slo.tpot_mean_s": tpot_mean_s,
         "slo.tpot_p99_s": tpot_p99_s,
         "slo.e2e_p99_s": e2e_p99_s,
         "slo.max_preemptions_per_request": max_preemptions_per_request,
@@ -270,6 +292,9 @@ def plan(
         "search.max_probes": max_probes,
         "seeds": list(range(num_seeds)) if num_seeds is not None and num_seeds > 0 else num_seeds,
         "num_requests": num_requests,
+        "length.precision": precision,
+        "length.max_factor": max_length_factor,
+        "length.fixed": fixed_length,
         "engine.max_num_seqs": max_num_seqs,
         "engine.num_gpu_blocks_override": num_gpu_blocks_override,
         "engine.max_model_len": max_model_len,

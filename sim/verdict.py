@@ -19,15 +19,16 @@ the last arrival. A run is **saturated** when any of these holds:
   decode no token while preempting requests (steps without progress);
 - ``rising``: the number of requests in the system rises over the run's measurement
   window (:func:`sim.window.trend`: significantly, by more than 10% of its mean and by
-  5 requests or more; the window from :func:`sim.window.find_window`) and the warm-up
-  cut found no steady part at all.
+  5 requests or more; the window from :func:`sim.window.find_window`), the warm-up
+  cut found no steady part at all, and the window lasts at least
+  ``sojourns_to_judge_rise`` (10) mean sojourn times (shorter, a filling engine looks
+  the same).
 
-When only one of the two holds (the number in system rises although a steady part
-was found, or no steady part was found although it does not rise significantly), the
-run is **undecided**: the engine is still filling or saturates slowly, and only a
-longer run can tell (``kvsim plan`` runs such probes longer). Otherwise it is **steady**. Runs
-with too few arrivals or an arrival window of zero (a burst) cannot show queue growth;
-their verdict notes that.
+When the number in system rises or no steady part was found, but not both over a
+long enough window, the run is **undecided**: the engine is still filling or
+saturates slowly, and only a longer run can tell (``kvsim plan`` runs such probes
+longer). Otherwise it is **steady**. Runs with too few arrivals or an arrival window
+of zero (a burst) cannot show queue growth; their verdict notes that.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class VerdictThresholds:
     max_preemptions_per_request: float = 1.0
     livelock_steps: int = 100
     min_arrivals: int = 20
+    sojourns_to_judge_rise: float = 10.0
 
 
 def _step_fn(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -224,10 +226,20 @@ def judge_inputs(
         win = find_window(inputs.arrivals, inputs.finishes, inputs.ttft, inputs.tpot)
         rise = trend(inputs.arrivals, inputs.finishes, win.start_s, win.end_s)
         if rise["rising"] or win.no_steady_part:
-            state = SATURATED if rise["rising"] and win.no_steady_part else UNDECIDED
+            sojourn = inputs.finishes[win.mask] - inputs.arrivals[win.mask]
+            mean_sojourn = float(sojourn.mean()) if sojourn.size else 0.0
+            span = win.end_s - win.start_s
+            # A short run cannot tell an engine still filling from one saturating: only
+            # a window many sojourn times long can.
+            long_enough = span >= th.sojourns_to_judge_rise * mean_sojourn
+            state = UNDECIDED
             how = "still filling or slowly saturating: run longer"
-            if state == SATURATED:
-                how = "with no steady part (the warm-up cut reached its limit)"
+            if rise["rising"] and win.no_steady_part and long_enough:
+                state = SATURATED
+                how = (
+                    "with no steady part (the warm-up cut reached its limit) over "
+                    f"{span / mean_sojourn:.0f} mean sojourn times"
+                )
             if rise["rising"]:
                 reasons.append(
                     f"rising: requests in the system rise by {rise['growth_frac']:.0%} of "

@@ -2,8 +2,9 @@
 
 A probe's value sets the searched parameter (request rate, replica count or a KV
 knob). Each seed's run directory is kept under ``OUT/probes/<param>=<value>/seed_<s>``
-beside the workload YAML the probe ran (the plan's workload with ``arrival.rate`` and
-``num_requests`` set). A seed passes when its run is steady (see ``sim.verdict``) and
+beside the workload YAMLs the probe ran (the plan's workload with ``arrival.rate`` and
+its length set). A seed's run is lengthened until it decides (:mod:`sim.plan.length`);
+the directory holds its last run. A seed passes when its run is steady (see ``sim.verdict``) and
 meets every SLO; a probe passes when every seed passes. The SLO metrics are the run's
 measurement-window figures (``summary["window"]``: warm-up cut by MSER-5, the drain
 after the last arrival left out), each with its 95% interval where the window is long
@@ -20,8 +21,10 @@ from typing import Any
 import yaml
 
 from sim.errors import SimulationStuck
+from sim.plan.length import needs_longer
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import NothingServed, RunSpec, run
+from sim.verdict import UNDECIDED
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.spec import WorkloadSpec
@@ -79,15 +82,28 @@ class ProbeRunner:
         self.param = param_name(plan)
         self.probes: list[dict[str, Any]] = []
 
-    def _workload_file(self, rate: float | None, probe_dir: Path) -> Path:
+    def start_length(self) -> tuple[str, float]:
+        """``(key, value)`` of a probe run's starting length: the plan's
+        ``num_requests``, else the workload's ``num_requests`` or ``duration_s``."""
+        if self.plan.num_requests is not None:
+            return "num_requests", float(self.plan.num_requests)
+        if self.base.num_requests is not None:
+            return "num_requests", float(self.base.num_requests)
+        return "duration_s", float(self.base.duration_s)
+
+    def _workload_file(self, rate: float | None, probe_dir: Path, factor: int = 1) -> Path:
+        """The probe's workload at ``factor`` times the starting length
+        (``workload.yaml``; ``workload-x<factor>.yaml`` when lengthened)."""
         data = self.base.model_dump(mode="json", exclude_none=True)
         data["name"] = self.base.name or Path(self.plan.workload).stem
         if rate is not None:
             data["arrival"]["rate"] = float(rate)
-        if self.plan.num_requests is not None:
-            data["num_requests"] = self.plan.num_requests
-            data.pop("duration_s", None)
-        path = probe_dir / "workload.yaml"
+        key, start = self.start_length()
+        data.pop("num_requests", None)
+        data.pop("duration_s", None)
+        data[key] = int(start) * factor if key == "num_requests" else start * factor
+        name = "workload.yaml" if factor == 1 else f"workload-x{factor}.yaml"
+        path = probe_dir / name
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
 
@@ -118,15 +134,46 @@ class ProbeRunner:
         probe_dir = self.out / "probes" / f"{self.param}={fmt_value(value)}"
         probe_dir.mkdir(parents=True, exist_ok=True)
         rate = value if self.param == "rate" else self.plan.rate
-        workload = self._workload_file(rate, probe_dir)
-        seeds = [self._run_seed(value, workload, probe_dir, s) for s in self.plan.seeds]
+        seeds = [self._run_seed(value, rate, probe_dir, s) for s in self.plan.seeds]
         passed = all(s["passed"] for s in seeds)
         self.probes.append(
             {"value": value, "passed": passed, "dir": str(probe_dir), "seeds": seeds}
         )
         return passed
 
-    def _run_seed(self, value: float, workload: Path, probe_dir: Path, seed: int) -> dict:
+    def _run_seed(self, value: float, rate: float | None, probe_dir: Path, seed: int) -> dict:
+        """One seed, lengthened as :mod:`sim.plan.length` says; the entry of its last
+        run, with ``lengths`` (each run's factor of the start length) and ``length_note``."""
+        bounds = self.plan.slo.bounds()
+        length = self.plan.length
+        factor = 1
+        factors = []
+        while True:
+            workload = self._workload_file(rate, probe_dir, factor)
+            entry = self._run_once(value, workload, probe_dir, seed, bounds)
+            factors.append(factor)
+            why = needs_longer(entry, bounds, length.precision)
+            if not why or length.fixed or factor * 2 > length.max_factor:
+                break
+            factor *= 2
+        key, start = self.start_length()
+        entry["length"] = {"key": key, "start": start, "factors": factors}
+        entry["length_note"] = None
+        if why:
+            limit = "the fixed length" if length.fixed else f"max_factor {length.max_factor}"
+            entry["length_note"] = (
+                f"undecided at {limit} ({', '.join(why)}): judged on the point values"
+            )
+            if entry.get("state") == UNDECIDED:
+                entry["failures"] = entry["failures"] or [
+                    f"undecided at {limit}: " + "; ".join(entry["reasons"])
+                ]
+                entry["passed"] = False
+        return entry
+
+    def _run_once(
+        self, value: float, workload: Path, probe_dir: Path, seed: int, bounds: dict[str, float]
+    ) -> dict:
         run_dir = probe_dir / f"seed_{seed}"
         entry: dict[str, Any] = {"seed": seed, "run_dir": str(run_dir)}
         try:
@@ -141,11 +188,13 @@ class ProbeRunner:
                 "metrics": None,
                 "intervals": None,
             }
-        return {**entry, **judge_summary(summary, self.plan.slo.bounds())}
+        return {**entry, **judge_summary(summary, bounds)}
 
 
 METRIC_SOURCE = {
+    "ttft_mean_s": ("ttft_s", "mean"),
     "ttft_p90_s": ("ttft_s", "p90"),
+    "tpot_mean_s": ("tpot_s", "mean"),
     "tpot_p99_s": ("tpot_s", "p99"),
     "e2e_p99_s": ("e2e_s", "p99"),
 }

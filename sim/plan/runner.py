@@ -167,6 +167,7 @@ def run_plan(
         "max_model_len": resolved.max_model_len,
         "blocks_per_request": bound.blocks_per_request if bound is not None else None,
         "plan": plan.model_dump(mode="json"),
+        "simulated": _simulated(runner.probes),
         "probes": sorted(runner.probes, key=lambda p: p["value"]),
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -211,6 +212,21 @@ def _bound_line(doc: dict[str, Any]) -> str | None:
     return f"the answer is the workload's need (the configuration bound: {need})"
 
 
+def _simulated(probes: list[dict[str, Any]]) -> dict[str, int]:
+    """What the plan cost: runs and requests simulated over every probe and seed
+    (requests counted for request-length runs only)."""
+    runs = requests = 0
+    for probe in probes:
+        for seed in probe["seeds"]:
+            length = seed.get("length")
+            if not length:
+                continue
+            runs += len(length["factors"])
+            if length["key"] == "num_requests":
+                requests += int(length["start"]) * sum(length["factors"])
+    return {"runs": runs, "num_requests": requests}
+
+
 def _probe_lines(doc: dict[str, Any]) -> list[str]:
     """One line per probe: value, pass/fail, and for each SLO the worst seed's window
     figure with its 95% interval where there is one."""
@@ -218,6 +234,11 @@ def _probe_lines(doc: dict[str, Any]) -> list[str]:
     for p in doc["probes"]:
         cells = [f"  {fmt_value(p['value']):>8}  {'pass' if p['passed'] else 'fail'}"]
         seeds = p["seeds"]
+        runs = [s["length"] for s in seeds if s.get("length")]
+        if runs:
+            longest = max(runs, key=lambda r: r["factors"][-1])
+            unit = "req" if longest["key"] == "num_requests" else "s"
+            cells.append(f"{longest['start'] * longest['factors'][-1]:,.0f} {unit}")
         if any(s.get("metrics") is None for s in seeds):
             bad = next(s for s in seeds if s.get("metrics") is None)
             why = "; ".join(bad.get("failures") or []) or bad.get("state", "")
@@ -260,6 +281,17 @@ def describe(doc: dict[str, Any]) -> str:
         text += "\nstopped at search.max_probes before the bracket met search.rel_tol"
     if bound_line:
         text += "\n" + bound_line
+    notes = sorted(
+        {s["length_note"] for p in doc["probes"] for s in p["seeds"] if s.get("length_note")}
+    )
+    for note in notes:
+        text += f"\nnote: {note}"
+    sim = doc.get("simulated")
+    if sim:
+        text += (
+            f"\nsimulated {sim['num_requests']:,} requests in {sim['runs']:,} runs "
+            "(probe runs lengthen until they decide)"
+        )
     lines = _probe_lines(doc)
     if lines:
         text += "\nprobes (worst seed per SLO, window figures, [95% interval]):\n"

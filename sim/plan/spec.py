@@ -6,10 +6,12 @@ Schema (every key optional unless said otherwise)::
     model: Llama-3.1-8B
     gpu: H100-SXM
     engine: {max_num_seqs: 64}   # EngineConfig fields (vLLM engine-argument names)
-    num_requests: 300         # overrides the workload's num_requests in every probe
+    num_requests: 300         # each probe run's starting length (default: the workload's)
     seeds: [0, 1, 2]          # a probe passes only if every seed passes (default [0, 1])
     slo:                      # required, at least one; all > 0
+      ttft_mean_s: 0.2        # seconds; mean TTFT over the measurement window
       ttft_p90_s: 0.5
+      tpot_mean_s: 0.03
       tpot_p99_s: 0.05
       e2e_p99_s: 30
       max_preemptions_per_request: 0.1
@@ -19,6 +21,7 @@ Schema (every key optional unless said otherwise)::
     router: round_robin       # round_robin | least_outstanding | least_kv | prefix_aware
     knob: num_gpu_blocks      # min_kv: num_gpu_blocks | gpu_memory_utilization | max_num_seqs
     search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
+    length: {precision: 0.05, max_factor: 16, fixed: false}   # probe run lengths
 
 ``search.high`` may be left out: for max_rate and min_replicas the search then doubles
 from ``low`` until a probe fails (max_rate) or passes (min_replicas); for min_kv it
@@ -48,7 +51,14 @@ from workloads.errors import from_validation_error
 
 QUESTIONS = ("max_rate", "min_replicas", "min_kv")
 KNOBS = ("num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs")
-SLO_KEYS = ("ttft_p90_s", "tpot_p99_s", "e2e_p99_s", "max_preemptions_per_request")
+SLO_KEYS = (
+    "ttft_mean_s",
+    "ttft_p90_s",
+    "tpot_mean_s",
+    "tpot_p99_s",
+    "e2e_p99_s",
+    "max_preemptions_per_request",
+)
 
 
 class PlanError(ValueError):
@@ -65,7 +75,9 @@ class _Strict(BaseModel):
 class SLO(_Strict):
     """Service-level objectives; a run meets them when every given bound holds."""
 
+    ttft_mean_s: float | None = Field(default=None, gt=0)
     ttft_p90_s: float | None = Field(default=None, gt=0)
+    tpot_mean_s: float | None = Field(default=None, gt=0)
     tpot_p99_s: float | None = Field(default=None, gt=0)
     e2e_p99_s: float | None = Field(default=None, gt=0)
     max_preemptions_per_request: float | None = Field(default=None, ge=0)
@@ -96,6 +108,21 @@ class Search(_Strict):
         return self
 
 
+class Length(_Strict):
+    """How long each probe's runs are (see :mod:`sim.plan.length`).
+
+    A seed's run starts at the plan's ``num_requests`` (or the workload's own length)
+    and doubles while its verdict is undecided or an SLO metric's 95% interval
+    straddles the bound and is wider than ``precision`` (half-width over value), up
+    to ``max_factor`` times the start; ``fixed``: every run is the start length (a
+    warning where an interval is wider than ``precision``).
+    """
+
+    precision: float = Field(default=0.05, gt=0, lt=1)
+    max_factor: int = Field(default=16, ge=1, le=1024)
+    fixed: bool = False
+
+
 class PlanSpec(_Strict):
     """A capacity question; see the module docstring."""
 
@@ -112,6 +139,7 @@ class PlanSpec(_Strict):
     router: str = "round_robin"
     knob: Literal["num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs"] = "num_gpu_blocks"
     search: Search = Field(default_factory=Search)
+    length: Length = Field(default_factory=Length)
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanSpec:

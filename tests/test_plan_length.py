@@ -1,0 +1,100 @@
+"""Probe run lengths chosen by precision (``sim.plan.length``), and ``kvsim plan``
+against queueing theory.
+
+The M/D/1 setup of ``tests/test_window.py`` (constant steps of ``s``, one request at a
+time, ``L`` output tokens: service ``D = L s``) has mean TTFT
+``Wq + s = rho D / (2 (1 - rho)) + s``; for a TTFT-mean SLO ``T`` the highest rate is
+``rho* / D`` with ``rho* = 2 (T - s) / (D + 2 (T - s))``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sim_run_helpers import write_yaml
+
+from sim.plan.length import decided_fail, needs_longer
+from sim.plan.runner import run_plan
+from sim.plan.spec import load_plan
+
+STEP_S = 0.01
+OUTPUT_LEN = 10
+SERVICE_S = STEP_S * OUTPUT_LEN
+
+
+def _judged(state: str = "steady", value: float = 0.1, ci: list[float] | None = None) -> dict:
+    return {
+        "state": state,
+        "metrics": None if state != "steady" else {"ttft_mean_s": value},
+        "intervals": None if state != "steady" else {"ttft_mean_s": ci},
+    }
+
+
+def test_a_run_is_lengthened_only_while_it_cannot_decide() -> None:
+    bounds = {"ttft_mean_s": 0.1}
+    assert needs_longer(_judged(ci=None), bounds, 0.05) == ["ttft_mean_s interval"]
+    # The interval holds the bound and is wider than 5%: longer.
+    assert needs_longer(_judged(value=0.1, ci=[0.09, 0.11]), bounds, 0.05)
+    # ... narrower than 5%: decided on the value.
+    assert needs_longer(_judged(value=0.1, ci=[0.097, 0.103]), bounds, 0.05) == []
+    # Wholly on one side of the bound: decided, however wide.
+    assert needs_longer(_judged(value=0.05, ci=[0.03, 0.07]), bounds, 0.05) == []
+    assert needs_longer(_judged(value=0.2, ci=[0.15, 0.25]), bounds, 0.05) == []
+    assert decided_fail(_judged(value=0.2, ci=[0.15, 0.25]), bounds)
+    assert needs_longer(_judged("undecided"), bounds, 0.05) == ["verdict undecided"]
+    assert needs_longer(_judged("saturated"), bounds, 0.05) == []
+
+
+def _md1_plan(tmp_path: Path, slo: float, **length: object) -> dict:
+    workload = write_yaml(
+        tmp_path / "md1.yaml",
+        {
+            "name": "md1",
+            "arrival": {"type": "poisson", "rate": 1.0},
+            "prompt_len": 32,
+            "output_len": OUTPUT_LEN,
+            "num_requests": 1000,
+        },
+    )
+    plan = load_plan(
+        None,
+        {
+            "question": "max_rate",
+            "workload": str(workload),
+            "slo.ttft_mean_s": slo,
+            "engine.latency_model": "constant",
+            "engine.constant_step_s": STEP_S,
+            "engine.max_num_seqs": 1,
+            "search.low": 2.0,
+            "search.high": 9.5,
+            "search.rel_tol": 0.01,
+            **{f"length.{k}": v for k, v in length.items()},
+        },
+    )
+    return run_plan(plan, tmp_path / "plan", "test")
+
+
+def test_plan_finds_the_md1_rate_for_a_ttft_mean_slo(tmp_path: Path) -> None:
+    slo = 0.11
+    wait = slo - STEP_S
+    analytic = 2 * wait / (SERVICE_S + 2 * wait) / SERVICE_S  # 6.67 req/s
+    doc = _md1_plan(tmp_path, slo, precision=0.03)
+    assert doc["answer"] == pytest.approx(analytic, rel=0.03), doc["answer"]
+    # Probes near the answer ran longer than the start; far ones did not.
+    factors = {
+        p["value"]: max(s["length"]["factors"][-1] for s in p["seeds"]) for p in doc["probes"]
+    }
+    assert factors[2.0] == 1
+    assert max(factors.values()) > 1
+    saved = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert saved["simulated"]["num_requests"] >= 1000 * len(doc["probes"]) * 2
+
+
+def test_fixed_length_runs_once_and_says_when_too_short(tmp_path: Path) -> None:
+    doc = _md1_plan(tmp_path, 0.11, fixed=True)
+    lengths = {tuple(s["length"]["factors"]) for p in doc["probes"] for s in p["seeds"]}
+    assert lengths == {(1,)}
+    notes = [s["length_note"] for p in doc["probes"] for s in p["seeds"] if s["length_note"]]
+    assert notes and all(n.startswith("undecided at the fixed length") for n in notes)
