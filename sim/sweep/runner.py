@@ -72,7 +72,7 @@ def _write_inputs(out: Path, points: list[Point]) -> None:
             write_atomic(target, text)
 
 
-def _payload(out: Path, point: Point) -> dict[str, Any]:
+def _payload(out: Path, point: Point, max_length_factor: int = 1) -> dict[str, Any]:
     workload_path = workload_yaml = None
     if point.workload_spec is not None:
         workload_path = str((out / "inputs" / f"{point.point_id}.yaml").resolve())
@@ -82,6 +82,7 @@ def _payload(out: Path, point: Point) -> dict[str, Any]:
         "out": str((out / "points" / point.point_id).resolve()),
         "workload_path": workload_path,
         "workload_yaml": workload_yaml,
+        "max_length_factor": max_length_factor,
     }
 
 
@@ -143,7 +144,7 @@ def run_sweep(
         if on_point:
             on_point(point, status)
 
-    payloads = [(p.index, _payload(out, p)) for p in pending]
+    payloads = [(p.index, _payload(out, p, spec.length.max_factor)) for p in pending]
     if executor == "ray":
         result.errors = execute_ray(
             payloads, jobs, address, lambda i: table.point_dir(points[i]), done

@@ -14,6 +14,7 @@ Example::
       - - {path: engine.num_gpu_blocks_override, values: [400, 800]}   # axes vary together
         - {path: engine.max_num_seqs, values: [32, 64]}
     seeds: [0, 1]                   # replications (innermost); omitted: the base seed
+    length: {max_factor: 8}         # an undecided point runs again, 2x, up to 8x its length
 
 Paths are dotted: ``workload.<field...>``, ``engine.<EngineConfig field>`` or a top-level
 run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``).
@@ -92,8 +93,17 @@ def _no_repeats(where: str, rows: list[tuple[Scalar, ...]]) -> None:
         first[key] = i
 
 
+class Length(_Strict):
+    """How long a point runs: a point whose verdict is ``undecided`` (the engine still
+    filling, or saturating slowly; ``sim.verdict``) is run again twice as long, with
+    the same seed, up to ``max_factor`` times its workload's length (1: never)."""
+
+    max_factor: int = Field(default=8, ge=1, le=1024)
+
+
 class SweepSpec(_Strict):
-    """A whole sweep: ``base`` run, grid ``axes``, ``zip`` groups and ``seeds``."""
+    """A whole sweep: ``base`` run, grid ``axes``, ``zip`` groups, ``seeds`` and
+    ``length``."""
 
     name: str | None = None
     description: str = ""
@@ -101,6 +111,7 @@ class SweepSpec(_Strict):
     axes: list[Axis] = Field(default_factory=list)
     zip: list[list[Axis]] = Field(default_factory=list)
     seeds: list[int] | None = None
+    length: Length = Field(default_factory=Length)
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:

@@ -1,5 +1,10 @@
 """Run one sweep point in a worker process (local pool or Ray task).
 
+A point whose verdict is ``undecided`` (``sim.verdict``: the engine still filling its
+batch, or saturating slowly) runs again twice as long with the same seed, up to the
+sweep's ``length.max_factor``; its directory keeps the last run (``config.yaml`` says
+its length).
+
 A point either completes as a full run directory (``sim.run.run`` writes it under a
 temporary name and renames it into place) or ends in a directory holding only
 ``error.json`` (the simulation got stuck or served nothing; both are deterministic, so a
@@ -9,6 +14,7 @@ the exception propagates, so a rerun retries the point.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -16,10 +22,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
 from sim.outdir import check_output, discard, publish, staging_dir
 from sim.run import NothingServed, RunSpec, run
+from sim.verdict import UNDECIDED
+from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 
 ERROR_FILE = "error.json"
 
@@ -47,23 +57,53 @@ def write_failure(out: Path, status: str, message: str) -> None:
         raise
 
 
+def _lengthened(workload: str, factor: int, scratch: Path) -> Path | None:
+    """The workload ``workload`` (preset or YAML spec) ``factor`` times as long, written
+    under ``scratch``; None for a trace (its length is the trace's)."""
+    path = preset_path(workload) or Path(workload)
+    if path.suffix.lower() not in YAML_SUFFIXES:
+        return None
+    data = load_spec(path, workload).model_dump(mode="json", exclude_none=True)
+    if data.get("num_requests") is not None:
+        data["num_requests"] = int(data["num_requests"]) * factor
+    else:
+        data["duration_s"] = float(data["duration_s"]) * factor
+    target = scratch / f"workload-x{factor}.yaml"
+    target.write_text(yaml.safe_dump(data, sort_keys=False))
+    return target
+
+
 def run_point(payload: dict[str, Any]) -> str:
     """Run one point into ``payload["out"]``; return its status (``ok``, ``stuck``,
     ``rejected``, ``invalid``).
 
     ``payload``: ``run`` (RunSpec keyword arguments), ``out`` (the point directory),
-    ``workload_path`` and ``workload_yaml`` (an edited workload, or both ``None``).
+    ``workload_path`` and ``workload_yaml`` (an edited workload, or both ``None``),
+    ``max_length_factor``: a run whose verdict is ``undecided`` runs again twice as
+    long (same seed) up to this many times its length (the directory keeps the last).
     """
     out = Path(payload["out"])
     workload_path = payload.get("workload_path")
+    max_factor = int(payload.get("max_length_factor", 1))
     with tempfile.TemporaryDirectory(prefix="kvsim-point-") as scratch:
         if workload_path is not None and not Path(workload_path).is_file():
             # A worker on another machine: the sweep directory is not shared.
             workload_path = Path(scratch) / Path(workload_path).name
             workload_path.write_text(payload["workload_yaml"])
+        spec = make_run_spec(payload["run"], workload_path)
+        base_workload = spec.workload
+        factor = 1
         try:
-            # Sweep workers already keep every CPU busy: no helper processes.
-            run(make_run_spec(payload["run"], workload_path), out, helpers=False)
+            while True:
+                # Sweep workers already keep every CPU busy: no helper processes.
+                summary = run(spec, out, helpers=False)
+                if summary["verdict"]["state"] != UNDECIDED or factor * 2 > max_factor:
+                    break
+                factor *= 2
+                longer = _lengthened(base_workload, factor, Path(scratch))
+                if longer is None:
+                    break
+                spec = dataclasses.replace(spec, workload=str(longer))
         except SimulationStuck as e:
             write_failure(out, "stuck", str(e))
             return "stuck"
