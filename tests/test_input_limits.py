@@ -53,13 +53,23 @@ def test_row7_huge_prompt_is_rejected_without_building_tokens(tmp_path: Path) ->
     assert not (tmp_path / "run").exists()
 
 
-def test_row7_rejected_request_never_builds_its_prompt() -> None:
-    """The engine decides from ``num_prompt_tokens``; a lazy prompt stays unbuilt."""
+def test_row7_rejected_request_never_builds_its_prompt(tmp_path: Path) -> None:
+    """The engine decides from ``num_prompt_tokens``; a lazy prompt stays unbuilt (on
+    a real cluster, so the compiled engine runs the same path as pure Python)."""
     import simpy
 
-    from sim.engine import ReplicaEngine
+    from sim.cluster import Cluster
+    from sim.engine_config import EngineConfig
+    from sim.records import RequestRecorder, StepRecorder
+    from sim.router import make_router
+    from sim.run import RunSpec
+    from sim.setup import resolve_run
     from workloads.request import SimRequest
 
+    (tmp_path / "ok.yaml").write_text(OK)
+    resolved = resolve_run(
+        RunSpec(workload=str(tmp_path / "ok.yaml"), engine=EngineConfig(max_model_len=100))
+    )
     built = []
     request = SimRequest(
         "r",
@@ -69,18 +79,18 @@ def test_row7_rejected_request_never_builds_its_prompt() -> None:
         num_prompt_tokens=10**9,
         build_prompt=lambda: built.append(1) or [1],
     )
-    finished = []
-
-    class Stub:  # only what ReplicaEngine.submit touches
-        env = simpy.Environment()
-        max_model_len = 100
-        num_rejected = 0
-
-        def on_finish(self, rid, out, now):
-            finished.append((rid, out))
-
-    ReplicaEngine.submit(Stub(), request)  # type: ignore[arg-type]
-    assert finished == [("r", [])] and built == [] and not request.prompt_built
+    steps = StepRecorder(tmp_path / "steps.csv")
+    requests = RequestRecorder(tmp_path / "requests.csv")
+    try:
+        cluster = Cluster(
+            simpy.Environment(), resolved, 1, make_router("round_robin"), steps, requests
+        )
+        assert cluster.prompt_hashes(request) is None and built == []
+        cluster.submit(request)
+        assert cluster.num_rejected == 1 and built == [] and not request.prompt_built
+    finally:
+        steps.close()
+        requests.close()
     assert request.prompt_token_ids == [1] and built == [1]
 
 
