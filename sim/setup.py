@@ -51,17 +51,10 @@ def check_cluster(spec: RunSpec) -> None:
     make_router(spec.router)
 
 
-def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
-    """Load and check everything (the cluster's replica count and router first); raise
-    ValueError (naming the field) on bad input, and on work far beyond what one machine
-    can simulate (:func:`sim.work_bounds.check_work_bounds`; ``allow_large=True`` or
-    ``KVSIM_ALLOW_LARGE=1`` in the environment skips that check)."""
-    check_cluster(spec)
-    engine = spec.engine
-    cal, model, gpu, budget_fn = budget_inputs(
-        spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
-    )
-    budget = budget_fn(
+def engine_budget(budget_fn: Any, model: Any, gpu: Any, engine: EngineConfig) -> Any:
+    """``budget_fn`` (from ``budget_inputs``) applied to an engine configuration's KV
+    budget fields; raises ``ValueError`` when the engine cannot start."""
+    return budget_fn(
         model,
         gpu,
         tensor_parallel_size=engine.tensor_parallel_size,
@@ -73,6 +66,19 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         kv_cache_dtype=engine.kv_cache_dtype,
         num_gpu_blocks_override=engine.num_gpu_blocks_override,
     )
+
+
+def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
+    """Load and check everything (the cluster's replica count and router first); raise
+    ValueError (naming the field) on bad input, and on work far beyond what one machine
+    can simulate (:func:`sim.work_bounds.check_work_bounds`; ``allow_large=True`` or
+    ``KVSIM_ALLOW_LARGE=1`` in the environment skips that check)."""
+    check_cluster(spec)
+    engine = spec.engine
+    cal, model, gpu, budget_fn = budget_inputs(
+        spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
+    )
+    budget = engine_budget(budget_fn, model, gpu, engine)
     if cal is not None and engine.latency_model != "constant":
         latency = calibrated_latency(cal, str(spec.calibration))
     elif engine.latency_model == "constant":

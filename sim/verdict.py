@@ -20,9 +20,10 @@ the last arrival. A run is **saturated** when any of these holds:
 - ``rising``: the number of requests in the system rises over the run's measurement
   window (:func:`sim.window.trend`: significantly, by more than 10% of its mean and by
   5 requests or more; the window from :func:`sim.window.find_window`), the warm-up
-  cut found no steady part at all, and the window lasts at least
+  cut found no steady part at all, the window lasts at least
   ``sojourns_to_judge_rise`` (10) mean sojourn times (shorter, a filling engine looks
-  the same).
+  the same) and the rise is clear (its t statistic at least ``rise_t_to_saturate``,
+  4.6, twice the 95% value).
 
 When the number in system rises or no steady part was found, but not both over a
 long enough window, the run is **undecided**: the engine is still filling or
@@ -63,6 +64,7 @@ class VerdictThresholds:
     livelock_steps: int = 100
     min_arrivals: int = 20
     sojourns_to_judge_rise: float = 10.0
+    rise_t_to_saturate: float = 4.6
 
 
 def _step_fn(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -234,7 +236,8 @@ def judge_inputs(
             long_enough = span >= th.sojourns_to_judge_rise * mean_sojourn
             state = UNDECIDED
             how = "still filling or slowly saturating: run longer"
-            if rise["rising"] and win.no_steady_part and long_enough:
+            clear = rise["t"] >= th.rise_t_to_saturate
+            if rise["rising"] and clear and win.no_steady_part and long_enough:
                 state = SATURATED
                 how = (
                     "with no steady part (the warm-up cut reached its limit) over "

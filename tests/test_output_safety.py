@@ -301,12 +301,14 @@ SWEEP_WORKLOAD = {
 }
 
 
-def test_sigkill_of_sweep_leaves_no_worker_and_reruns_cleanly(tmp_path: Path) -> None:
+def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path, list[int]]:
+    """A 4-point sweep on 2 workers, once a point is being written: ``(process, spec,
+    sweep directory, worker pids)``."""
     workload = write_yaml(tmp_path / "w.yaml", SWEEP_WORKLOAD)
     spec = write_yaml(
         tmp_path / "sweep.yaml",
         {
-            "name": "kill",
+            "name": "signals",
             "base": {"workload": str(workload)},
             "axes": [{"path": "workload.arrival.rate", "values": [10, 20, 30, 40]}],
         },
@@ -320,6 +322,12 @@ def test_sigkill_of_sweep_leaves_no_worker_and_reruns_cleanly(tmp_path: Path) ->
     )
     workers = _children(proc.pid)
     assert workers, "no worker processes"
+    return proc, spec, out, workers
+
+
+def test_sigkill_of_sweep_leaves_no_worker_and_reruns_cleanly(tmp_path: Path) -> None:
+    proc, spec, out, workers = _start_sweep(tmp_path)
+    points = out / "points"
     proc.kill()
     proc.communicate(timeout=30)
     _wait_for(lambda: not _alive(workers), "the workers to exit", timeout=30)
@@ -380,23 +388,8 @@ def test_calibrate_cli_checks_out_before_profiling(tmp_path: Path) -> None:
 
 
 def test_sigterm_of_sweep_stops_its_workers_and_says_what_was_kept(tmp_path: Path) -> None:
-    workload = write_yaml(tmp_path / "w.yaml", SWEEP_WORKLOAD)
-    spec = write_yaml(
-        tmp_path / "sweep.yaml",
-        {
-            "name": "term",
-            "base": {"workload": str(workload)},
-            "axes": [{"path": "workload.arrival.rate", "values": [10, 20, 30, 40]}],
-        },
-    )
-    out = tmp_path / "sweep"
-    proc = _start(["sweep", str(spec), "--out", str(out), "--jobs", "2"], tmp_path)
+    proc, _, out, workers = _start_sweep(tmp_path)
     points = out / "points"
-    _wait_for(
-        lambda: points.is_dir() and any(".tmp-" in n for n in _entries(points)),
-        "a point to start",
-    )
-    workers = _children(proc.pid)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "Traceback" not in err, err

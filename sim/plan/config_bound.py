@@ -21,7 +21,7 @@ from calibrate.use_calibration import budget_inputs
 from kvcore.kv_cache_planning import blocks_per_request, max_in_flight_tokens
 from sim.engine_config import EngineConfig
 from sim.plan.spec import PlanSpec
-from sim.setup import ResolvedRun
+from sim.setup import ResolvedRun, engine_budget
 
 KNOB_FIELD = {
     "num_gpu_blocks": "num_gpu_blocks_override",
@@ -56,18 +56,7 @@ def engine_starts(plan: PlanSpec, engine: EngineConfig) -> bool:
         None, plan.model, plan.gpu, engine.tensor_parallel_size
     )
     try:
-        budget_fn(
-            model,
-            gpu,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            gpu_memory_utilization=engine.gpu_memory_utilization,
-            max_model_len=engine.max_model_len,
-            max_num_batched_tokens=engine.max_num_batched_tokens,
-            max_num_seqs=engine.max_num_seqs,
-            block_size=engine.block_size,
-            kv_cache_dtype=engine.kv_cache_dtype,
-            num_gpu_blocks_override=engine.num_gpu_blocks_override,
-        )
+        engine_budget(budget_fn, model, gpu, engine)
     except ValueError:
         return False
     return True
