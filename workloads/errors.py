@@ -123,7 +123,7 @@ def _reason(err: dict[str, Any], models: list[type[BaseModel]]) -> str:
     message = err["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-    return message + shown
+    return message + ("" if "(got " in message else shown)  # a validator may say it already
 
 
 def from_validation_error(
