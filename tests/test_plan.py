@@ -49,6 +49,7 @@ def test_max_rate_on_chat_is_bracketed_by_its_probes(tmp_path: Path) -> None:
             "search.high": 24.0,
             "search.rel_tol": 0.15,
             "search.max_probes": 7,
+            "length.max_factor": 4,  # runs of 100 to 400 requests keep the test short
         },
     )
     doc = run_plan(plan, tmp_path / "plan")

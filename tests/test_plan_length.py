@@ -69,7 +69,7 @@ def _md1_plan(tmp_path: Path, slo: float, **length: object) -> dict:
             "engine.max_num_seqs": 1,
             "search.low": 2.0,
             "search.high": 9.5,
-            "search.rel_tol": 0.01,
+            "search.rel_tol": 0.015,
             **{f"length.{k}": v for k, v in length.items()},
         },
     )
@@ -80,7 +80,7 @@ def test_plan_finds_the_md1_rate_for_a_ttft_mean_slo(tmp_path: Path) -> None:
     slo = 0.11
     wait = slo - STEP_S
     analytic = 2 * wait / (SERVICE_S + 2 * wait) / SERVICE_S  # 6.67 req/s
-    doc = _md1_plan(tmp_path, slo, precision=0.03)
+    doc = _md1_plan(tmp_path, slo, precision=0.04)
     assert doc["answer"] == pytest.approx(analytic, rel=0.03), doc["answer"]
     # Probes near the answer ran longer than the start; far ones did not.
     factors = {
