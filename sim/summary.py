@@ -13,7 +13,7 @@ from sim.window import MIN_BATCHES, distribution, find_window, min_batch_for, ra
 def _dist(values) -> dict[str, float]:
     """``{mean, p50, p90, p99}`` of a sample (seconds; NaN entries skipped); zeros when
     empty."""
-    a = np.frombuffer(values, dtype=np.float64) if len(values) else np.zeros(0)
+    a = _array(values)
     a = a[~np.isnan(a)]
     if a.size == 0:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0}
@@ -40,15 +40,7 @@ def build_summary(
     ``kv_usage.mean`` is weighted by step duration (the fraction of time-averaged
     blocks in use); p99 and max are over steps.
     """
-    usage = np.frombuffer(steps.kv_usage, dtype=np.float64) if len(steps.kv_usage) else np.zeros(0)
-    dur = (
-        np.frombuffer(steps.duration_s, dtype=np.float64) if len(steps.duration_s) else np.zeros(0)
-    )
-    if usage.size:
-        mean_usage = float(np.average(usage, weights=dur)) if dur.sum() > 0 else float(usage.mean())
-        kv = {"mean": mean_usage, "p99": float(np.percentile(usage, 99)), "max": float(usage.max())}
-    else:
-        kv = {"mean": 0.0, "p99": 0.0, "max": 0.0}
+    kv = _kv_stats(_array(steps.kv_usage), _array(steps.duration_s))
     finished = requests.num_finished
     e2e = (
         np.frombuffer(requests.finish_s) - np.frombuffer(requests.arrival_s)
@@ -138,14 +130,17 @@ def window_summary(steps: StepRecorder, requests: RequestRecorder) -> dict[str, 
     return doc
 
 
-def _window_kv(steps: StepRecorder, start: float, end: float) -> dict[str, float]:
-    """KV usage over the steps that start in ``[start, end]`` (mean weighted by step
-    duration; p99 and max over steps)."""
-    starts = _array(steps.start_s)
-    inside = (starts >= start) & (starts <= end)
-    usage = _array(steps.kv_usage)[inside]
+def _kv_stats(usage: np.ndarray, dur: np.ndarray) -> dict[str, float]:
+    """``{mean, p99, max}`` of per-step KV usage (mean weighted by step duration, s);
+    zeros without steps."""
     if usage.size == 0:
         return {"mean": 0.0, "p99": 0.0, "max": 0.0}
-    dur = _array(steps.duration_s)[inside]
     mean = float(np.average(usage, weights=dur)) if dur.sum() > 0 else float(usage.mean())
     return {"mean": mean, "p99": float(np.percentile(usage, 99)), "max": float(usage.max())}
+
+
+def _window_kv(steps: StepRecorder, start: float, end: float) -> dict[str, float]:
+    """KV usage over the steps that start in ``[start, end]`` (see :func:`_kv_stats`)."""
+    starts = _array(steps.start_s)
+    inside = (starts >= start) & (starts <= end)
+    return _kv_stats(_array(steps.kv_usage)[inside], _array(steps.duration_s)[inside])

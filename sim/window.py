@@ -247,12 +247,3 @@ def rate(times: np.ndarray, start: float, end: float) -> dict[str, Any]:
         counts, _ = np.histogram(inside, bins=k, range=(start, end))
         ci = _interval(value, counts / (span / k))
     return {"value": value, "ci95": ci}
-
-
-def relative_half_width(dist: dict[str, Any], key: str) -> float | None:
-    """Half the interval of ``dist[key]`` over its value, or None without one."""
-    ci = dist["ci95"].get(key) if isinstance(dist.get("ci95"), dict) else dist.get("ci95")
-    value = dist[key] if key in dist else dist.get("value")
-    if not ci or not value:
-        return None
-    return (ci[1] - ci[0]) / 2 / abs(value)
