@@ -26,8 +26,9 @@ def inline_png(png: Path) -> str:
     return f'<h3>{name}</h3><img alt="{name}" src="data:image/png;base64,{data}">'
 
 
-def _pm(value: float, ci: Any, scale: float, digits: int) -> str:
-    """``value ±half-width`` of a 95% interval, or the value alone."""
+def plus_minus(value: float, ci: Any, scale: float = 1.0, digits: int = 1) -> str:
+    """``value ±half-width`` of a 95% interval ``[lo, hi]`` (both times ``scale``, with
+    ``digits`` decimals), or the value alone when ``ci`` is not an interval."""
     text = f"{value * scale:,.{digits}f}"
     if isinstance(ci, list) and len(ci) == 2:
         text += f" ±{(ci[1] - ci[0]) / 2 * scale:,.{digits}f}"
@@ -43,15 +44,17 @@ def _window_table(window: Any) -> str:
     for key, name in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"), ("e2e_s", "E2E (ms)")):
         d = window[key]
         cells = "".join(
-            f"<td>{_pm(d[q], d['ci95'].get(q), 1e3, 1)}</td>" for q in ("mean", "p50", "p90", "p99")
+            f"<td>{plus_minus(d[q], d['ci95'].get(q), 1e3)}</td>"
+            for q in ("mean", "p50", "p90", "p99")
         )
         rows.append(f"<tr><th>{name}</th>{cells}</tr>")
     thr = window["throughput_rps"]
+    throughput = plus_minus(thr["value"], thr["ci95"], digits=2)
     kv = window["kv_usage"]
     facts = (
         f"{window['start_s']:,.1f} s to {window['end_s']:,.1f} s: {window['num_requests']:,} "
         f"requests arriving ({window['warmup_requests']:,} warm-up requests cut, the drain "
-        f"after the last arrival excluded). Throughput {_pm(thr['value'], thr['ci95'], 1, 2)} "
+        f"after the last arrival excluded). Throughput {throughput} "
         f"req/s at an offered {window['offered_rps']:,.2f} req/s; "
         f"{window['output_tokens_per_s']:,.0f} output tok/s; KV usage mean {kv['mean']:.1%}, "
         f"max {kv['max']:.1%}; {window['preemptions_per_request']:.3f} preemptions per "

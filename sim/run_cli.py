@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from reports.html import plus_minus
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
 from sim.outdir import OutputError, check_output
@@ -79,14 +80,6 @@ def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineCon
         raise ValueError(format_validation_error(source, e)) from None
 
 
-def _pm(value: float, ci: list[float] | None, scale: float = 1.0, fmt: str = ",.1f") -> str:
-    """``value`` with its 95% half-width (``12.3 ±0.4``), or alone without an interval."""
-    text = format(value * scale, fmt)
-    if ci:
-        text += " ±" + format((ci[1] - ci[0]) / 2 * scale, fmt)
-    return text
-
-
 def _window_rows(t: Table, window: dict[str, Any]) -> None:
     """The measurement window's rows (steady-state figures, 95% intervals as ±)."""
     t.add_row(
@@ -97,12 +90,12 @@ def _window_rows(t: Table, window: dict[str, Any]) -> None:
     thr = window["throughput_rps"]
     t.add_row(
         "throughput (window)",
-        f"{_pm(thr['value'], thr['ci95'], fmt=',.2f')} req/s (offered "
+        f"{plus_minus(thr['value'], thr['ci95'], digits=2)} req/s (offered "
         f"{window['offered_rps']:,.2f}), {window['output_tokens_per_s']:,.0f} output tok/s",
     )
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         d = window[key]
-        parts = [_pm(d[q], d["ci95"][q], 1e3) for q in ("mean", "p50", "p90", "p99")]
+        parts = [plus_minus(d[q], d["ci95"][q], 1e3) for q in ("mean", "p50", "p90", "p99")]
         t.add_row(f"{name} mean / p50 / p90 / p99 (window)", " / ".join(parts) + " ms")
     kv = window["kv_usage"]
     t.add_row(
