@@ -278,6 +278,19 @@ def test_signal_during_run_leaves_nothing(long_workload: Path, tmp_path: Path, s
         assert _alive(helpers) == [], "a helper process outlived the run"
 
 
+def test_sigkill_of_a_run_takes_its_helpers_with_it(long_workload: Path, tmp_path: Path) -> None:
+    """Helpers die with their parent (parent-death signal), even when it is SIGKILLed."""
+    parent = tmp_path / "runs"
+    parent.mkdir()
+    proc = _start(["run", str(long_workload), "--out", str(parent / "out")], tmp_path)
+    _wait_for(lambda: any(".tmp-" in n for n in _entries(parent)), "the run to start")
+    _wait_for(lambda: bool(_children(proc.pid)), "helper processes")
+    helpers = _children(proc.pid)
+    proc.kill()
+    proc.communicate(timeout=30)
+    _wait_for(lambda: not _alive(helpers), "the helpers to exit", timeout=30)
+
+
 def test_signal_keeps_an_earlier_run(small: Path, long_workload: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_sim(small, out)
