@@ -96,8 +96,9 @@ def marker_text(kind: str) -> str:
 
 
 def write_marker(directory: Path, kind: str) -> None:
-    """Mark ``directory`` as a kvsim directory of ``kind`` (written last: a directory
-    with a marker is complete)."""
+    """Mark ``directory`` as a kvsim directory of ``kind``. A run's marker is written
+    last (:func:`publish`), so a marked run directory is complete; a sweep or plan
+    directory is marked when it starts (it fills up and resumes)."""
     (directory / MARKER).write_text(marker_text(kind), encoding="utf-8")
 
 

@@ -24,7 +24,6 @@ from sim.errors import SimulationStuck
 from sim.plan.length import needs_longer
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import NothingServed, RunSpec, run
-from sim.verdict import UNDECIDED
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.spec import WorkloadSpec
@@ -161,14 +160,10 @@ class ProbeRunner:
         entry["length_note"] = None
         if why:
             limit = "the fixed length" if length.fixed else f"max_factor {length.max_factor}"
+            # An undecided verdict already fails the seed (judge_summary: not steady).
             entry["length_note"] = (
                 f"undecided at {limit} ({', '.join(why)}): judged on the point values"
             )
-            if entry.get("state") == UNDECIDED:
-                entry["failures"] = entry["failures"] or [
-                    f"undecided at {limit}: " + "; ".join(entry["reasons"])
-                ]
-                entry["passed"] = False
         return entry
 
     def _run_once(
