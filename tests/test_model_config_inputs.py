@@ -133,18 +133,18 @@ def test_head_dim_zero_means_hidden_over_heads(tmp_path):
     assert _blocks(tmp_path, "hd0", "head_dim", 0) == _blocks(tmp_path, "hd128", "head_dim", 128)
 
 
+SMALL_WORKLOAD = {
+    "arrival": {"type": "poisson", "rate": 1},
+    "prompt_len": 10,
+    "output_len": 5,
+    "num_requests": 3,
+}
+
+
 def test_run_refuses_zero_kv_heads(tmp_path):
     """``kvsim run --model config.json``: exit 2, file and key named, no run directory."""
     path = _write(tmp_path / "config.json", LLAMA, "num_key_value_heads", 0)
-    write_yaml(
-        tmp_path / "wl.yaml",
-        {
-            "arrival": {"type": "poisson", "rate": 1},
-            "prompt_len": 10,
-            "output_len": 5,
-            "num_requests": 3,
-        },
-    )
+    write_yaml(tmp_path / "wl.yaml", SMALL_WORKLOAD)
     proc = kvsim_cli(
         "run", "wl.yaml", "--model", str(path), "--out", "run", cwd=tmp_path, timeout=60
     )
@@ -182,15 +182,7 @@ def test_plan_refuses_zero_heads(tmp_path):
 def test_sweep_validation_refuses_zero_kv_heads(tmp_path, where):
     """A sweep naming the bad config.json (in base or as an axis value) fails validation."""
     path = _write(tmp_path / "config.json", LLAMA, "num_key_value_heads", 0)
-    write_yaml(
-        tmp_path / "wl.yaml",
-        {
-            "arrival": {"type": "poisson", "rate": 1},
-            "prompt_len": 10,
-            "output_len": 5,
-            "num_requests": 3,
-        },
-    )
+    write_yaml(tmp_path / "wl.yaml", SMALL_WORKLOAD)
     base: dict[str, Any] = {"workload": "wl.yaml", "gpu": "H100-SXM"}
     if where == "base":
         base["model"] = str(path)
