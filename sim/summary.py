@@ -93,8 +93,8 @@ def window_summary(steps: StepRecorder, requests: RequestRecorder) -> dict[str, 
     preempted = _array(requests.preempted, np.int64)
     n = int(win.mask.sum())
     doc: dict[str, Any] = {
-        "method": "MSER-5 warm-up cut on TTFT and TPOT; ends at the last arrival; "
-        "95% intervals from batch means",
+        "method": "MSER-5 warm-up cut on TTFT, TPOT and number in system; ends at the "
+        "last arrival; 95% intervals from batch means",
         "start_s": win.start_s,
         "end_s": win.end_s,
         "duration_s": span,

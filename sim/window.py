@@ -6,11 +6,12 @@ window** keeps what lies between:
 
 - **Warm-up** is cut with MSER-5 (White, K. P., "An effective truncation heuristic
   for bias reduction in simulation output", *Simulation* 69(6), 1997; compared in
-  White, Cobb & Spratt, *Simulation* 75(4), 2000): the per-request TTFT and TPOT
-  series, in arrival order, are averaged in batches of 5; the truncation ``d``
-  (batches) minimises ``MSER(d) = sum_{j>d} (Z_j - mean(Z_{>d}))^2 / (k - d)^2`` over
-  ``d <= k/2``, and the later of the two series' truncations is used. A minimum at
-  the search limit means no steady part was found (a warning).
+  White, Cobb & Spratt, *Simulation* 75(4), 2000): the per-request TTFT, TPOT and
+  number-in-system-at-arrival series, in arrival order, are averaged in batches of
+  5; the truncation ``d`` (batches) minimises
+  ``MSER(d) = sum_{j>d} (Z_j - mean(Z_{>d}))^2 / (k - d)^2`` over ``d <= k/2``, and
+  the latest of the three series' truncations is used. A minimum at the search limit
+  means no steady part was found (a warning).
 - **The end** is the last arrival: the drain after it is excluded.
 
 Window figures are over the requests that *arrive* in the window (each finishes
