@@ -55,6 +55,9 @@ class RunSpec:
     router: str = "round_robin"
     fast_forward: bool = True
     """Advance decode-only stretches at once (identical results; off only to prove it)."""
+    goodput: dict[str, float] | None = None
+    """Per-request SLOs for goodput, ms by vLLM's keys (``ttft``, ``tpot``, ``e2el``;
+    :mod:`sim.goodput`); None: no goodput."""
 
 
 @contextmanager
@@ -87,6 +90,7 @@ def simulate(
     num_replicas: int = 1,
     router: str = "round_robin",
     helpers: bool | None = None,
+    goodput: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
@@ -138,6 +142,7 @@ def simulate(
         num_gpu_blocks=resolved.num_gpu_blocks,
         block_size=resolved.engine.block_size,
         input_limits=cluster.limits.summary(resolved.workload),
+        goodput=goodput,
     )
     summary["verdict"] = judge_inputs(VerdictInputs.from_recorders(steps, requests))
     summary["num_replicas"] = num_replicas
@@ -168,6 +173,7 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
         },
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
+        **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
         # Only clusters name these, so a one-replica config.yaml is as it always was.
         **(
             {"num_replicas": spec.num_replicas, "router": spec.router}
@@ -211,6 +217,7 @@ def run(
             num_replicas=spec.num_replicas,
             router=spec.router,
             helpers=helpers,
+            goodput=spec.goodput,
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(nothing_served_message(spec.workload, summary))

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.goodput import good_requests
 from sim.records import RequestRecorder, StepRecorder
 from sim.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate, trend
 
@@ -32,10 +33,12 @@ def build_summary(
     num_gpu_blocks: int,
     block_size: int,
     input_limits: dict[str, Any] | None = None,
+    goodput: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected`` and
     the ``input_limits`` fields after it (``rejected``, ``num_capped_outputs``,
-    ``capped_outputs``: :mod:`sim.input_limits`).
+    ``capped_outputs``: :mod:`sim.input_limits`). ``goodput``: per-request SLOs in ms
+    (:mod:`sim.goodput`); the window then reports ``goodput_rps``.
 
     ``kv_usage.mean`` is weighted by step duration (the fraction of time-averaged
     blocks in use); p99 and max are over steps.
@@ -69,7 +72,7 @@ def build_summary(
         "num_gpu_blocks": num_gpu_blocks,
         "block_size": block_size,
         "num_steps": steps.num_steps,
-        "window": window_summary(steps, requests),
+        "window": window_summary(steps, requests, goodput),
     }
 
 
@@ -77,10 +80,15 @@ def _array(values, dtype: type = np.float64) -> np.ndarray:
     return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype=dtype)
 
 
-def window_summary(steps: StepRecorder, requests: RequestRecorder) -> dict[str, Any]:
+def window_summary(
+    steps: StepRecorder, requests: RequestRecorder, goodput: dict[str, float] | None = None
+) -> dict[str, Any]:
     """The steady-state figures of the run's measurement window (:mod:`sim.window`):
     latencies, throughput, output tokens/s, preemptions and KV usage, with 95%
-    confidence intervals where the window is long enough, and its warnings."""
+    confidence intervals where the window is long enough, and its warnings. With
+    ``goodput`` SLOs (ms, vLLM's keys), ``goodput_rps``: finishes in the window of
+    requests meeting them, per second, with ``slo_ms`` and ``good_fraction`` (of the
+    window's requests)."""
     arrival = _array(requests.arrival_s)
     finish = _array(requests.finish_s)
     ttft = _array(requests.ttft_s)
@@ -110,6 +118,13 @@ def window_summary(steps: StepRecorder, requests: RequestRecorder) -> dict[str, 
         "kv_usage": _window_kv(steps, win.start_s, win.end_s),
         "in_system_trend": trend(arrival, finish, win.start_s, win.end_s),
     }
+    if goodput:
+        good = good_requests(goodput, ttft, tpot, finish - arrival)
+        doc["goodput_rps"] = {
+            **rate(finish[good], win.start_s, win.end_s),
+            "slo_ms": dict(goodput),
+            "good_fraction": float(good[win.mask].mean()) if n else 0.0,
+        }
     warnings = []
     if win.no_steady_part:
         warnings.append(
