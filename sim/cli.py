@@ -242,6 +242,12 @@ def plan(
         "--fixed-length/--no-fixed-length",
         help="run every probe at --num-requests only (a note where that is too short)",
     ),
+    confirm_sojourns: float = typer.Option(
+        None,
+        "--confirm-sojourns",
+        help="the answer's runs are lengthened until their measurement windows span this "
+        "many mean sojourn times (0: no confirmation) [default: 50]",
+    ),
     max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
     num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
     max_model_len: int = typer.Option(
@@ -295,6 +301,7 @@ def plan(
         "length.precision": precision,
         "length.max_factor": max_length_factor,
         "length.fixed": fixed_length,
+        "length.confirm_sojourns": confirm_sojourns,
         "engine.max_num_seqs": max_num_seqs,
         "engine.num_gpu_blocks_override": num_gpu_blocks_override,
         "engine.max_model_len": max_model_len,

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from sim_run_helpers import write_yaml
 
-from sim.plan.length import decided_fail, needs_longer
+from sim.plan.length import confirm_factor, decided_fail, needs_longer
+from sim.plan.probe import judge_summary
 from sim.plan.runner import run_plan
+from sim.plan.search import Bisection
 from sim.plan.spec import load_plan
 
 STEP_S = 0.01
@@ -98,3 +100,70 @@ def test_fixed_length_runs_once_and_says_when_too_short(tmp_path: Path) -> None:
     assert lengths == {(1,)}
     notes = [s["length_note"] for p in doc["probes"] for s in p["seeds"] if s["length_note"]]
     assert notes and all(n.startswith("undecided at the fixed length") for n in notes)
+
+
+def test_confirm_factor_doubles_until_the_window_spans_enough_sojourns() -> None:
+    assert confirm_factor(60.0, 2, 50.0, 16) == 2  # already long enough
+    assert confirm_factor(10.0, 1, 50.0, 16) == 8  # 10 -> 80 sojourns at 8x
+    assert confirm_factor(10.0, 4, 50.0, 16) == 16  # capped at max_factor
+    assert confirm_factor(None, 1, 50.0, 16) == 16  # no measure: the longest run
+    assert confirm_factor(1.0, 16, 50.0, 16) == 16
+
+
+def test_a_failed_confirmation_resumes_the_search_below_the_answer() -> None:
+    threshold = {"value": 10.0}
+
+    def probe(x: float) -> bool:
+        return x <= threshold["value"]
+
+    search = Bisection(probe, "max", False, True, rel_tol=0.02, max_probes=40)
+    first = search.run(1.0, None)
+    assert 9.8 <= first.answer <= 10.0
+    threshold["value"] = 7.0  # the long run says: the answer fails, so does 8..10
+    passed = [v for v in (1.0, 2.0, 4.0, 8.0, first.answer) if v != first.answer]
+    again = search.resume_below(first.answer, [v for v in passed if probe(v)])
+    assert again.status == "bracketed" and 6.86 <= again.answer <= 7.0
+    assert again.first_fail > 7.0
+    none_below = search.resume_below(1.0, [2.0, 4.0])
+    assert none_below.status == "infeasible" and none_below.answer is None
+
+
+def _undecided_summary(t: float) -> dict:
+    dist = {"mean": 0.05, "p50": 0.05, "p90": 0.05, "p99": 0.05, "ci95": None}
+    window = {
+        "ttft_s": dist,
+        "tpot_s": dist,
+        "e2e_s": dist,
+        "preemptions_per_request": 0.0,
+        "duration_s": 100.0,
+        "in_system_trend": {"rising": t > 2.3, "t": t, "growth_frac": 0.3},
+        "warnings": [],
+    }
+    return {
+        "verdict": {"state": "undecided", "reasons": ["rising"]},
+        "window": window,
+        "throughput_rps": 1.0,
+    }
+
+
+@pytest.mark.parametrize(("t", "passes_at_limit"), [(3.0, True), (0.0, True), (6.0, False)])
+def test_at_the_length_limit_only_a_clear_rise_fails_an_undecided_seed(
+    t: float, passes_at_limit: bool
+) -> None:
+    bounds = {"ttft_p90_s": 0.1}
+    assert not judge_summary(_undecided_summary(t), bounds)["passed"]
+    judged = judge_summary(_undecided_summary(t), bounds, at_limit=True)
+    assert judged["passed"] is passes_at_limit
+    assert judged["unclear_rise"] is passes_at_limit
+
+
+def test_the_answer_is_confirmed_by_longer_runs(tmp_path: Path) -> None:
+    # 1,000 requests span a few hundred mean sojourns; asking for 1,000 makes the
+    # answer's seeds run again at twice the length (max_factor 2).
+    doc = _md1_plan(tmp_path, 0.11, precision=0.5, max_factor=2, confirm_sojourns=1000)
+    answer = next(p for p in doc["probes"] if p["value"] == doc["answer"])
+    assert answer["confirmed"]
+    assert all(s["length"]["factors"][-1] == 2 for s in answer["seeds"])
+    assert all(s["sojourns"] > 0 for s in answer["seeds"])
+    others = [p for p in doc["probes"] if p["value"] != doc["answer"]]
+    assert not any(p["confirmed"] for p in others)

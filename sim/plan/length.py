@@ -16,10 +16,21 @@ bound (or is narrower than ``precision``), or one SLO fails decidedly; and at
 ``max_factor`` times the start, where it decides on the point values and says so.
 With ``fixed`` the start length is the only length (a note where an interval is wider
 than ``precision``).
+
+Near capacity a configuration can look steady over a short run and still saturate
+later: the number in system drifts up slowly and a large excursion, once it comes,
+does not recover (critical slowing down: the relaxation time grows without bound as
+the load approaches capacity). A trend test cannot see an excursion that has not yet
+happened, so the search's answer is **confirmed** (:func:`confirm_factor`): each seed
+of the answer probe runs again until its measurement window spans at least
+``confirm_sojourns`` (50) mean sojourn times (window duration over the window's mean
+E2E latency), up to ``max_factor``. A seed that then fails makes the probe a failure
+and the search continues below it (:meth:`sim.plan.search.Bisection.resume_below`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sim.verdict import UNDECIDED
@@ -71,3 +82,18 @@ def needs_longer(judged: dict[str, Any], bounds: dict[str, float], precision: fl
         why.append("verdict undecided")
     why += [f"{k} interval" for k in undecided_slos(judged, bounds, precision)]
     return why
+
+
+def confirm_factor(
+    sojourns: float | None, factor: int, confirm_sojourns: float, max_factor: int
+) -> int:
+    """The length factor (a power of two times ``factor``, at most ``max_factor``) at
+    which a seed's window spans ``confirm_sojourns`` mean sojourn times, given that its
+    run at ``factor`` spanned ``sojourns`` (the span grows with the length); ``factor``
+    itself when it already does. No measure (``None`` or 0): ``max_factor``."""
+    if sojourns is not None and sojourns >= confirm_sojourns:
+        return factor
+    if not sojourns or sojourns <= 0:
+        return max(factor, max_factor)
+    doublings = math.ceil(math.log2(confirm_sojourns / sojourns))
+    return max(factor, min(max_factor, factor * 2**doublings))

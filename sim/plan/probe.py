@@ -21,9 +21,10 @@ from typing import Any
 import yaml
 
 from sim.errors import SimulationStuck
-from sim.plan.length import needs_longer
+from sim.plan.length import confirm_factor, needs_longer
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import NothingServed, RunSpec, run
+from sim.verdict import UNDECIDED, VerdictThresholds
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.spec import WorkloadSpec
@@ -136,38 +137,82 @@ class ProbeRunner:
         seeds = [self._run_seed(value, rate, probe_dir, s) for s in self.plan.seeds]
         passed = all(s["passed"] for s in seeds)
         self.probes.append(
-            {"value": value, "passed": passed, "dir": str(probe_dir), "seeds": seeds}
+            {
+                "value": value,
+                "passed": passed,
+                "confirmed": False,
+                "dir": str(probe_dir),
+                "seeds": seeds,
+            }
         )
         return passed
 
-    def _run_seed(self, value: float, rate: float | None, probe_dir: Path, seed: int) -> dict:
-        """One seed, lengthened as :mod:`sim.plan.length` says; the entry of its last
-        run, with ``lengths`` (each run's factor of the start length) and ``length_note``."""
+    def confirm(self, value: float) -> bool:
+        """Confirm the search's answer ``value`` (a passing probe): run each seed again
+        until its window spans ``length.confirm_sojourns`` mean sojourn times
+        (:func:`sim.plan.length.confirm_factor`), stopping at the first seed that fails.
+        The probe's entry is updated (``confirmed``, each seed's longest run); True
+        when it still passes."""
+        probe = next(p for p in self.probes if p["value"] == value)
+        length = self.plan.length
+        if not probe["passed"] or length.fixed or length.confirm_sojourns <= 0:
+            return bool(probe["passed"])
+        probe_dir = Path(probe["dir"])
+        rate = value if self.param == "rate" else self.plan.rate
+        seeds = []
+        for entry in probe["seeds"]:
+            factors = entry["length"]["factors"]
+            need = confirm_factor(
+                entry.get("sojourns"), factors[-1], length.confirm_sojourns, length.max_factor
+            )
+            if probe["passed"] and need > factors[-1]:
+                longer = self._run_seed(value, rate, probe_dir, entry["seed"], need)
+                longer["length"]["factors"] = factors + longer["length"]["factors"]
+                entry = longer
+                probe["passed"] = bool(entry["passed"])
+            seeds.append(entry)
+        probe["seeds"] = seeds
+        probe["confirmed"] = True
+        return bool(probe["passed"])
+
+    def _run_seed(
+        self, value: float, rate: float | None, probe_dir: Path, seed: int, factor: int = 1
+    ) -> dict:
+        """One seed from ``factor`` times the start length, lengthened as
+        :mod:`sim.plan.length` says; the entry of its last run, with ``length`` (each
+        run's factor of the start length) and ``length_note``."""
         bounds = self.plan.slo.bounds()
         length = self.plan.length
-        factor = 1
         factors = []
         while True:
             workload = self._workload_file(rate, probe_dir, factor)
-            entry = self._run_once(value, workload, probe_dir, seed, bounds)
+            last = length.fixed or factor * 2 > length.max_factor
+            entry = self._run_once(value, workload, probe_dir, seed, bounds, last)
             factors.append(factor)
             why = needs_longer(entry, bounds, length.precision)
-            if not why or length.fixed or factor * 2 > length.max_factor:
+            if not why or last:
                 break
             factor *= 2
         key, start = self.start_length()
         entry["length"] = {"key": key, "start": start, "factors": factors}
         entry["length_note"] = None
-        if why:
+        if why or entry.get("unclear_rise"):
             limit = "the fixed length" if length.fixed else f"max_factor {length.max_factor}"
-            # An undecided verdict already fails the seed (judge_summary: not steady).
+            why = why or ["verdict undecided"]
+            # A clear rise still fails the seed (judge_summary, at_limit).
             entry["length_note"] = (
                 f"undecided at {limit} ({', '.join(why)}): judged on the point values"
             )
         return entry
 
     def _run_once(
-        self, value: float, workload: Path, probe_dir: Path, seed: int, bounds: dict[str, float]
+        self,
+        value: float,
+        workload: Path,
+        probe_dir: Path,
+        seed: int,
+        bounds: dict[str, float],
+        at_limit: bool = False,
     ) -> dict:
         run_dir = probe_dir / f"seed_{seed}"
         entry: dict[str, Any] = {"seed": seed, "run_dir": str(run_dir)}
@@ -183,7 +228,7 @@ class ProbeRunner:
                 "metrics": None,
                 "intervals": None,
             }
-        return {**entry, **judge_summary(summary, bounds)}
+        return {**entry, **judge_summary(summary, bounds, at_limit)}
 
 
 METRIC_SOURCE = {
@@ -221,9 +266,42 @@ def slo_figures(
     return ("window" if source is window else "whole_run"), values, intervals
 
 
-def judge_summary(summary: dict[str, Any], bounds: dict[str, float]) -> dict[str, Any]:
+_CLEAR_RISE_T = VerdictThresholds().rise_t_to_saturate
+
+
+def _rise_t(summary: dict[str, Any]) -> float:
+    """The t statistic of the window's rise in the number in system (0 without one)."""
+    window = summary.get("window")
+    trend = window.get("in_system_trend") if isinstance(window, dict) else None
+    if not isinstance(trend, dict) or not trend.get("rising"):
+        return 0.0
+    return float(trend.get("t", 0.0))
+
+
+def window_sojourns(window: Any) -> float | None:
+    """How many mean sojourn times a measurement window spans: its duration over its
+    mean E2E latency (None without a window or a finite mean)."""
+    if not isinstance(window, dict):
+        return None
+    mean_e2e = window.get("e2e_s", {}).get("mean")
+    duration = window.get("duration_s")
+    if not mean_e2e or not duration or not math.isfinite(mean_e2e) or mean_e2e <= 0:
+        return None
+    return float(duration) / float(mean_e2e)
+
+
+def judge_summary(
+    summary: dict[str, Any], bounds: dict[str, float], at_limit: bool = False
+) -> dict[str, Any]:
     """``{passed, state, reasons, failures, figures, metrics, intervals, ...}`` of one
     run against the SLOs.
+
+    A run that is not steady fails, except at the length limit (``at_limit``: the
+    longest run a plan allows) an ``undecided`` one whose rise in the number in system
+    is not clear (its t below :attr:`sim.verdict.VerdictThresholds.rise_t_to_saturate`,
+    or no rise): no longer run can decide it, so it is judged on the SLOs' point values
+    (``unclear_rise``: True). Near capacity the number in system wanders slowly, and
+    a 10-slice trend test on one run calls rises more often than its nominal 5%.
 
     The SLO metrics are the measurement window's (:func:`slo_figures`); ``intervals``
     holds the 95% interval of each SLO given (``None`` when there is none);
@@ -237,12 +315,15 @@ def judge_summary(summary: dict[str, Any], bounds: dict[str, float]) -> dict[str
         for k, bound in bounds.items()
         if not math.isfinite(values[k]) or values[k] > bound
     ]
-    saturated = verdict["state"] != "steady"  # saturated, or not shown to be steady
+    unclear = at_limit and verdict["state"] == UNDECIDED and _rise_t(summary) < _CLEAR_RISE_T
+    saturated = verdict["state"] != "steady" and not unclear  # or not shown to be steady
     if saturated:
         failures = [f"{verdict['state']}: " + "; ".join(verdict["reasons"])]
     window = summary.get("window")
     return {
         "passed": not failures,
+        "unclear_rise": unclear,
+        "sojourns": window_sojourns(window),
         "state": verdict["state"],
         "reasons": verdict["reasons"],
         "failures": failures,

@@ -144,6 +144,11 @@ def run_plan(
         max_probes=plan.search.max_probes,
     )
     result = search.run(low, high)
+    # The answer must also hold over a long window (sim.plan.length): a probe that
+    # fails its confirmation is a failure, and the search goes on beyond it.
+    while result.answer is not None and not runner.confirm(result.answer):
+        passed = [p["value"] for p in runner.probes if p["passed"]]
+        result = search.resume_below(result.answer, passed)
     per_seed = seed_answers(runner.probes, want)
     known = [v for v in per_seed.values() if v is not None]
     ci = None
@@ -286,6 +291,19 @@ def describe(doc: dict[str, Any]) -> str:
     )
     for note in notes:
         text += f"\nnote: {note}"
+    confirmed = next(
+        (p for p in doc["probes"] if p.get("confirmed") and p["value"] == doc["answer"]), None
+    )
+    if confirmed is not None:
+        spans = [s.get("sojourns") for s in confirmed["seeds"]]
+        runs = [s["length"] for s in confirmed["seeds"] if s.get("length")]
+        if runs and all(x is not None for x in spans):
+            unit = "requests" if runs[0]["key"] == "num_requests" else "s"
+            longest = max(r["start"] * r["factors"][-1] for r in runs)
+            text += (
+                f"\nanswer confirmed by runs of up to {longest:,.0f} {unit} per seed, windows "
+                f"of {min(spans):.0f}+ mean sojourn times"
+            )
     sim = doc.get("simulated")
     if sim:
         text += (

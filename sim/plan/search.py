@@ -112,6 +112,11 @@ class Bisection:
                         good = nxt
                     else:
                         bad = nxt
+        return self.narrow(good, bad)
+
+    def narrow(self, good: float, bad: float) -> SearchResult:
+        """Bisect between a passing ``good`` and a failing ``bad`` until close or out
+        of probes."""
         while not self._close(good, bad):
             if self.num_probes >= self.max_probes:
                 return self._result("max_probes", good, bad)
@@ -123,6 +128,20 @@ class Bisection:
             else:
                 bad = mid
         return self._result("bracketed", good, bad)
+
+    def resume_below(self, failed: float, passed: list[float]) -> SearchResult:
+        """Search again after ``failed``, once the answer, failed its confirmation:
+        between it and the nearest value in ``passed`` on the passing side (below for
+        ``max``, above for ``min``); ``infeasible`` when there is none."""
+        if self.want == "max":
+            side = [v for v in passed if v < failed]
+            good = max(side) if side else None
+        else:
+            side = [v for v in passed if v > failed]
+            good = min(side) if side else None
+        if good is None:
+            return self._result("infeasible", None, failed)
+        return self.narrow(good, failed)
 
     def _result(self, status: str, good: float | None, bad: float | None) -> SearchResult:
         return SearchResult(status, good, good, bad, self.num_probes)

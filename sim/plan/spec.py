@@ -21,7 +21,7 @@ Schema (every key optional unless said otherwise)::
     router: round_robin       # round_robin | least_outstanding | least_kv | prefix_aware
     knob: num_gpu_blocks      # min_kv: num_gpu_blocks | gpu_memory_utilization | max_num_seqs
     search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
-    length: {precision: 0.05, max_factor: 16, fixed: false}   # probe run lengths
+    length: {precision: 0.05, max_factor: 16, fixed: false, confirm_sojourns: 50}
 
 ``search.high`` may be left out: for max_rate and min_replicas the search then doubles
 from ``low`` until a probe fails (max_rate) or passes (min_replicas); for min_kv it
@@ -115,12 +115,16 @@ class Length(_Strict):
     and doubles while its verdict is undecided or an SLO metric's 95% interval
     straddles the bound and is wider than ``precision`` (half-width over value), up
     to ``max_factor`` times the start; ``fixed``: every run is the start length (a
-    warning where an interval is wider than ``precision``).
+    warning where an interval is wider than ``precision``). The search's answer is
+    confirmed by runs whose windows span ``confirm_sojourns`` mean sojourn times.
     """
 
     precision: float = Field(default=0.05, gt=0, lt=1)
     max_factor: int = Field(default=16, ge=1, le=1024)
     fixed: bool = False
+    confirm_sojourns: float = Field(default=50.0, ge=0, le=10_000)
+    """The answer's seeds run until their measurement windows span this many mean
+    sojourn times (up to ``max_factor``); 0 or ``fixed``: no confirmation."""
 
 
 class PlanSpec(_Strict):
