@@ -26,10 +26,10 @@ from sim.plan.spec import PlanError, PlanSpec
 from sim.run import NothingServed, RunSpec, run
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
+from workloads.overrides import RATED_ARRIVALS, WorkloadOverrides, override_spec
 from workloads.spec import WorkloadSpec
 
 PARAM = {"max_rate": "rate", "min_replicas": "num_replicas"}
-RATED_ARRIVALS = ("poisson", "gamma", "constant")
 
 
 def param_name(plan: PlanSpec) -> str:
@@ -93,14 +93,15 @@ class ProbeRunner:
     def _workload_file(self, rate: float | None, probe_dir: Path, factor: int = 1) -> Path:
         """The probe's workload at ``factor`` times the starting length
         (``workload.yaml``; ``workload-x<factor>.yaml`` when lengthened)."""
-        data = self.base.model_dump(mode="json", exclude_none=True)
-        data["name"] = self.base.name or Path(self.plan.workload).stem
-        if rate is not None:
-            data["arrival"]["rate"] = float(rate)
         key, start = self.start_length()
-        data.pop("num_requests", None)
-        data.pop("duration_s", None)
-        data[key] = int(start) * factor if key == "num_requests" else start * factor
+        length = {key: int(start) * factor if key == "num_requests" else start * factor}
+        overrides = WorkloadOverrides(rate=None if rate is None else float(rate), **length)
+        try:
+            spec = override_spec(self.base, overrides, self.plan.workload)
+        except WorkloadError as e:
+            raise PlanError(str(e)) from None
+        data = spec.model_dump(mode="json", exclude_none=True)
+        data["name"] = self.base.name or Path(self.plan.workload).stem
         name = "workload.yaml" if factor == 1 else f"workload-x{factor}.yaml"
         path = probe_dir / name
         path.write_text(yaml.safe_dump(data, sort_keys=False))
