@@ -16,7 +16,8 @@ from rich.table import Table
 from calibrate.budget import KVBudget
 from calibrate.catalog import list_gpus, list_models, load_gpu, load_model
 from calibrate.gpu_spec import GIB
-from calibrate.use_calibration import budget_inputs
+from calibrate.use_calibration import budget_inputs, calibration_defaults
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "workloads" / "presets"
 
@@ -66,9 +67,9 @@ def _budget_table(b: KVBudget) -> Table:
 
 
 def budget_command(
-    model: str,
-    gpu: str,
-    tensor_parallel_size: int = 1,
+    model: str | None,
+    gpu: str | None,
+    tensor_parallel_size: int | None = 1,
     gpu_memory_utilization: float | None = None,
     max_model_len: int | None = None,
     max_num_batched_tokens: int | None = None,
@@ -79,8 +80,15 @@ def budget_command(
     calibration: str | None = None,
     as_json: bool = False,
 ) -> int:
-    """Print the budget (rich table, or one JSON object); return the exit status."""
+    """Print the budget (rich table, or one JSON object); return the exit status.
+
+    ``model``, ``gpu`` and ``tensor_parallel_size`` left out (None) are the calibration
+    file's when there is one, else the defaults (Llama-3.1-8B, H100-SXM, 1)."""
     try:
+        from_file = calibration_defaults(calibration) if calibration else {}
+        model = model or from_file.get("model") or DEFAULT_MODEL
+        gpu = gpu or from_file.get("gpu") or DEFAULT_GPU
+        tensor_parallel_size = tensor_parallel_size or from_file.get("tensor_parallel_size") or 1
         _, spec, hw, budget_fn = budget_inputs(calibration, model, gpu, tensor_parallel_size)
         kwargs = (
             {}

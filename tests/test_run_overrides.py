@@ -4,7 +4,11 @@ where a workload cannot take it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
+from sim_run_helpers import kvsim_cli, read_csv
 
 from workloads import WorkloadError, WorkloadOverrides, list_presets, load_spec, load_workload
 from workloads.loader import PRESET_DIR
@@ -80,3 +84,39 @@ def test_trace_takes_a_length_but_no_rate(data_dir):
     ):
         with pytest.raises(WorkloadError, match=words):
             load_workload(trace, overrides=bad)
+
+
+def test_cli_run_records_overrides_and_sends_that_many(tmp_path):
+    out = tmp_path / "run"
+    res = kvsim_cli(
+        "run", "chat", "--rate", "20", "--num-requests", "60", "--latency-model", "constant",
+        "--out", str(out),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["workload"]["overrides"] == {"arrival.rate": 20.0, "num_requests": 60}
+    assert config["workload"]["arrival"]["rate"] == 20.0
+    _, cols = read_csv(out / "requests.csv")
+    assert len(cols["request_id"]) == 60
+    assert json.loads((out / "summary.json").read_text())["num_requests"] == 60
+
+
+def test_cli_duration_stops_arrivals(tmp_path):
+    out = tmp_path / "run"
+    res = kvsim_cli("run", "chat", "--duration", "5", "--latency-model", "constant",
+                    "--out", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    _, cols = read_csv(out / "requests.csv")
+    arrivals = [float(a) for a in cols["arrival_s"]]
+    # Poisson 8 req/s for 5 s: about 40 requests, every one sent before 5 s.
+    assert 15 < len(arrivals) < 80 and max(arrivals) < 5.0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["workload"]["duration_s"] == 5.0 and config["workload"]["num_requests"] is None
+
+
+def test_cli_rate_on_a_burst_exits_2_naming_the_field(tmp_path):
+    res = kvsim_cli("run", "offline-batch", "--rate", "12", "--out", str(tmp_path / "r"))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "arrival.rate" in lines[0] and "burst" in lines[0]
+    assert "Traceback" not in res.stderr and not (tmp_path / "r").exists()
