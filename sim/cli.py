@@ -549,7 +549,7 @@ def calibrate(
 @app.command(name="list", cls=KvsimCommand)
 def list_catalog() -> None:
     """Bundled workload presets, models and GPUs, one line each."""
-    from sim.budget_cli import list_command
+    from sim.list_cli import list_command
 
     raise typer.Exit(list_command())
 
