@@ -233,7 +233,7 @@ def run_command(
     try:
         if console.is_terminal:
             with progress_bar(console) as progress:
-                task = progress.add_task("simulating", total=total)
+                task = progress.add_task("simulating", total=total, unit="req")
                 summary = run(
                     spec,
                     out_dir,

@@ -15,6 +15,7 @@ how long the run was).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ from workloads.overrides import RATED_ARRIVALS, WorkloadOverrides, override_spec
 from workloads.spec import WorkloadSpec
 
 PARAM = {"max_rate": "rate", "min_replicas": "num_replicas"}
+OnRun = Callable[[int, str, "int | None"], "Callable[[int], None] | None"]
+"""What the plan's progress bar is told before each run: the probe's number (1 for the
+first), a label, the run's requests (None for a run bounded by a duration)."""
 
 
 def param_name(plan: PlanSpec) -> str:
@@ -74,12 +78,17 @@ def fmt_value(value: float) -> str:
 class ProbeRunner:
     """Runs probes for one plan under ``out``; remembers every probe it ran."""
 
-    def __init__(self, plan: PlanSpec, base: WorkloadSpec, out: Path) -> None:
+    def __init__(
+        self, plan: PlanSpec, base: WorkloadSpec, out: Path, on_run: OnRun | None = None
+    ) -> None:
+        """``on_run`` (:data:`OnRun`) is called before each run and returns the run's
+        progress callback (requests finished), or None: the plan's progress bar."""
         self.plan = plan
         self.base = base
         self.out = Path(out)
         self.param = param_name(plan)
         self.probes: list[dict[str, Any]] = []
+        self.on_run = on_run
 
     def start_length(self) -> tuple[str, float]:
         """``(key, value)`` of a probe run's starting length: the plan's
@@ -150,7 +159,17 @@ class ProbeRunner:
         factors = []
         while True:
             workload = self._workload_file(rate, probe_dir, factor)
-            entry = self._run_once(value, workload, probe_dir, seed, bounds)
+            progress = None
+            if self.on_run is not None:
+                key, start = self.start_length()
+                times = f" x{factor}" if factor > 1 else ""
+                progress = self.on_run(
+                    len(self.probes) + 1,
+                    f"probe {len(self.probes) + 1} {self.param}={fmt_value(value)} "
+                    f"seed {seed}{times}",
+                    int(start) * factor if key == "num_requests" else None,
+                )
+            entry = self._run_once(value, workload, probe_dir, seed, bounds, progress)
             factors.append(factor)
             why = needs_longer(entry, bounds, length.precision)
             if not why or length.fixed or factor * 2 > length.max_factor:
@@ -168,12 +187,19 @@ class ProbeRunner:
         return entry
 
     def _run_once(
-        self, value: float, workload: Path, probe_dir: Path, seed: int, bounds: dict[str, float]
+        self,
+        value: float,
+        workload: Path,
+        probe_dir: Path,
+        seed: int,
+        bounds: dict[str, float],
+        on_progress: Callable[[int], None] | None = None,
     ) -> dict:
         run_dir = probe_dir / f"seed_{seed}"
         entry: dict[str, Any] = {"seed": seed, "run_dir": str(run_dir)}
         try:
-            summary = run(self._run_spec(value, workload, seed), run_dir, render=False)
+            spec = self._run_spec(value, workload, seed)
+            summary = run(spec, run_dir, render=False, on_progress=on_progress)
         except (SimulationStuck, NothingServed, ValueError) as e:
             # The configuration cannot serve the workload (e.g. too few KV blocks).
             return {
