@@ -166,3 +166,30 @@ def test_engine_and_plan_pages_name_every_flag():
     for name in [*PLAN_PATHS, "num_seeds"]:
         flag = params[name].opts[0]
         assert f"`{flag}" in plan, flag
+
+
+def test_readme_lists_every_command():
+    from typer.main import get_command
+
+    from sim.cli import app
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name in get_command(app).commands:
+        assert f"`kvsim {name}" in readme, name
+
+
+SKIP = re.compile(r'(?:reason=|pytest\.skip\()f?"([^"]*)"')
+
+
+def test_readme_lists_every_skip_reason():
+    """Each reason a test may skip for (its literal text up to any placeholder) is in
+    the README's table of skips."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("### Tests that skip") :]
+    reasons = {}
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for text in SKIP.findall(path.read_text(encoding="utf-8")):
+            reasons[text.split("{")[0].strip().rstrip(";:,")] = path.name
+    assert len(reasons) >= 10, reasons
+    missing = [f"{r!r} ({f})" for r, f in reasons.items() if r not in table]
+    assert not missing, "README's 'Tests that skip' lacks: " + "; ".join(missing)
