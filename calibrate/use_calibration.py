@@ -2,7 +2,8 @@
 
 Used by ``kvsim run --calibration`` and ``kvsim budget --calibration``: the file must
 be for the model, GPU and tensor-parallel size asked for (``CalibrationError``, a
-ValueError naming the flag, otherwise). The model may be named as the file names it
+ValueError naming the flag, otherwise); what is not asked for is taken from the file
+(:func:`calibration_defaults`). The model may be named as the file names it
 (its spec is embedded, so e.g. ``kvsim-tiny`` needs no catalog entry); the GPU by its
 catalog name or the measured device name (``cpu`` for CPU calibrations).
 """
@@ -42,6 +43,18 @@ def resolve_calibrated(
         )
     hw = load_gpu(cal.gpu.catalog_name) if cal.gpu.catalog_name else cal.gpu.as_gpu_spec()
     return cal, spec, hw
+
+
+def calibration_defaults(path: str | Path) -> dict[str, Any]:
+    """``{"model", "gpu", "tensor_parallel_size"}`` a calibration file is for, as
+    ``kvsim run`` / ``kvsim budget`` take them when ``--model``, ``--gpu`` or
+    ``--tensor-parallel-size`` is not given. ``CalibrationError`` on a bad file."""
+    cal = load_calibration(path)
+    return {
+        "model": cal.model.name,
+        "gpu": cal.gpu.catalog_name or cal.gpu.name,
+        "tensor_parallel_size": cal.tensor_parallel_size,
+    }
 
 
 def calibrated_budget(cal: Calibration, model: ModelSpec, gpu: GPUSpec, **kwargs: Any) -> KVBudget:

@@ -1,4 +1,4 @@
-"""``kvsim budget`` and ``kvsim list``: the KV block budget of one GPU, and the catalog.
+"""``kvsim budget``: the KV block budget of one GPU and every term it comes from.
 
 Bad input (unknown model or GPU, a bad catalog file, an impossible configuration) prints
 one message naming the field on stderr and exits 2, as every kvsim command does.
@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 from calibrate.budget import KVBudget
-from calibrate.catalog import list_gpus, list_models, load_gpu, load_model
 from calibrate.gpu_spec import GIB
-from calibrate.use_calibration import budget_inputs
+from calibrate.use_calibration import budget_inputs, calibration_defaults
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "workloads" / "presets"
 
@@ -66,9 +66,9 @@ def _budget_table(b: KVBudget) -> Table:
 
 
 def budget_command(
-    model: str,
-    gpu: str,
-    tensor_parallel_size: int = 1,
+    model: str | None,
+    gpu: str | None,
+    tensor_parallel_size: int | None = 1,
     gpu_memory_utilization: float | None = None,
     max_model_len: int | None = None,
     max_num_batched_tokens: int | None = None,
@@ -79,8 +79,15 @@ def budget_command(
     calibration: str | None = None,
     as_json: bool = False,
 ) -> int:
-    """Print the budget (rich table, or one JSON object); return the exit status."""
+    """Print the budget (rich table, or one JSON object); return the exit status.
+
+    ``model``, ``gpu`` and ``tensor_parallel_size`` left out (None) are the calibration
+    file's when there is one, else the defaults (Llama-3.1-8B, H100-SXM, 1)."""
     try:
+        from_file = calibration_defaults(calibration) if calibration else {}
+        model = model or from_file.get("model") or DEFAULT_MODEL
+        gpu = gpu or from_file.get("gpu") or DEFAULT_GPU
+        tensor_parallel_size = tensor_parallel_size or from_file.get("tensor_parallel_size") or 1
         _, spec, hw, budget_fn = budget_inputs(calibration, model, gpu, tensor_parallel_size)
         kwargs = (
             {}
@@ -105,49 +112,4 @@ def budget_command(
         print(json.dumps(budget.to_dict(), sort_keys=True))
     else:
         Console().print(_budget_table(budget))
-    return 0
-
-
-def list_presets() -> list[str]:
-    """Bundled workload preset names (``workloads/presets/*.yaml``), if any."""
-    if not PRESET_DIR.is_dir():
-        return []
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-
-
-def list_command() -> int:
-    """Print bundled presets, models and GPUs; return the exit status."""
-    console = Console()
-    presets = list_presets()
-    console.print("[bold]Workload presets:[/bold] " + (", ".join(presets) or "(none yet)"))
-    models = Table(title="Models")
-    for col in ("name", "params (total / active)", "layers", "attention", "KV/token", "max len"):
-        models.add_column(col)
-    for name in list_models():
-        m = load_model(name)
-        counts = m.param_counts()
-        kinds = sorted({k: m.num_layers_of(k) for k in m.layer_kinds}.items())
-        models.add_row(
-            name,
-            f"{counts.total / 1e9:.1f}B / {counts.active_per_token / 1e9:.1f}B",
-            str(m.num_layers),
-            ", ".join(f"{n} {k}" for k, n in kinds),
-            f"{m.kv_bytes_per_token() / 1024:.1f} KiB",
-            f"{m.max_position_embeddings:,}",
-        )
-    console.print(models)
-    gpus = Table(title="GPUs")
-    for col in ("name", "memory", "BF16 TFLOP/s", "FP8 TFLOP/s", "HBM GB/s", "link GB/s"):
-        gpus.add_column(col)
-    for name in list_gpus():
-        g = load_gpu(name)
-        gpus.add_row(
-            name,
-            f"{g.memory_gib:.1f} GiB",
-            f"{g.bf16_tflops:g}",
-            f"{g.fp8_tflops:g}" if g.fp8_tflops else "-",
-            f"{g.hbm_bandwidth_gbps:g}",
-            f"{g.interconnect_bandwidth_gbps:g}",
-        )
-    console.print(gpus)
     return 0

@@ -1,7 +1,8 @@
 """The ``kvsim`` command line (typer).
 
 Exit status: 0 on success, 2 on bad input (one message on stderr, no traceback),
-1 on an internal error.
+1 on an internal error. Every option shows its help and default in ``--help``; engine
+flags come from :mod:`sim.cli_options`.
 """
 
 from __future__ import annotations
@@ -11,17 +12,34 @@ import gc
 import typer
 
 from kvcore import VLLM_VERSION, __version__
+from sim.cli_options import (
+    OUTPUT_PANEL,
+    WORKLOAD_PANEL,
+    KvsimCommand,
+    KvsimGroup,
+    engine_option,
+    given,
+)
 from sim.conformance import DEFAULT_SEED
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.outdir import FORCE_HELP
 from sim.signals import install as install_signal_handlers
 
 app = typer.Typer(
     name="kvsim",
+    cls=KvsimGroup,
     no_args_is_help=True,
     add_completion=False,
     help="Capacity planning for vLLM-style LLM serving, on vLLM V1's own KV-cache and "
-    f"scheduling logic (mirrors vLLM {VLLM_VERSION}).",
+    f"scheduling logic (mirrors vLLM {VLLM_VERSION}). Documentation: docs/README.md in "
+    "the repository.",
 )
+
+WORKLOAD_HELP = (
+    "preset name (kvsim list), workload YAML, or trace (.jsonl kvsim or Mooncake, "
+    ".csv Azure or BurstGPT)"
+)
+ROUTER_HELP = "round_robin, least_outstanding, least_kv or prefix_aware"
 
 
 @app.callback()
@@ -29,84 +47,147 @@ def _root() -> None:
     """kvsim: simulate vLLM replicas block for block."""
 
 
-@app.command()
+@app.command(cls=KvsimCommand)
 def run(
-    workload: str = typer.Argument(
-        None, help="preset name, workload YAML, or trace (.jsonl/.csv) [default: chat]"
+    ctx: typer.Context,
+    workload: str = typer.Argument(DEFAULT_WORKLOAD, metavar="WORKLOAD", help=WORKLOAD_HELP),
+    num_requests: int = typer.Option(
+        None,
+        "--num-requests",
+        metavar="N",
+        help="send N requests (each session turn is one), replacing the workload's "
+        "num_requests or duration_s",
+        show_default="the workload's",
+        rich_help_panel=WORKLOAD_PANEL,
     ),
-    engine: str = typer.Option(None, "--engine", help="YAML file of engine arguments"),
+    rate: float = typer.Option(
+        None,
+        "--rate",
+        metavar="REQ/S",
+        help="arrival rate in requests per second (sessions per second for a session "
+        "workload), replacing arrival.rate; poisson, gamma and constant arrivals only",
+        show_default="the workload's",
+        rich_help_panel=WORKLOAD_PANEL,
+    ),
+    duration: float = typer.Option(
+        None,
+        "--duration",
+        metavar="SECONDS",
+        help="stop arrivals at this simulated time: nothing is sent at or after it, what "
+        "was sent is served to the end; replaces num_requests",
+        show_default="the workload's",
+        rich_help_panel=WORKLOAD_PANEL,
+    ),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        metavar="FILE",
+        help="YAML file of engine arguments (vLLM names); flags given win",
+        show_default="none: vLLM's defaults",
+    ),
     model: str = typer.Option(
-        None, "--model", help="catalog model or config.json path [default: Llama-3.1-8B]"
+        DEFAULT_MODEL,
+        "--model",
+        metavar="NAME|PATH",
+        help="catalog model (kvsim list) or a Hugging Face config.json; with "
+        "--calibration: the file's model",
     ),
-    gpu: str = typer.Option(None, "--gpu", help="catalog GPU or GPU YAML [default: H100-SXM]"),
-    calibration: str = typer.Option(None, "--calibration", help="calibration file"),
-    seed: int = typer.Option(None, "--seed", help="overrides the workload's seed"),
+    gpu: str = typer.Option(
+        DEFAULT_GPU,
+        "--gpu",
+        metavar="NAME|PATH",
+        help="catalog GPU (kvsim list) or a GPU YAML; with --calibration: the file's GPU",
+    ),
+    calibration: str = typer.Option(
+        None,
+        "--calibration",
+        metavar="FILE",
+        help="calibration file from kvsim calibrate: measured memory terms and fitted step "
+        "times; gives model, GPU and tensor-parallel size unless those are given",
+        show_default="none: catalog figures, roofline step times",
+    ),
+    seed: int = typer.Option(
+        None,
+        "--seed",
+        help="seed of the workload's random draws",
+        show_default="the workload's, 0 for a trace",
+        rich_help_panel=WORKLOAD_PANEL,
+    ),
     out: str = typer.Option(
-        None, "--out", help="run directory [default: runs/<workload>_<model>_<gpu>]"
+        None,
+        "--out",
+        metavar="DIR",
+        help="run directory to write (a new or empty one, or an earlier kvsim run)",
+        show_default="runs/<workload>_<model>_<gpu>",
+        rich_help_panel=OUTPUT_PANEL,
     ),
-    decisions: bool = typer.Option(False, "--decisions", help="write decisions.jsonl"),
-    check: bool = typer.Option(False, "--check", help="check kvcore invariants every step"),
+    decisions: bool = typer.Option(
+        False,
+        "--decisions",
+        help="also write decisions.jsonl: what each step scheduled",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="check kvcore's invariants after every step (slow)"
+    ),
     fast_forward: bool = typer.Option(
         True,
         "--fast-forward/--no-fast-forward",
         help="advance decode-only stretches at once (identical results)",
     ),
-    block_size: int = typer.Option(None, "--block-size"),
-    gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization"),
-    num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
-    max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
-    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens"),
-    max_model_len: int = typer.Option(None, "--max-model-len"),
-    tensor_parallel_size: int = typer.Option(None, "--tensor-parallel-size"),
-    long_prefill_token_threshold: int = typer.Option(None, "--long-prefill-token-threshold"),
-    enable_chunked_prefill: bool = typer.Option(
-        None, "--enable-chunked-prefill/--no-enable-chunked-prefill"
+    num_replicas: int = typer.Option(1, "--num-replicas", help="replicas behind the router"),
+    router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
+    block_size: int = engine_option("block_size"),
+    gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
+    num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
+    max_num_seqs: int = engine_option("max_num_seqs"),
+    max_num_batched_tokens: int = engine_option("max_num_batched_tokens"),
+    max_model_len: int = engine_option("max_model_len"),
+    tensor_parallel_size: int = engine_option(
+        "tensor_parallel_size", help_suffix="; with --calibration: the file's"
     ),
-    enable_prefix_caching: bool = typer.Option(
-        None, "--enable-prefix-caching/--no-enable-prefix-caching"
-    ),
-    scheduling_policy: str = typer.Option(None, "--scheduling-policy", help="fcfs or priority"),
-    kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help="auto or fp8"),
-    latency_model: str = typer.Option(None, "--latency-model", help="roofline or constant"),
-    constant_step_s: float = typer.Option(
-        None, "--constant-step-s", help="seconds per step for --latency-model constant"
-    ),
-    num_replicas: int = typer.Option(None, "--num-replicas", help="replicas [default: 1]"),
-    router: str = typer.Option(
-        None,
-        "--router",
-        help="round_robin, least_outstanding, least_kv or prefix_aware [default: round_robin]",
-    ),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    long_prefill_token_threshold: int = engine_option("long_prefill_token_threshold"),
+    enable_chunked_prefill: bool = engine_option("enable_chunked_prefill"),
+    enable_prefix_caching: bool = engine_option("enable_prefix_caching"),
+    scheduling_policy: str = engine_option("scheduling_policy"),
+    kv_cache_dtype: str = engine_option("kv_cache_dtype"),
+    latency_model: str = engine_option("latency_model"),
+    constant_step_s: float = engine_option("constant_step_s"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP, rich_help_panel=OUTPUT_PANEL),
 ) -> None:
     """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
 
     --out may name a new directory, an empty one, or an earlier kvsim run directory
     (replaced whole, atomically); anything else needs --force."""
     from sim.run_cli import run_command
+    from workloads.overrides import WorkloadOverrides
 
-    overrides = dict(
-        block_size=block_size,
-        gpu_memory_utilization=gpu_memory_utilization,
-        num_gpu_blocks_override=num_gpu_blocks_override,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        tensor_parallel_size=tensor_parallel_size,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        enable_chunked_prefill=enable_chunked_prefill,
-        enable_prefix_caching=enable_prefix_caching,
-        scheduling_policy=scheduling_policy,
-        kv_cache_dtype=kv_cache_dtype,
-        latency_model=latency_model,
-        constant_step_s=constant_step_s,
+    overrides = given(
+        ctx,
+        dict(
+            block_size=block_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            num_gpu_blocks_override=num_gpu_blocks_override,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            enable_chunked_prefill=enable_chunked_prefill,
+            enable_prefix_caching=enable_prefix_caching,
+            scheduling_policy=scheduling_policy,
+            kv_cache_dtype=kv_cache_dtype,
+            latency_model=latency_model,
+            constant_step_s=constant_step_s,
+        ),
     )
+    named = given(ctx, {"model": model, "gpu": gpu})
     raise typer.Exit(
         run_command(
             workload,
             engine,
-            model,
-            gpu,
+            named["model"],
+            named["gpu"],
             calibration,
             seed,
             out,
@@ -117,6 +198,9 @@ def run(
             router=router,
             fast_forward=fast_forward,
             force=force,
+            workload_overrides=WorkloadOverrides(
+                rate=rate, num_requests=num_requests, duration_s=duration
+            ),
         )
     )
 
@@ -137,12 +221,18 @@ def replay(ctx: typer.Context) -> None:
     raise typer.Exit(replay_main(list(ctx.args), prog="kvsim replay"))
 
 
-@app.command()
+@app.command(
+    cls=KvsimCommand,
+    help="Compare kvcore with an installed vLLM on random traces, op sequences and sizing "
+    "cases; a table of traces, steps and mismatches (exit 1 on any mismatch).",
+)
 def conformance(
     vllm_python: str = typer.Option(
         None,
         "--vllm-python",
-        help="interpreter of an environment with vLLM installed [default: .venv-vllm/bin/python]",
+        metavar="PATH",
+        help="interpreter of an environment with vLLM installed",
+        show_default=".venv-vllm/bin/python",
     ),
     traces: int = typer.Option(200, "--traces", help="random step traces to compare"),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="seed of the random cases"),
@@ -150,42 +240,54 @@ def conformance(
         "conformance-failures", "--out-dir", help="where mismatching cases are written"
     ),
 ) -> None:
-    """Compare kvcore with an installed vLLM on random traces, op sequences and sizing
-    cases; a table of traces, steps and mismatches (exit 1 on any mismatch)."""
     from sim.conformance.cli import run_conformance
 
     raise typer.Exit(run_conformance(vllm_python, traces, seed, out_dir))
 
 
-@app.command()
+@app.command(cls=KvsimCommand)
 def budget(
-    model: str = typer.Option(..., "--model", help="catalog name or config.json path"),
-    gpu: str = typer.Option(..., "--gpu", help="catalog name or GPU YAML path"),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size"),
-    gpu_memory_utilization: float = typer.Option(
-        None, "--gpu-memory-utilization", help="[default: 0.92, vLLM 0.33]"
+    ctx: typer.Context,
+    model: str = typer.Option(
+        DEFAULT_MODEL,
+        "--model",
+        metavar="NAME|PATH",
+        help="catalog model or config.json path; with --calibration: the file's model",
     ),
-    max_model_len: int = typer.Option(None, "--max-model-len", help="[default: model max]"),
-    max_num_batched_tokens: int = typer.Option(
-        None, "--max-num-batched-tokens", help="[default: vLLM's for the GPU]"
+    gpu: str = typer.Option(
+        DEFAULT_GPU,
+        "--gpu",
+        metavar="NAME|PATH",
+        help="catalog GPU or GPU YAML path; with --calibration: the file's GPU",
     ),
-    max_num_seqs: int = typer.Option(None, "--max-num-seqs", help="[default: vLLM's]"),
-    block_size: int = typer.Option(16, "--block-size"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto or fp8"),
-    num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
+    tensor_parallel_size: int = engine_option(
+        "tensor_parallel_size", help_suffix="; with --calibration: the file's"
+    ),
+    gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
+    max_model_len: int = engine_option("max_model_len"),
+    max_num_batched_tokens: int = engine_option("max_num_batched_tokens"),
+    max_num_seqs: int = engine_option("max_num_seqs"),
+    block_size: int = engine_option("block_size"),
+    kv_cache_dtype: str = engine_option("kv_cache_dtype"),
+    num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
     calibration: str = typer.Option(
-        None, "--calibration", help="calibration file from kvsim calibrate"
+        None,
+        "--calibration",
+        metavar="FILE",
+        help="calibration file from kvsim calibrate: its measured memory terms",
+        show_default="none: catalog figures",
     ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """The KV block budget (num_gpu_blocks) per GPU and each term it was derived from."""
     from sim.budget_cli import budget_command
 
+    named = given(ctx, {"model": model, "gpu": gpu, "tensor_parallel_size": tensor_parallel_size})
     raise typer.Exit(
         budget_command(
-            model,
-            gpu,
-            tensor_parallel_size,
+            named["model"],
+            named["gpu"],
+            named["tensor_parallel_size"],
             gpu_memory_utilization,
             max_model_len,
             max_num_batched_tokens,
@@ -199,137 +301,193 @@ def budget(
     )
 
 
-@app.command()
+PLAN_PATHS = {
+    "question": "question",
+    "workload": "workload",
+    "model": "model",
+    "gpu": "gpu",
+    "ttft_mean_s": "slo.ttft_mean_s",
+    "ttft_p90_s": "slo.ttft_p90_s",
+    "tpot_mean_s": "slo.tpot_mean_s",
+    "tpot_p99_s": "slo.tpot_p99_s",
+    "e2e_p99_s": "slo.e2e_p99_s",
+    "max_preemptions_per_request": "slo.max_preemptions_per_request",
+    "rate": "rate",
+    "num_replicas": "num_replicas",
+    "router": "router",
+    "knob": "knob",
+    "low": "search.low",
+    "high": "search.high",
+    "max_probes": "search.max_probes",
+    "rel_tol": "search.rel_tol",
+    "num_requests": "num_requests",
+    "precision": "length.precision",
+    "max_length_factor": "length.max_factor",
+    "fixed_length": "length.fixed",
+    "confirm_sojourns": "length.confirm_sojourns",
+}
+"""Each ``kvsim plan`` option and the plan field it sets (engine flags set
+``engine.<field>``); the option's default is the field's (``tests/test_cli_help.py``)."""
+
+
+def _slo(flag: str, what: str) -> typer.models.OptionInfo:
+    return typer.Option(None, flag, metavar="BOUND", help="SLO: " + what, show_default="none")
+
+
+@app.command(cls=KvsimCommand)
 def plan(
-    plan_file: str = typer.Argument(None, help="plan YAML (see `sim/plan/spec.py`)"),
-    out: str = typer.Option(None, "--out", help="plan directory [default: plans/<...>]"),
-    question: str = typer.Option(None, "--question", help="max_rate, min_replicas or min_kv"),
-    workload: str = typer.Option(None, "--workload", help="preset or workload YAML"),
-    model: str = typer.Option(None, "--model"),
-    gpu: str = typer.Option(None, "--gpu"),
-    ttft_mean_s: float = typer.Option(None, "--ttft-mean-s", help="SLO: mean TTFT, seconds"),
-    ttft_p90_s: float = typer.Option(None, "--ttft-p90-s", help="SLO: p90 TTFT, seconds"),
-    tpot_mean_s: float = typer.Option(None, "--tpot-mean-s", help="SLO: mean TPOT, seconds"),
-    tpot_p99_s: float = typer.Option(None, "--tpot-p99-s"),
-    e2e_p99_s: float = typer.Option(None, "--e2e-p99-s"),
-    max_preemptions_per_request: float = typer.Option(None, "--max-preemptions-per-request"),
-    rate: float = typer.Option(None, "--rate", help="target rate (min_replicas, min_kv)"),
-    num_replicas: int = typer.Option(None, "--num-replicas"),
-    router: str = typer.Option(None, "--router"),
-    knob: str = typer.Option(
-        None, "--knob", help="min_kv: num_gpu_blocks, gpu_memory_utilization or max_num_seqs"
+    ctx: typer.Context,
+    plan_file: str = typer.Argument(
+        None,
+        metavar="PLAN.yaml",
+        help="plan YAML: question, SLOs, workload, engine, search (docs/plan.md); flags given win",
+        show_default="none: flags only",
     ),
-    low: float = typer.Option(None, "--low", help="search range low end"),
-    high: float = typer.Option(None, "--high", help="search range high end"),
-    max_probes: int = typer.Option(None, "--max-probes"),
-    num_seeds: int = typer.Option(None, "--seeds", help="seeds 0..N-1 per probe"),
+    out: str = typer.Option(
+        None,
+        "--out",
+        metavar="DIR",
+        help="plan directory",
+        show_default="plans/<workload>_<question>",
+    ),
+    question: str = typer.Option(
+        None,
+        "--question",
+        help="max_rate: highest rate meeting the SLOs; min_replicas: fewest replicas at "
+        "--rate; min_kv: smallest --knob at --rate",
+        show_default="the plan file's; one of the two is required",
+    ),
+    workload: str = typer.Option(
+        DEFAULT_WORKLOAD,
+        "--workload",
+        metavar="WORKLOAD",
+        help="preset or workload YAML with a poisson, gamma or constant arrival",
+    ),
+    model: str = typer.Option(
+        DEFAULT_MODEL, "--model", metavar="NAME|PATH", help="catalog model or config.json path"
+    ),
+    gpu: str = typer.Option(
+        DEFAULT_GPU, "--gpu", metavar="NAME|PATH", help="catalog GPU or GPU YAML path"
+    ),
+    ttft_mean_s: float = _slo("--ttft-mean-s", "mean time to first token, seconds"),
+    ttft_p90_s: float = _slo("--ttft-p90-s", "p90 time to first token, seconds"),
+    tpot_mean_s: float = _slo("--tpot-mean-s", "mean time per output token, seconds"),
+    tpot_p99_s: float = _slo("--tpot-p99-s", "p99 time per output token, seconds"),
+    e2e_p99_s: float = _slo("--e2e-p99-s", "p99 end-to-end latency, seconds"),
+    max_preemptions_per_request: float = _slo(
+        "--max-preemptions-per-request", "preemptions per request, at most"
+    ),
+    rate: float = typer.Option(
+        None,
+        "--rate",
+        metavar="REQ/S",
+        help="target rate, requests per second (min_replicas: required; min_kv)",
+        show_default="the workload's",
+    ),
+    num_replicas: int = typer.Option(
+        1, "--num-replicas", help="replicas behind the router (max_rate, min_kv)"
+    ),
+    router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
+    knob: str = typer.Option(
+        "num_gpu_blocks",
+        "--knob",
+        help="min_kv: num_gpu_blocks, gpu_memory_utilization or max_num_seqs",
+    ),
+    low: float = typer.Option(
+        None,
+        "--low",
+        help="low end of the search range",
+        show_default="0.5 req/s, 1 replica, 16 blocks, utilization 0.1, 1 sequence",
+    ),
+    high: float = typer.Option(
+        None,
+        "--high",
+        help="high end of the search range",
+        show_default="open: doubles from --low; min_kv: the base configuration's value",
+    ),
+    max_probes: int = typer.Option(12, "--max-probes", help="most probes the search runs"),
+    rel_tol: float = typer.Option(
+        0.05, "--rel-tol", help="stop once the bracket is this fraction of its upper end wide"
+    ),
+    num_seeds: int = typer.Option(
+        2, "--seeds", metavar="N", help="seeds 0..N-1 per probe; a probe passes if all do"
+    ),
     num_requests: int = typer.Option(
         None,
         "--num-requests",
+        metavar="N",
         help="requests per probe run to start with (runs double until they decide)",
+        show_default="the workload's",
     ),
     precision: float = typer.Option(
-        None,
+        0.05,
         "--precision",
         help="relative half-width of an SLO metric's 95% interval that decides a run "
-        "whose interval holds the bound [default: 0.05]",
+        "whose interval holds the bound",
     ),
     max_length_factor: int = typer.Option(
-        None, "--max-length-factor", help="longest probe run, times the start [default: 16]"
+        16, "--max-length-factor", help="longest probe run, times the start length"
     ),
     fixed_length: bool = typer.Option(
-        None,
+        False,
         "--fixed-length/--no-fixed-length",
-        help="run every probe at --num-requests only (a note where that is too short)",
+        help="run every probe at the start length only (a note where that is too short)",
     ),
     confirm_sojourns: float = typer.Option(
-        None,
+        50.0,
         "--confirm-sojourns",
         help="the answer's runs are lengthened until their measurement windows span this "
-        "many mean sojourn times (0: no confirmation) [default: 50]",
+        "many mean sojourn times (0: no confirmation)",
     ),
-    max_num_seqs: int = typer.Option(None, "--max-num-seqs"),
-    num_gpu_blocks_override: int = typer.Option(None, "--num-gpu-blocks-override"),
-    max_model_len: int = typer.Option(
-        None, "--max-model-len", help="tokens [default: the model's maximum]"
-    ),
-    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens"),
-    gpu_memory_utilization: float = typer.Option(None, "--gpu-memory-utilization"),
-    block_size: int = typer.Option(None, "--block-size", help="tokens per KV block"),
-    tensor_parallel_size: int = typer.Option(None, "--tensor-parallel-size"),
-    enable_prefix_caching: bool = typer.Option(
-        None, "--enable-prefix-caching/--no-enable-prefix-caching"
-    ),
-    enable_chunked_prefill: bool = typer.Option(
-        None, "--enable-chunked-prefill/--no-enable-chunked-prefill"
-    ),
-    scheduling_policy: str = typer.Option(None, "--scheduling-policy", help="fcfs or priority"),
-    long_prefill_token_threshold: int = typer.Option(None, "--long-prefill-token-threshold"),
-    kv_cache_dtype: str = typer.Option(None, "--kv-cache-dtype", help="auto or fp8"),
-    latency_model: str = typer.Option(None, "--latency-model", help="roofline or constant"),
-    constant_step_s: float = typer.Option(
-        None, "--constant-step-s", help="seconds per step for --latency-model constant"
-    ),
+    max_num_seqs: int = engine_option("max_num_seqs"),
+    num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
+    max_model_len: int = engine_option("max_model_len"),
+    max_num_batched_tokens: int = engine_option("max_num_batched_tokens"),
+    gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
+    block_size: int = engine_option("block_size"),
+    tensor_parallel_size: int = engine_option("tensor_parallel_size"),
+    enable_prefix_caching: bool = engine_option("enable_prefix_caching"),
+    enable_chunked_prefill: bool = engine_option("enable_chunked_prefill"),
+    scheduling_policy: str = engine_option("scheduling_policy"),
+    long_prefill_token_threshold: int = engine_option("long_prefill_token_threshold"),
+    kv_cache_dtype: str = engine_option("kv_cache_dtype"),
+    latency_model: str = engine_option("latency_model"),
+    constant_step_s: float = engine_option("constant_step_s"),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs.
 
-    --out may name a new directory, an empty one, or an earlier kvsim plan directory
-    (probed again); anything else needs --force."""
+    Options override the plan file's values (docs/plan.md lists its fields). --out may
+    name a new directory, an empty one, or an earlier kvsim plan directory (probed
+    again); anything else needs --force."""
     from sim.plan.cli import plan_command
 
-    overrides = {
-        "question": question,
-        "workload": workload,
-        "model": model,
-        "gpu": gpu,
-        "slo.ttft_mean_s": ttft_mean_s,
-        "slo.ttft_p90_s": ttft_p90_s,
-        "slo.tpot_mean_s": tpot_mean_s,
-        "slo.tpot_p99_s": tpot_p99_s,
-        "slo.e2e_p99_s": e2e_p99_s,
-        "slo.max_preemptions_per_request": max_preemptions_per_request,
-        "rate": rate,
-        "num_replicas": num_replicas,
-        "router": router,
-        "knob": knob,
-        "search.low": low,
-        "search.high": high,
-        "search.max_probes": max_probes,
-        "seeds": list(range(num_seeds)) if num_seeds is not None and num_seeds > 0 else num_seeds,
-        "num_requests": num_requests,
-        "length.precision": precision,
-        "length.max_factor": max_length_factor,
-        "length.fixed": fixed_length,
-        "length.confirm_sojourns": confirm_sojourns,
-        "engine.max_num_seqs": max_num_seqs,
-        "engine.num_gpu_blocks_override": num_gpu_blocks_override,
-        "engine.max_model_len": max_model_len,
-        "engine.max_num_batched_tokens": max_num_batched_tokens,
-        "engine.gpu_memory_utilization": gpu_memory_utilization,
-        "engine.block_size": block_size,
-        "engine.tensor_parallel_size": tensor_parallel_size,
-        "engine.enable_prefix_caching": enable_prefix_caching,
-        "engine.enable_chunked_prefill": enable_chunked_prefill,
-        "engine.scheduling_policy": scheduling_policy,
-        "engine.long_prefill_token_threshold": long_prefill_token_threshold,
-        "engine.kv_cache_dtype": kv_cache_dtype,
-        "engine.latency_model": latency_model,
-        "engine.constant_step_s": constant_step_s,
-    }
+    values = given(
+        ctx, {k: v for k, v in ctx.params.items() if k not in ("plan_file", "out", "force")}
+    )
+    overrides = {}
+    for name, value in values.items():
+        if name == "num_seeds":
+            overrides["seeds"] = list(range(value)) if value is not None and value > 0 else value
+        else:
+            overrides[PLAN_PATHS.get(name, f"engine.{name}")] = value
     raise typer.Exit(plan_command(plan_file, out, overrides, force=force))
 
 
-@app.command()
+@app.command(cls=KvsimCommand)
 def sweep(
-    spec: str = typer.Argument(..., help="sweep spec (YAML): base run, axes, seeds"),
-    out: str = typer.Option(None, "--out", help="sweep directory [default: runs/sweeps/<name>]"),
+    spec: str = typer.Argument(
+        ..., metavar="SWEEP.yaml", help="sweep spec: base run, axes, seeds (docs/sweep.md)"
+    ),
+    out: str = typer.Option(
+        None, "--out", metavar="DIR", help="sweep directory", show_default="runs/sweeps/<name>"
+    ),
     executor: str = typer.Option("local", "--executor", help="local (processes) or ray"),
     jobs: int = typer.Option(
-        None, "--jobs", help="points run at once [default: CPUs (local), all (ray)]"
+        None, "--jobs", help="points run at once", show_default="CPUs (local), all (ray)"
     ),
     address: str = typer.Option(
-        None, "--address", help="Ray cluster address [default: start a local Ray instance]"
+        None, "--address", help="Ray cluster address", show_default="start a local Ray instance"
     ),
     scale: float = typer.Option(
         1.0, "--scale", help="multiply each workload's num_requests (or duration_s) by this"
@@ -345,32 +503,48 @@ def sweep(
     raise typer.Exit(sweep_command(spec, out, executor, jobs, address, scale, force=force))
 
 
-@app.command()
-def report(directory: str = typer.Argument(..., help="a run or sweep directory")) -> None:
+@app.command(cls=KvsimCommand)
+def report(
+    directory: str = typer.Argument(..., metavar="DIR", help="a run or sweep directory"),
+) -> None:
     """(Re)render plots and report.html of a run or sweep directory from its records."""
     from sim.sweep.cli import report_command
 
     raise typer.Exit(report_command(directory))
 
 
-@app.command()
+@app.command(
+    cls=KvsimCommand,
+    help="Profile memory (vLLM's profile_run) and step times on this machine; write a "
+    "calibration file for `kvsim run/budget --calibration`. Needs torch (the calibrate extra).",
+)
 def calibrate(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     model: str = typer.Option(
-        None, "--model", help="catalog name or config.json [default: kvsim-tiny on cpu]"
+        None,
+        "--model",
+        metavar="NAME|PATH",
+        help="catalog name or config.json",
+        show_default="kvsim-tiny on cpu, Llama-3.1-8B on cuda",
     ),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel size (one rank is profiled)"),
     quick: bool = typer.Option(False, "--quick", help="a smaller sweep (CPU: < 1 minute)"),
-    out: str = typer.Option(None, "--out", help="calibration YAML [default: calibration-*.yaml]"),
-    num_layers: int = typer.Option(None, "--num-layers", help="profile only this many layers"),
+    out: str = typer.Option(
+        None,
+        "--out",
+        metavar="FILE",
+        help="calibration YAML to write (and a .csv of the measured steps beside it)",
+        show_default="calibration-<model>-<device>.yaml",
+    ),
+    num_layers: int = typer.Option(
+        None, "--num-layers", help="profile only this many layers", show_default="all"
+    ),
     force: bool = typer.Option(
         False,
         "--force",
         help="replace an existing --out file (or its .csv) that kvsim calibrate did not write",
     ),
 ) -> None:
-    """Profile memory (vLLM's profile_run) and step times on this machine; write a
-    calibration file for `kvsim run/budget --calibration`. Needs torch."""
     from calibrate.cli import calibrate_command
     from sim.progress import progress_bar
 
@@ -379,15 +553,15 @@ def calibrate(
     )
 
 
-@app.command(name="list")
+@app.command(name="list", cls=KvsimCommand)
 def list_catalog() -> None:
-    """Bundled workload presets, models and GPUs."""
-    from sim.budget_cli import list_command
+    """Bundled workload presets, models and GPUs, one line each."""
+    from sim.list_cli import list_command
 
     raise typer.Exit(list_command())
 
 
-@app.command()
+@app.command(cls=KvsimCommand)
 def version() -> None:
     """Print kvsim's version and the vLLM version kvcore mirrors."""
     typer.echo(f"kvsim {__version__} (kvcore mirrors vLLM {VLLM_VERSION})")
@@ -397,7 +571,7 @@ def main() -> None:
     """Console-script entry point."""
     install_signal_handlers()
     try:
-        app()
+        app(prog_name="kvsim")
     finally:
         # The process ends next: keep the interpreter's last collections from walking
         # every object a run left (tens of ms after a large run); memory goes back

@@ -21,6 +21,7 @@ import yaml
 from kvcore import VLLM_VERSION, __version__
 from sim import offload
 from sim.cluster import Cluster
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
 from sim.engine_config import EngineConfig
 from sim.input_limits import nothing_served_message
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
@@ -29,10 +30,7 @@ from sim.router import make_router
 from sim.setup import ResolvedRun, resolve_run
 from sim.summary import build_summary
 from sim.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
-
-DEFAULT_WORKLOAD = "chat"
-DEFAULT_MODEL = "Llama-3.1-8B"
-DEFAULT_GPU = "H100-SXM"
+from workloads.overrides import WorkloadOverrides
 
 
 class NothingServed(ValueError):
@@ -58,6 +56,9 @@ class RunSpec:
     goodput: dict[str, float] | None = None
     """Per-request SLOs for goodput, ms by vLLM's keys (``ttft``, ``tpot``, ``e2el``;
     :mod:`sim.goodput`); None: no goodput."""
+    workload_overrides: WorkloadOverrides | None = None
+    """The workload's rate and length as ``kvsim run --rate/--num-requests/--duration``
+    set them (:mod:`workloads.overrides`); None keeps the workload's own."""
 
 
 @contextmanager

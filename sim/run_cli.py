@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from calibrate.use_calibration import calibration_defaults
 from reports.html import plus_minus
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
@@ -30,6 +31,7 @@ from sim.run import (
 )
 from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
+from workloads.overrides import WorkloadOverrides
 
 
 def _fail(message: str) -> int:
@@ -50,9 +52,12 @@ def format_validation_error(source: str, err: ValidationError) -> str:
     return f"{source}: {field}: {msg}"
 
 
-def load_engine_config(path: str | None, overrides: dict[str, Any]) -> EngineConfig:
-    """Engine settings from a YAML file, then flags (flags win). ValueError on bad input."""
-    data: dict[str, Any] = {}
+def load_engine_config(
+    path: str | None, overrides: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> EngineConfig:
+    """Engine settings from ``defaults`` (e.g. a calibration file's tensor-parallel
+    size), then a YAML file, then flags (flags win). ValueError on bad input."""
+    data: dict[str, Any] = dict(defaults or {})
     source = "engine flags"
     if path is not None:
         source = path
@@ -183,14 +188,23 @@ def run_command(
     router: str | None = None,
     fast_forward: bool = True,
     force: bool = False,
+    workload_overrides: WorkloadOverrides | None = None,
 ) -> int:
-    """Body of ``kvsim run``; returns the exit status."""
+    """Body of ``kvsim run``; returns the exit status.
+
+    ``model``, ``gpu`` and the engine's ``tensor_parallel_size`` left out (None) are
+    the calibration file's when there is one, else the defaults.
+    ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``."""
     try:
-        engine = load_engine_config(engine_file, engine_overrides)
+        from_file = calibration_defaults(calibration) if calibration else {}
+        tp = from_file.get("tensor_parallel_size")
+        engine = load_engine_config(
+            engine_file, engine_overrides, {"tensor_parallel_size": tp} if tp else None
+        )
         spec = RunSpec(
             workload=workload or DEFAULT_WORKLOAD,
-            model=model or DEFAULT_MODEL,
-            gpu=gpu or DEFAULT_GPU,
+            model=model or from_file.get("model") or DEFAULT_MODEL,
+            gpu=gpu or from_file.get("gpu") or DEFAULT_GPU,
             engine=engine,
             seed=seed,
             calibration=calibration,
@@ -199,6 +213,7 @@ def run_command(
             num_replicas=1 if num_replicas is None else num_replicas,
             router=router or "round_robin",
             fast_forward=fast_forward,
+            workload_overrides=workload_overrides,
         )
         resolved = resolve_run(spec)
     except ValueError as e:
@@ -218,7 +233,7 @@ def run_command(
     try:
         if console.is_terminal:
             with progress_bar(console) as progress:
-                task = progress.add_task("simulating", total=total)
+                task = progress.add_task("simulating", total=total, unit="req")
                 summary = run(
                     spec,
                     out_dir,

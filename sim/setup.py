@@ -97,7 +97,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
             f"max_model_len ({budget.max_model_len}) with enable_chunked_prefill off: raise "
             "--max-num-batched-tokens or lower --max-model-len"
         )
-    workload = load_workload(spec.workload, seed=spec.seed)
+    workload = load_workload(spec.workload, seed=spec.seed, overrides=spec.workload_overrides)
     describe = getattr(latency, "describe", None)
     resolved = ResolvedRun(
         workload=workload,

@@ -121,6 +121,26 @@ def test_budget_uses_measured_terms_and_refuses_mismatch(cal_path):
     assert bad.returncode == 2 and "--calibration" in bad.stderr and "Gemma-3-27B" in bad.stderr
 
 
+def test_run_and_budget_take_model_gpu_and_tp_from_the_file(cal_path, tmp_path):
+    """--calibration alone: the file says which model, GPU and TP it is for."""
+    res = _cli("run", "--calibration", str(cal_path), "--num-requests", "20",
+               "--max-model-len", "8192", "--out", str(tmp_path / "run"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (config["model"], config["gpu"]) == ("Gemma-3-27B", "H100-SXM")
+    assert config["engine"]["tensor_parallel_size"] == 1
+    assert (
+        config["kv_budget"]["num_gpu_blocks"]
+        == load_calibration(cal_path).kv_budget["num_gpu_blocks"]
+    )
+    budget = _cli("budget", "--calibration", str(cal_path), "--max-model-len", "8192", "--json")
+    assert budget.returncode == 0, budget.stderr
+    assert json.loads(budget.stdout)["model"] == "Gemma-3-27B"
+    tp2 = _cli("run", "--calibration", str(cal_path), "--tensor-parallel-size", "2",
+               "--out", str(tmp_path / "tp2"))  # fmt: skip
+    assert tp2.returncode == 2 and "tensor_parallel_size 1" in tp2.stderr
+
+
 def test_calibrate_quick_cpu_end_to_end(tmp_path):
     pytest.importorskip("torch", reason="torch not installed (calibrate extra)")
     out = tmp_path / "tiny.yaml"
@@ -134,5 +154,11 @@ def test_calibrate_quick_cpu_end_to_end(tmp_path):
     run = _cli("run", "--model", "kvsim-tiny", "--gpu", "cpu", "--calibration", str(out),
                "--out", str(tmp_path / "run"), cwd=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr
-    refused = _cli("run", "--calibration", str(out), "--out", str(tmp_path / "r2"))
-    assert refused.returncode == 2 and "kvsim-tiny" in refused.stderr
+    # Without --model / --gpu the file's model, GPU and TP are taken.
+    alone = _cli("run", "--calibration", str(out), "--out", str(tmp_path / "r2"), cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    config = yaml.safe_load((tmp_path / "r2" / "config.yaml").read_text())
+    assert (config["model"], config["engine"]["tensor_parallel_size"]) == ("kvsim-tiny", 1)
+    other = _cli("run", "--model", "Llama-3.1-8B", "--calibration", str(out),
+                 "--out", str(tmp_path / "r3"))  # fmt: skip
+    assert other.returncode == 2 and "kvsim-tiny" in other.stderr

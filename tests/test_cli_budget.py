@@ -103,7 +103,7 @@ def test_budget_from_user_files(tmp_path):
 
 
 def test_list_shows_models_and_gpus():
-    res = runner.invoke(app, ["list"])
+    res = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
     assert res.exit_code == 0, res.output
     for name in (
         "Llama-3.1-8B",
@@ -114,6 +114,27 @@ def test_list_shows_models_and_gpus():
         "Workload presets",
     ):
         assert name in res.stdout
+
+
+def test_list_describes_each_preset_model_and_gpu():
+    from workloads import list_presets, preset_description
+
+    res = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    lines = res.stdout.splitlines()
+
+    def row(name):
+        return next(line for line in lines if line.startswith(f"│ {name} "))
+
+    for preset in list_presets():
+        assert preset_description(preset)[:40] in row(preset)
+    assert "Poisson 8 req/s" in row("chat") and "1,000 requests" in row("chat")
+    assert "all at t = 0" in row("offline-batch")
+    # params, layers, attention kind, KV bytes per token (32 layers x 2 x 8 heads x 128 x 2 B)
+    llama = row("Llama-3.1-8B")
+    assert "8.0B" in llama and " 32 " in llama and "GQA 32/8" in llama and "128.0 KiB" in llama
+    assert "MLA" in row("DeepSeek-V3") and "MoE 256 experts" in row("DeepSeek-V3")
+    assert "sliding" in row("Gemma-3-27B")
+    assert "NVLink 4" in row("H100-SXM") and "3350" in row("H100-SXM")
 
 
 def run_cli(*args):

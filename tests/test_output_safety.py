@@ -392,7 +392,7 @@ def test_calibrate_refuses_to_overwrite_files_it_did_not_write(tmp_path: Path) -
 
 
 def test_calibrate_cli_checks_out_before_profiling(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch not installed (calibrate extra)")
     target = _user_file(tmp_path / "cal.yaml")
     proc = kvsim_cli("calibrate", "--quick", "--out", str(target))
     _one_error_line(proc, "--out", "cal.yaml", "--force")

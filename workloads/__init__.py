@@ -2,7 +2,8 @@
 
 Public API::
 
-    load_workload(spec, *, seed=None) -> Workload     # preset name, YAML or trace path
+    load_workload(spec, *, seed=None, overrides=None) -> Workload  # preset, YAML or trace
+    WorkloadOverrides(rate, num_requests, duration_s)  # kvsim run --rate/--num-requests/...
     list_presets() -> list[str]
     Workload.start(env, submit) / on_finish(request_id, output_token_ids, now) / done()
     SimRequest                                         # what ``submit`` receives
@@ -12,6 +13,7 @@ Public API::
 from workloads.analysis import expected_prefix_hit_fraction
 from workloads.errors import WorkloadError
 from workloads.loader import list_presets, load_spec, load_workload, preset_description
+from workloads.overrides import WorkloadOverrides
 from workloads.process import Workload
 from workloads.request import SimRequest
 from workloads.spec import WorkloadSpec
@@ -26,6 +28,7 @@ __all__ = [
     "TraceWorkload",
     "Workload",
     "WorkloadError",
+    "WorkloadOverrides",
     "WorkloadSpec",
     "expected_prefix_hit_fraction",
     "list_presets",

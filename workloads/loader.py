@@ -8,6 +8,7 @@ import yaml
 from pydantic import ValidationError
 
 from workloads.errors import WorkloadError, from_validation_error
+from workloads.overrides import WorkloadOverrides, override_spec, override_trace
 from workloads.process import Workload
 from workloads.spec import WorkloadSpec
 from workloads.synthetic import SyntheticWorkload
@@ -54,10 +55,19 @@ def load_spec(path: Path, file: str | None = None) -> WorkloadSpec:
 
 
 def workload_from_spec(
-    spec: WorkloadSpec, name: str, base_dir: Path | str, file: str, source: str
+    spec: WorkloadSpec,
+    name: str,
+    base_dir: Path | str,
+    file: str,
+    source: str,
+    overrides: dict[str, float | int] | None = None,
 ) -> SyntheticWorkload:
-    """A synthetic workload from a validated spec (``base_dir`` for empirical files)."""
+    """A synthetic workload from a validated spec (``base_dir`` for empirical files);
+    ``overrides`` (what :meth:`WorkloadOverrides.given` returns) are recorded in the
+    resolved configuration when there are any."""
     resolved = {"name": name, **spec.model_dump(mode="json", exclude={"name"}), "source": source}
+    if overrides:
+        resolved["overrides"] = dict(overrides)
     return SyntheticWorkload(spec, name, base_dir, file, resolved)
 
 
@@ -70,7 +80,9 @@ def preset_path(text: str) -> Path | None:
     return None
 
 
-def load_workload(spec: str | Path, *, seed: int | None = None) -> Workload:
+def load_workload(
+    spec: str | Path, *, seed: int | None = None, overrides: WorkloadOverrides | None = None
+) -> Workload:
     """Load a workload from a preset name, a YAML spec path or a trace path.
 
     Args:
@@ -78,6 +90,9 @@ def load_workload(spec: str | Path, *, seed: int | None = None) -> Workload:
             (``.jsonl`` kvsim or Mooncake, ``.csv`` Azure or BurstGPT, told apart by
             their fields or header).
         seed: overrides the spec's ``seed`` (traces: seeds the drawn token ids; default 0).
+        overrides: a rate and length replacing the workload's own
+            (:mod:`workloads.overrides`); the resolved configuration records them under
+            ``overrides``.
 
     Raises:
         WorkloadError: one line naming the file and the field.
@@ -98,15 +113,20 @@ def load_workload(spec: str | Path, *, seed: int | None = None) -> Workload:
             "no such preset or file (presets: " + ", ".join(list_presets()) + ")",
         )
     suffix = path.suffix.lower()
+    given = overrides.given() if overrides is not None else {}
     if suffix in YAML_SUFFIXES:
         parsed = load_spec(path, file)
         if seed is not None:
             parsed = parsed.model_copy(update={"seed": seed})
+        if overrides is not None:
+            parsed = override_spec(parsed, overrides, file)
         name = parsed.name or path.stem
-        return workload_from_spec(parsed, name, path.parent, file, source)
+        return workload_from_spec(parsed, name, path.parent, file, source, given)
     if suffix in TRACE_SUFFIXES:
         table = read_trace(path, file)
-        return TraceWorkload(table, path.stem, source, seed=seed or 0)
+        if overrides is not None:
+            table = override_trace(table, overrides, file)
+        return TraceWorkload(table, path.stem, source, seed=seed or 0, overrides=given)
     raise WorkloadError(
         file,
         "",

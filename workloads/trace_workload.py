@@ -27,9 +27,17 @@ class TraceWorkload(Workload):
     reacts_to_finish = False  # arrival times are fixed by the trace
 
     def __init__(
-        self, table: TraceTable, name: str, source: str, seed: int = 0, vocab_size: int = 32000
+        self,
+        table: TraceTable,
+        name: str,
+        source: str,
+        seed: int = 0,
+        vocab_size: int = 32000,
+        overrides: dict[str, float | int] | None = None,
     ) -> None:
-        spec = {
+        """``overrides``: what cut the trace (``kvsim run --num-requests/--duration``),
+        recorded in the resolved configuration when there are any."""
+        spec: dict[str, Any] = {
             "name": name,
             "trace": source,
             "format": table.format,
@@ -38,6 +46,8 @@ class TraceWorkload(Workload):
             "vocab_size": vocab_size,
             "skipped_rows": table.skipped_rows,
         }
+        if overrides:
+            spec["overrides"] = dict(overrides)
         super().__init__(name, spec, len(table))
         self.table = table
         self._seed = seed

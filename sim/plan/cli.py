@@ -9,12 +9,16 @@ impossible SLO: the message names the failing SLO at the easiest probe, and
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from sim.outdir import OutputError
 from sim.plan.runner import describe, run_plan
 from sim.plan.spec import PlanError, load_plan
+from sim.progress import progress_bar
 from sim.signals import exit_status, interrupted
 
 
@@ -30,6 +34,25 @@ def _infeasible_message(doc: dict[str, Any], out: Path) -> str:
     )
 
 
+def _run_with_progress(plan: Any, out_dir: Path, source: str, force: bool) -> dict[str, Any]:
+    """``run_plan`` with a progress bar on a terminal: one line per probe run (requests
+    finished, rate, time left) and the probes so far."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return run_plan(plan, out_dir, source, force=force)
+    with progress_bar(console) as progress:
+        most = plan.search.max_probes
+        probes = progress.add_task(f"probes (at most {most})", total=None, unit="probes")
+        runs = progress.add_task("starting", total=None, unit="req")
+
+        def on_run(probe: int, label: str, total: int | None) -> Callable[[int], None]:
+            progress.update(probes, completed=probe - 1)
+            progress.reset(runs, total=total, description=label)
+            return lambda n: progress.advance(runs, n)
+
+        return run_plan(plan, out_dir, source, force=force, on_run=on_run)
+
+
 def plan_command(
     path: str | None, out: str | None, overrides: dict[str, Any], force: bool = False
 ) -> int:
@@ -41,7 +64,7 @@ def plan_command(
         out_dir = (
             Path(out) if out else Path("plans") / f"{Path(plan.workload).stem}_{plan.question}"
         )
-        doc = run_plan(plan, out_dir, source, force=force)
+        doc = _run_with_progress(plan, out_dir, source, force)
     except (PlanError, OutputError) as e:
         print(f"kvsim: error: {e}", file=sys.stderr)
         return 2

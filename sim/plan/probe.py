@@ -15,6 +15,7 @@ how long the run was).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,13 @@ from sim.run import NothingServed, RunSpec, run
 from sim.verdict import UNDECIDED, VerdictThresholds
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
+from workloads.overrides import RATED_ARRIVALS, WorkloadOverrides, override_spec
 from workloads.spec import WorkloadSpec
 
 PARAM = {"max_rate": "rate", "min_replicas": "num_replicas"}
-RATED_ARRIVALS = ("poisson", "gamma", "constant")
+OnRun = Callable[[int, str, "int | None"], "Callable[[int], None] | None"]
+"""What the plan's progress bar is told before each run: the probe's number (1 for the
+first), a label, the run's requests (None for a run bounded by a duration)."""
 
 
 def param_name(plan: PlanSpec) -> str:
@@ -75,12 +79,17 @@ def fmt_value(value: float) -> str:
 class ProbeRunner:
     """Runs probes for one plan under ``out``; remembers every probe it ran."""
 
-    def __init__(self, plan: PlanSpec, base: WorkloadSpec, out: Path) -> None:
+    def __init__(
+        self, plan: PlanSpec, base: WorkloadSpec, out: Path, on_run: OnRun | None = None
+    ) -> None:
+        """``on_run`` (:data:`OnRun`) is called before each run and returns the run's
+        progress callback (requests finished), or None: the plan's progress bar."""
         self.plan = plan
         self.base = base
         self.out = Path(out)
         self.param = param_name(plan)
         self.probes: list[dict[str, Any]] = []
+        self.on_run = on_run
 
     def start_length(self) -> tuple[str, float]:
         """``(key, value)`` of a probe run's starting length: the plan's
@@ -94,14 +103,15 @@ class ProbeRunner:
     def _workload_file(self, rate: float | None, probe_dir: Path, factor: int = 1) -> Path:
         """The probe's workload at ``factor`` times the starting length
         (``workload.yaml``; ``workload-x<factor>.yaml`` when lengthened)."""
-        data = self.base.model_dump(mode="json", exclude_none=True)
-        data["name"] = self.base.name or Path(self.plan.workload).stem
-        if rate is not None:
-            data["arrival"]["rate"] = float(rate)
         key, start = self.start_length()
-        data.pop("num_requests", None)
-        data.pop("duration_s", None)
-        data[key] = int(start) * factor if key == "num_requests" else start * factor
+        length = {key: int(start) * factor if key == "num_requests" else start * factor}
+        overrides = WorkloadOverrides(rate=None if rate is None else float(rate), **length)
+        try:
+            spec = override_spec(self.base, overrides, self.plan.workload)
+        except WorkloadError as e:
+            raise PlanError(str(e)) from None
+        data = spec.model_dump(mode="json", exclude_none=True)
+        data["name"] = self.base.name or Path(self.plan.workload).stem
         name = "workload.yaml" if factor == 1 else f"workload-x{factor}.yaml"
         path = probe_dir / name
         path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -187,7 +197,17 @@ class ProbeRunner:
         while True:
             workload = self._workload_file(rate, probe_dir, factor)
             last = length.fixed or factor * 2 > length.max_factor
-            entry = self._run_once(value, workload, probe_dir, seed, bounds, last)
+            progress = None
+            if self.on_run is not None:
+                key, start = self.start_length()
+                times = f" x{factor}" if factor > 1 else ""
+                progress = self.on_run(
+                    len(self.probes) + 1,
+                    f"probe {len(self.probes) + 1} {self.param}={fmt_value(value)} "
+                    f"seed {seed}{times}",
+                    int(start) * factor if key == "num_requests" else None,
+                )
+            entry = self._run_once(value, workload, probe_dir, seed, bounds, last, progress)
             factors.append(factor)
             why = needs_longer(entry, bounds, length.precision)
             if not why or last:
@@ -213,11 +233,13 @@ class ProbeRunner:
         seed: int,
         bounds: dict[str, float],
         at_limit: bool = False,
+        on_progress: Callable[[int], None] | None = None,
     ) -> dict:
         run_dir = probe_dir / f"seed_{seed}"
         entry: dict[str, Any] = {"seed": seed, "run_dir": str(run_dir)}
         try:
-            summary = run(self._run_spec(value, workload, seed), run_dir, render=False)
+            spec = self._run_spec(value, workload, seed)
+            summary = run(spec, run_dir, render=False, on_progress=on_progress)
         except (SimulationStuck, NothingServed, ValueError) as e:
             # The configuration cannot serve the workload (e.g. too few KV blocks).
             return {

@@ -22,6 +22,7 @@ from kvcore import __version__
 from sim.outdir import check_output, write_marker
 from sim.plan.config_bound import KNOB_FIELD, ConfigurationBound, configuration_bound
 from sim.plan.probe import (
+    OnRun,
     ProbeRunner,
     fmt_value,
     is_integer_param,
@@ -118,9 +119,16 @@ def search_range(
 
 
 def run_plan(
-    plan: PlanSpec, out: Path, source: str = "plan", force: bool = False
+    plan: PlanSpec,
+    out: Path,
+    source: str = "plan",
+    force: bool = False,
+    on_run: OnRun | None = None,
 ) -> dict[str, Any]:
     """Search, write ``plan.json`` and the report; return the plan result.
+
+    ``on_run``: the progress bar's hook, called before each probe run
+    (:class:`sim.plan.probe.ProbeRunner`).
 
     ``out`` is checked before any probe (:func:`sim.outdir.check_output`, ``force`` as
     there): :class:`sim.outdir.OutputError` when it may not be written.
@@ -131,7 +139,7 @@ def run_plan(
     check_output(out, "plan", force=force)
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, "plan")
-    runner = ProbeRunner(plan, base, out)
+    runner = ProbeRunner(plan, base, out, on_run)
     param = runner.param
     want = WANT[param]
     integer = is_integer_param(plan)

@@ -49,7 +49,7 @@ def sweep_command(
     try:
         if console.is_terminal:
             with progress_bar(console) as progress:
-                task = progress.add_task("sweep", total=None)
+                task = progress.add_task("sweep", total=None, unit="points")
 
                 def start(total: int, done: int) -> None:
                     progress.update(task, total=total, completed=done)

@@ -158,7 +158,8 @@ def run_fields() -> list[str]:
 
 def check_top_field(file: str, where: str, name: str) -> None:
     """Raise SweepSpecError unless ``name`` is a RunSpec field a sweep may set."""
-    allowed = [f for f in run_fields() if f not in ("decisions", "check")]
+    # A sweep sets the workload's rate and length as workload.<field> axes.
+    allowed = [f for f in run_fields() if f not in ("decisions", "check", "workload_overrides")]
     if name in allowed:
         return
     raise SweepSpecError(f"{file}: {where}: unknown field {name!r} (allowed: {', '.join(allowed)})")

@@ -30,6 +30,7 @@ from sim.outdir import check_output, discard, publish, staging_dir
 from sim.run import NothingServed, RunSpec, run
 from sim.verdict import UNDECIDED
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
+from workloads.overrides import WorkloadOverrides, override_spec
 
 ERROR_FILE = "error.json"
 
@@ -63,11 +64,12 @@ def _lengthened(workload: str, factor: int, scratch: Path) -> Path | None:
     path = preset_path(workload) or Path(workload)
     if path.suffix.lower() not in YAML_SUFFIXES:
         return None
-    data = load_spec(path, workload).model_dump(mode="json", exclude_none=True)
-    if data.get("num_requests") is not None:
-        data["num_requests"] = int(data["num_requests"]) * factor
+    spec = load_spec(path, workload)
+    if spec.num_requests is not None:
+        longer = WorkloadOverrides(num_requests=spec.num_requests * factor)
     else:
-        data["duration_s"] = float(data["duration_s"]) * factor
+        longer = WorkloadOverrides(duration_s=float(spec.duration_s) * factor)
+    data = override_spec(spec, longer, workload).model_dump(mode="json", exclude_none=True)
     target = scratch / f"workload-x{factor}.yaml"
     target.write_text(yaml.safe_dump(data, sort_keys=False))
     return target

@@ -1,0 +1,132 @@
+"""Options shared by the ``kvsim`` commands: engine flags with their vLLM meaning and
+defaults, and how a command tells a flag it was given from one left at its default.
+
+Every option shows a help line and its default in ``--help``
+(``tests/test_cli_help.py`` walks them). A flag that overrides a file (``--engine``,
+a plan YAML) shows the value that applies when neither gives it, and the command
+passes on only the flags given on the command line (:func:`given`), so a file's value
+is never replaced by a flag's default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from sim.engine_config import EngineConfig
+
+ENGINE_FLAGS: dict[str, tuple[str, str]] = {
+    "block_size": ("--block-size", "tokens per KV cache block (a multiple of 16)"),
+    "gpu_memory_utilization": (
+        "--gpu-memory-utilization",
+        "fraction of GPU memory the engine may use: weights, activations, KV cache",
+    ),
+    "num_gpu_blocks_override": (
+        "--num-gpu-blocks-override",
+        "use this many KV blocks instead of what the memory budget gives",
+    ),
+    "max_num_seqs": ("--max-num-seqs", "most requests running in one engine step"),
+    "max_num_batched_tokens": (
+        "--max-num-batched-tokens",
+        "most tokens, prefill and decode, scheduled in one engine step",
+    ),
+    "max_model_len": (
+        "--max-model-len",
+        "context length in tokens: a longer prompt is rejected, an output stops there",
+    ),
+    "tensor_parallel_size": (
+        "--tensor-parallel-size",
+        "GPUs one replica's model is split over (the budget is per GPU)",
+    ),
+    "long_prefill_token_threshold": (
+        "--long-prefill-token-threshold",
+        "prefill at most this many tokens of one request per step; 0: no cap",
+    ),
+    "enable_chunked_prefill": (
+        "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        "split a long prompt's prefill over steps to fill max_num_batched_tokens",
+    ),
+    "enable_prefix_caching": (
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        "reuse the KV blocks of a prompt prefix that is already cached",
+    ),
+    "scheduling_policy": (
+        "--scheduling-policy",
+        "fcfs: arrival order; priority: lowest priority value first, ties by arrival",
+    ),
+    "kv_cache_dtype": ("--kv-cache-dtype", "auto: the model's dtype; fp8: one byte per value"),
+    "latency_model": (
+        "--latency-model",
+        "step times: roofline (the catalog GPU's compute and bandwidth) or constant",
+    ),
+    "constant_step_s": (
+        "--constant-step-s",
+        "seconds per engine step with --latency-model constant",
+    ),
+}
+"""Each engine flag (an ``EngineConfig`` field): its option declaration and a one-line
+help in vLLM's meaning (``latency_model`` and ``constant_step_s`` are kvsim's own)."""
+
+ENGINE_PANEL = "Engine (vLLM's engine arguments and defaults)"
+WORKLOAD_PANEL = "Workload"
+OUTPUT_PANEL = "Output"
+
+DERIVED_DEFAULTS = {
+    "num_gpu_blocks_override": "none: the memory budget's",
+    "max_num_seqs": "vLLM's for the GPU: 1024, 256 under 70 GiB and on A100",
+    "max_num_batched_tokens": (
+        "vLLM's for the GPU: 8192; 16384 from 160 GiB; 2048 under 70 GiB and on A100"
+    ),
+    "max_model_len": "the model's maximum",
+}
+"""What a ``None`` engine field resolves to (vLLM 0.33.0's defaults for the OpenAI
+server), as ``--help`` shows it."""
+
+
+def engine_option(field: str, *, help_suffix: str = "") -> Any:
+    """The ``typer.Option`` of engine flag ``field``: help from :data:`ENGINE_FLAGS`,
+    ``EngineConfig``'s default (or :data:`DERIVED_DEFAULTS`) shown. Read the value
+    through :func:`given` so an engine file's value stays unless the flag is given."""
+    decl, text = ENGINE_FLAGS[field]
+    default = EngineConfig.model_fields[field].default
+    shown: bool | str = DERIVED_DEFAULTS[field] if default is None else True
+    return typer.Option(
+        default, decl, help=text + help_suffix, show_default=shown, rich_help_panel=ENGINE_PANEL
+    )
+
+
+def given(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (parameter name -> value) with ``None`` for every parameter the user
+    did not give (its value is the option's default), so it cannot replace a file's."""
+    out = {}
+    for name, value in values.items():
+        source = ctx.get_parameter_source(name)
+        out[name] = None if source is None or source.name == "DEFAULT" else value
+    return out
+
+
+def _hide_flag_types(params: list[Any]) -> None:
+    """An on/off flag shows no ``<bool>`` type, as it takes no value."""
+    for param in params:
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
+
+
+class KvsimCommand(TyperCommand):
+    """A kvsim command: on/off flags (``--help`` too) show no ``<bool>`` type."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _hide_flag_types(params)
+        return params
+
+
+class KvsimGroup(TyperGroup):
+    """The ``kvsim`` group: as :class:`KvsimCommand`."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _hide_flag_types(params)
+        return params
