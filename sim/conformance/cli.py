@@ -1,7 +1,8 @@
 """``kvsim conformance``: the randomized kvcore-vs-vLLM comparison, as a table.
 
 Exit status: 0 when every case matches, 1 on any mismatch, 2 on bad input (no usable
-vLLM interpreter, a non-positive trace count); messages on stderr, no traceback.
+vLLM interpreter, a non-positive trace count): one ``kvsim: error: ...`` line on
+stderr, no traceback.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def installed_vllm_version(python: str) -> str:
 
 def render(report: Report, console: Console) -> None:
     """The summary table and the first mismatch in detail."""
-    table = Table(title=f"kvcore vs vLLM {report.vllm_version} (seed {report.seed})")
+    loop = "async scheduling" if report.async_scheduling else "sync scheduling"
+    table = Table(title=f"kvcore vs vLLM {report.vllm_version} (seed {report.seed}, {loop})")
     table.add_column("check")
     table.add_column("value", justify="right")
     table.add_row("vLLM version compared", str(report.vllm_version))
@@ -90,8 +92,12 @@ def run_conformance(
     out_dir: str,
     op_cases: int = 40,
     sizing_cases: int = 40,
+    async_scheduling: bool = False,
 ) -> int:
-    """Run the comparison and print the table; return the exit status."""
+    """Run the comparison and print the table; return the exit status.
+
+    ``async_scheduling``: the step traces run through vLLM's ``AsyncScheduler`` and
+    engine-core batch queue, and through kvcore's."""
     err = Console(stderr=True)
     try:
         if traces < 1:
@@ -99,22 +105,23 @@ def run_conformance(
         python = find_vllm_python(vllm_python)
         version = installed_vllm_version(python)
     except BadInput as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
+        print(f"kvsim: error: {e}", file=sys.stderr)
         return 2
     if version != MIRRORED_VLLM:
-        err.print(
-            f"warning: comparing with vLLM {version}; kvcore mirrors vLLM "
+        print(
+            f"kvsim: warning: comparing with vLLM {version}; kvcore mirrors vLLM "
             f"{MIRRORED_VLLM}, so differences may be expected",
-            markup=False,
+            file=sys.stderr,
         )
+    args = (traces, seed, python, out_dir, op_cases, sizing_cases)
     try:
         if sys.stderr.isatty():
             with err.status(f"replaying {traces} traces through vLLM {version} and kvcore"):
-                report = run(traces, seed, python, out_dir, op_cases, sizing_cases)
+                report = run(*args, async_scheduling=async_scheduling)
         else:
-            report = run(traces, seed, python, out_dir, op_cases, sizing_cases)
+            report = run(*args, async_scheduling=async_scheduling)
     except OracleError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
+        print(f"kvsim: error: {e}", file=sys.stderr)
         return 2
     report.vllm_version = report.vllm_version or version
     render(report, Console())
