@@ -16,6 +16,9 @@ Mutants (``--async-scheduling``: vLLM's AsyncScheduler and batch queue):
                    (vLLM: only when the queue of 2 is full or nothing more can run)
   no-placeholders  scheduling a sampling step leaves no output placeholder, so the
                    next step cannot be planned before the token comes back
+  placeholder-stop the max_tokens check of running requests ignores placeholders: a
+                   request is scheduled once more although the step in flight
+                   already samples its last token
 """
 
 from __future__ import annotations
@@ -67,6 +70,21 @@ def _apply_early(original: Callable) -> Callable:
     return schedule_next
 
 
+def _placeholder_stop(original: Callable) -> Callable:
+    def _schedule_running(self: Scheduler, plan, threshold: int) -> None:
+        # max_tokens feeds only that check in the running pass: lift it out of reach.
+        saved = [(r, r.max_tokens) for r in self.running]
+        for r, m in saved:
+            r.max_tokens = m + 10**9
+        try:
+            original(self, plan, threshold)
+        finally:
+            for r, m in saved:
+                r.max_tokens = m
+
+    return _schedule_running
+
+
 @contextmanager
 def patched(cls: type, name: str, value: Callable) -> Iterator[None]:
     """Replace ``cls.name`` for the duration of the block."""
@@ -93,6 +111,11 @@ ASYNC_MUTANTS = {
         AsyncScheduler,
         "_update_after_schedule",
         Scheduler._update_after_schedule,
+    ),
+    "placeholder-stop": (
+        Scheduler,
+        "_schedule_running",
+        _placeholder_stop(Scheduler._schedule_running),
     ),
 }
 
