@@ -64,11 +64,13 @@ def installed_vllm_version(python: str) -> str:
 
 def render(report: Report, console: Console) -> None:
     """The summary table and the first mismatch in detail."""
-    loop = "async scheduling" if report.async_scheduling else "sync scheduling"
-    table = Table(title=f"kvcore vs vLLM {report.vllm_version} (seed {report.seed}, {loop})")
+    table = Table(title=f"kvcore vs vLLM {report.vllm_version} (seed {report.seed})")
     table.add_column("check")
     table.add_column("value", justify="right")
     table.add_row("vLLM version compared", str(report.vllm_version))
+    table.add_row(
+        "engine loop", "async (batch queue of 2)" if report.async_scheduling else "synchronous"
+    )
     table.add_row("traces run", str(report.traces))
     table.add_row("steps compared", str(report.steps))
     table.add_row("op sequences / ops compared", f"{report.op_cases} / {report.ops}")
