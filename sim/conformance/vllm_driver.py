@@ -733,6 +733,7 @@ class AsyncStepReplay(StepReplay):
         )
         self.engine = EngineShell(self.sched, self.executor)
         self.batch_steps: dict[int, int] = {}  # id(scheduler output) -> engine step
+        header["config"]["async_scheduling"] = True
         header["config"]["batch_queue_size"] = self.engine.batch_queue_size
         return header
 
