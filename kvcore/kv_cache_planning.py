@@ -35,6 +35,25 @@ class InsufficientKVCacheMemoryError(ValueError):
         self.estimated_max_model_len = max_len
 
 
+def max_concurrent_batches(
+    pipeline_parallel_size: int = 1,
+    async_scheduling: bool = False,
+    use_v2_model_runner: bool = False,
+) -> int:
+    """Batches the engine keeps in flight (mirrors ``VllmConfig.max_concurrent_batches``).
+
+    Pipeline parallelism needs one per stage; async scheduling one more, so that the
+    next step is scheduled while the current one runs (2 without pipeline parallelism,
+    with either model runner). It is also the size of the engine core's batch queue,
+    used whenever it exceeds 1."""
+    if async_scheduling:
+        if use_v2_model_runner:
+            return pipeline_parallel_size + 1
+        if pipeline_parallel_size <= 1:
+            return 2
+    return pipeline_parallel_size
+
+
 def max_in_flight_tokens(
     max_num_batched_tokens: int,
     pipeline_parallel_size: int = 1,
@@ -43,13 +62,10 @@ def max_in_flight_tokens(
 ) -> int:
     """Tokens scheduled but not yet settled: one ``max_num_batched_tokens`` batch per
     concurrent step (mirrors ``VllmConfig.max_in_flight_tokens``)."""
-    concurrent_batches = pipeline_parallel_size
-    if async_scheduling:
-        if use_v2_model_runner:
-            concurrent_batches = pipeline_parallel_size + 1
-        elif pipeline_parallel_size <= 1:
-            concurrent_batches = 2
-    return concurrent_batches * max_num_batched_tokens
+    concurrent = max_concurrent_batches(
+        pipeline_parallel_size, async_scheduling, use_v2_model_runner
+    )
+    return concurrent * max_num_batched_tokens
 
 
 def get_layer_spec(group: KVCacheGroupSpec, layer_name: str) -> KVCacheSpec:

@@ -40,6 +40,7 @@ NATIVE_MODULES = (
     "kvcore.request",
     "kvcore.sched_output",
     "kvcore.scheduler",
+    "kvcore.async_scheduler",
     "kvcore.fast_forward",
     "calibrate.roofline_scalar",
     "sim.step_timing",
@@ -47,7 +48,8 @@ NATIVE_MODULES = (
     "sim.engine_fast_forward",
     "sim.engine",
 )
-"""Modules mypyc compiles: kvcore's block pool, managers, request and scheduler, and
+"""Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
+async one subclasses the sync one, and a compiled class takes only compiled subclasses), and
 the simulator's engine loop with its step timing and records (the per-step path).
 They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
 a subclass of ``collections.deque``). ``sim`` and ``calibrate`` import ``kvcore``

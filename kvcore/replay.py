@@ -6,8 +6,17 @@ chunk. Output is JSON lines: a header, one line per engine step, a summary; the
 schema and replay rules are those of kvsim's vLLM oracle (the same lines vLLM 0.33.0
 itself produces when driven this way), so the two can be compared line by line.
 
-Also runnable as ``python -m kvcore.replay TRACE [knobs]`` (same flags as
-``kvsim replay``).
+Synchronous (``async_scheduling`` false): each step schedules, samples and applies
+its own output. Asynchronous: each step is one iteration of the engine core's batch
+queue (:class:`kvcore.batch_queue.BatchQueue` over an
+:class:`kvcore.async_scheduler.AsyncScheduler`): it schedules a batch, and applies
+the output of the oldest batch in flight only when the queue is full or nothing more
+can be scheduled. Its step lines add ``applied_step`` (the step whose batch's output
+was applied in this step, or null), ``new_tokens`` (requests that got a token from
+it), ``in_flight`` (steps whose batches are still queued, oldest first) and per
+scheduled request ``placeholders`` (output placeholders after the step); their
+``finished``, ``prefix_cache`` (null when no output was applied) and ``kv_events``
+come with the applied output, as vLLM reports them.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvcore import VLLM_VERSION, __version__
+from kvcore.async_scheduler import BATCH_QUEUE_SIZE, AsyncScheduler
+from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import DEFAULT_NONE_HASH_SEED, BlockHasher
 from kvcore.kv_cache_interface import (
     AttentionSpec,
@@ -28,6 +39,7 @@ from kvcore.kv_cache_interface import (
 )
 from kvcore.replay_trace import TraceRequest
 from kvcore.request import LoRARequest, Request
+from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 
@@ -40,6 +52,8 @@ class ReplayConfig:
 
     ``max_model_len`` None means the trace's largest prompt + max_tokens.
     ``kv_groups`` lists one attention kind per KV cache group.
+    ``async_scheduling``: replay vLLM's async engine loop (an ``AsyncScheduler``
+    driven through a batch queue of 2) instead of the synchronous one.
     """
 
     block_size: int = 16
@@ -62,6 +76,7 @@ class ReplayConfig:
     enable_kv_cache_events: bool = False
     dump_block_tables: bool = False
     none_hash_seed: str = DEFAULT_NONE_HASH_SEED
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -134,7 +149,8 @@ def build_scheduler(config: ReplayConfig, max_model_len: int) -> Scheduler:
         scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
         num_lookahead_tokens=config.num_lookahead_tokens,
     )
-    return Scheduler(
+    cls = AsyncScheduler if config.async_scheduling else Scheduler
+    return cls(
         sched_config,
         config.kv_cache_config(),
         enable_caching=config.enable_prefix_caching,
@@ -154,6 +170,7 @@ def _header(
     cfg = asdict(config)
     cfg.pop("none_hash_seed")
     cfg.update(
+        batch_queue_size=BATCH_QUEUE_SIZE if config.async_scheduling else 1,
         max_model_len=max_model_len,
         kv_groups=list(config.kv_groups),
         max_num_scheduled_tokens=config.max_num_batched_tokens,
@@ -199,6 +216,9 @@ def replay(
     next_idx = step = 0
     totals = {"finished": 0, "preemptions": 0, "tokens": 0}
     pool = scheduler.kv_cache_manager.block_pool
+    queue = None
+    if config.async_scheduling:
+        queue = BatchQueue(scheduler, sample_fixed_token(config.sample_token_id))
     while True:
         while next_idx < len(pending) and pending[next_idx][0].arrival_step <= step:
             tr, i = pending[next_idx]
@@ -215,9 +235,14 @@ def replay(
             scheduler.add_request(req)
             reqs[tr.request_id] = req
             next_idx += 1
-        if next_idx == len(pending) and not scheduler.has_requests():
-            break
-        yield _step(scheduler, reqs, step, config, pool, totals)
+        if queue is None:
+            if next_idx == len(pending) and not scheduler.has_requests():
+                break
+            yield _step(scheduler, reqs, step, config, pool, totals)
+        else:
+            if next_idx == len(pending) and not queue.has_work():
+                break
+            yield _async_step(queue, reqs, config, pool, totals)
         step += 1
     yield {
         "type": "summary",
@@ -310,7 +335,106 @@ def _step(
     return line
 
 
-if __name__ == "__main__":
-    from kvcore.replay_cli import main
+def _scheduled_entries(
+    out: SchedulerOutput, reqs: dict[str, Request], sampled: Any
+) -> list[tuple[dict[str, Any], Request]]:
+    """One entry per scheduled request (before its output): kind, tokens, new blocks."""
+    new_ids = set(out.scheduled_new_reqs)
+    resumed_ids = set(out.scheduled_resumed_reqs)
+    entries = []
+    for rid, n in out.num_scheduled_tokens.items():
+        block_ids = out.get_new_block_ids(rid)
+        if rid in resumed_ids:
+            kind = "resumed"
+        elif rid in new_ids:
+            kind = "new"
+        else:
+            kind = "running"
+            if not any(block_ids):
+                block_ids = ()
+        entry = {
+            "id": rid,
+            "kind": kind,
+            "n": n,
+            "new_block_ids": [list(b) for b in block_ids],
+            "sampled": bool(sampled.get(rid)),
+        }
+        entries.append((entry, reqs[rid]))
+    return entries
 
-    raise SystemExit(main())
+
+def _prefix_cache_json(result: EngineStepOutput) -> dict[str, int] | None:
+    stats = result.prefix_cache_stats
+    if stats is None:
+        return None
+    return {
+        k: getattr(stats, k)
+        for k in (
+            "requests",
+            "queries",
+            "hits",
+            "preempted_requests",
+            "preempted_queries",
+            "preempted_hits",
+        )
+    }
+
+
+def _async_step(
+    queue: BatchQueue,
+    reqs: dict[str, Request],
+    config: ReplayConfig,
+    pool,
+    totals: dict[str, int],
+) -> dict[str, Any]:
+    """One engine iteration of the batch queue, as one step line."""
+    scheduler = queue.scheduler
+    step = queue.iteration
+    batch, must_wait = queue.schedule_next()
+    free_after_schedule = pool.get_num_free_blocks()
+    entries = []
+    preempted: list[str] = []
+    total = 0
+    if batch is not None:
+        out = batch.scheduler_output
+        entries = _scheduled_entries(out, reqs, batch.sampled_token_ids)
+        preempted = sorted(out.preempted_req_ids)
+        total = out.total_num_scheduled_tokens
+    applied = result = None
+    if must_wait:
+        applied, result = queue.apply_oldest()
+    scheduled = []
+    for entry, req in entries:
+        if not req.is_finished():  # finished requests are gone from the scheduler
+            entry["computed_after"] = req.num_computed_tokens
+            entry["num_tokens"] = req.num_tokens
+            entry["placeholders"] = req.num_output_placeholders
+            if config.dump_block_tables:
+                entry["block_table"] = [
+                    list(b) for b in scheduler.kv_cache_manager.get_block_ids(req.request_id)
+                ]
+        scheduled.append(entry)
+    finished = result.finished_req_ids if result is not None else []
+    totals["finished"] += len(finished)
+    totals["preemptions"] += len(preempted)
+    totals["tokens"] += total
+    line: dict[str, Any] = {
+        "type": "step",
+        "step": step,
+        "scheduled": scheduled,
+        "total_scheduled_tokens": total,
+        "preempted": preempted,
+        "applied_step": applied.step if applied is not None else None,
+        "new_tokens": list(result.new_token_ids) if result is not None else [],
+        "finished": finished,
+        "in_flight": queue.in_flight_steps(),
+        "free_blocks_after_schedule": free_after_schedule,
+        "free_blocks": pool.get_num_free_blocks(),
+        "num_running": len(scheduler.running),
+        "num_waiting": len(scheduler.waiting),
+        "kv_cache_usage": round(scheduler.get_kv_cache_usage(), 6),
+        "prefix_cache": _prefix_cache_json(result) if result is not None else None,
+    }
+    if config.enable_kv_cache_events:
+        line["kv_events"] = [e.to_json() for e in result.kv_events] if result is not None else []
+    return line

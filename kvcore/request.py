@@ -78,6 +78,7 @@ class Request:
         "num_computed_tokens",
         "num_in_flight_tokens",
         "num_output_placeholders",
+        "num_stale_output_tokens",
         "spec_token_ids",
         "is_prefill_chunk",
         "num_preemptions",
@@ -130,7 +131,13 @@ class Request:
         self._output_token_ids: list[int] = []
         self.num_computed_tokens = 0
         self.num_in_flight_tokens = 0
+        # Async scheduling: tokens that scheduled decode steps will sample but whose
+        # output has not come back yet (already counted in num_computed_tokens).
         self.num_output_placeholders = 0
+        # Async scheduling: the part of num_in_flight_tokens scheduled before the last
+        # preemption; its output is still delivered (tokens appended, stop checked)
+        # but does not touch the counters the preemption reset.
+        self.num_stale_output_tokens = 0
         self.spec_token_ids: list[int] = []
         self.is_prefill_chunk = False
         self.num_preemptions = 0

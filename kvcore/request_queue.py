@@ -28,6 +28,11 @@ class FCFSRequestQueue(deque):
     def prepend_request(self, request: Request) -> None:
         self.appendleft(request)
 
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        """Put ``requests`` at the front, one by one (so they end up in reverse order,
+        as vLLM's ``extendleft``)."""
+        self.extendleft(requests)
+
     def remove_requests(self, requests: Iterable[Request]) -> None:
         drop = set(requests)
         kept = [r for r in self if r not in drop]
@@ -54,6 +59,10 @@ class PriorityRequestQueue:
 
     def prepend_request(self, request: Request) -> None:
         self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.add_request(request)
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         drop = set(requests)

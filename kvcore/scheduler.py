@@ -1,13 +1,20 @@
-"""The V1 scheduler, synchronous mode, without connectors, encoders or drafts.
+"""The V1 scheduler, without connectors, encoders or drafts.
 
 Mirrors ``Scheduler.schedule``, ``_preempt_request``, ``_update_after_schedule``,
 ``update_from_output`` and ``_free_request`` of ``vllm/v1/core/sched/scheduler.py``
 (vLLM 0.33.0). There is no model and no clock: the caller hands sampled tokens to
 ``update_from_output`` and arrival times come with each ``Request``.
+
+As in vLLM, this class also holds the parts of asynchronous scheduling that live in
+vLLM's base ``Scheduler``: the checks on output placeholders (tokens in flight) and
+on stale output of preempted requests. They change nothing here: only
+:class:`kvcore.async_scheduler.AsyncScheduler` creates placeholders, and only a step
+whose output is applied after the next ``schedule()`` leaves stale output.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 
 from kvcore.kv_cache_interface import KVCacheConfig
@@ -52,8 +59,13 @@ class Scheduler:
         watermark: float = 0.0,
         enable_kv_cache_events: bool = False,
         log_stats: bool = True,
+        max_concurrent_batches: int = 1,
     ) -> None:
+        """``max_concurrent_batches``: batches in flight at once (vLLM's
+        ``VllmConfig.max_concurrent_batches``: 1 here, 2 for async scheduling); the KV
+        cache manager reserves window blocks for that many batches' tokens."""
         self.scheduler_config = scheduler_config
+        self.max_concurrent_batches = max_concurrent_batches
         self.max_model_len = scheduler_config.max_model_len
         self.max_num_running_reqs = scheduler_config.max_num_seqs
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
@@ -63,7 +75,7 @@ class Scheduler:
             kv_cache_config,
             self.max_model_len,
             enable_caching=enable_caching,
-            max_in_flight_tokens=scheduler_config.max_num_batched_tokens,
+            max_in_flight_tokens=max_concurrent_batches * scheduler_config.max_num_batched_tokens,
             log_stats=log_stats,
             enable_kv_cache_events=enable_kv_cache_events,
             watermark=watermark,
@@ -124,12 +136,15 @@ class Scheduler:
         while req_index < len(running) and plan.budget > 0:
             request = running[req_index]
             computed = request.num_computed_tokens
-            n = (
-                len(request._all_token_ids)
-                + len(request.spec_token_ids)
-                + request.num_output_placeholders
-                - computed
-            )
+            placeholders = request.num_output_placeholders
+            if (
+                placeholders > 0
+                and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
+            ):
+                # Async: the step in flight already samples the last token (max_tokens).
+                req_index += 1
+                continue
+            n = len(request._all_token_ids) + len(request.spec_token_ids) + placeholders - computed
             if 0 < threshold < n:
                 n = threshold
             if n > plan.budget:
@@ -180,10 +195,16 @@ class Scheduler:
         waiting = self.waiting
         chunked = self.scheduler_config.enable_chunked_prefill
         reserve_full = self.scheduler_config.scheduler_reserve_full_isl
+        skipped: deque[Request] = deque()
         while plan.budget > 0 and waiting:
             if len(self.running) >= self.max_num_running_reqs:
                 break
             request = waiting.peek_request()
+            if request.num_stale_output_tokens:
+                # Async: output of a step from before its preemption is still in
+                # flight; resuming now could sample a position that output fills.
+                skipped.appendleft(waiting.pop_request())
+                continue
             did_lookup = request.num_computed_tokens == 0
             if did_lookup:
                 computed_blocks, num_local = kvm.get_computed_blocks(request)
@@ -223,6 +244,8 @@ class Scheduler:
             plan.budget -= n
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
+        if skipped:
+            waiting.prepend_requests(skipped)
 
     def _preempt_request(self, request: Request) -> None:
         """Free all of the request's blocks and send it to the front of the queue."""
@@ -231,6 +254,8 @@ class Scheduler:
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.spec_token_ids = []
+        # Async: output still in flight is stale; it is delivered, counters untouched.
+        request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
         request.num_preemptions += 1
         self.waiting.prepend_request(request)
@@ -256,13 +281,20 @@ class Scheduler:
         """Append sampled tokens, stop finished requests and free their blocks."""
         result = EngineStepOutput()
         stopped: list[Request] = []
+        stopped_waiting: list[Request] = []
         preempted = RequestStatus.PREEMPTED
+        running = RequestStatus.RUNNING
         for rid, n in scheduler_output.num_scheduled_tokens.items():
             request = self.requests.get(rid)
             if request is None:
                 continue
             request.num_in_flight_tokens -= n
-            if request.status > preempted:  # finished (is_finished)
+            stale = False
+            if request.num_stale_output_tokens > 0:  # async: scheduled before a preemption
+                stale = True
+                request.num_stale_output_tokens -= n
+            status_before = request.status
+            if status_before > preempted:  # finished (is_finished)
                 continue
             sampled = sampled_token_ids.get(rid)
             if not sampled:
@@ -277,19 +309,33 @@ class Scheduler:
                 for i, token in enumerate(new_ids, 1):
                     request.append_output_token_ids(token)
                     if check_stop(request, self.max_model_len):
-                        request.num_computed_tokens -= len(new_ids) - i
+                        if not stale:
+                            request.num_computed_tokens -= len(new_ids) - i
                         del new_ids[i:]
                         is_stopped = True
                         break
+            placeholders = request.num_output_placeholders
+            if placeholders > 0 and not stale:
+                # Async: every returned token (also those cut at a stop) resolves one.
+                request.num_output_placeholders = placeholders - len(sampled)
+                if status_before == running:
+                    self.kv_cache_manager.cache_blocks(
+                        request, request.num_computed_tokens - request.num_in_flight_tokens
+                    )
             result.new_token_ids[rid] = new_ids
             if is_stopped:
                 self._free_request(request)
                 result.finished_req_ids.append(rid)
                 result.finished_requests.append(request)
-                stopped.append(request)
+                if status_before == running:
+                    stopped.append(request)
+                else:  # async: stale output stopped a preempted request
+                    stopped_waiting.append(request)
         if stopped:
             gone = set(stopped)
             self.running = [r for r in self.running if r not in gone]
+        if stopped_waiting:
+            self.waiting.remove_requests(stopped_waiting)
         result.prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
         result.kv_events = self.kv_cache_manager.take_events()
         return result
@@ -331,7 +377,10 @@ class Scheduler:
         coordinator = self.kv_cache_manager.coordinator
         for r in self.running:
             assert r.status == RequestStatus.RUNNING, f"{r.request_id} running as {r.status}"
-            assert r.num_computed_tokens <= r.num_tokens + self.num_lookahead_tokens
+            assert (
+                r.num_computed_tokens
+                <= r.num_tokens + r.num_output_placeholders + self.num_lookahead_tokens
+            )
             for blocks in coordinator.get_blocks(r.request_id):
                 assert len(blocks) >= cdiv(r.num_computed_tokens, self.block_size), (
                     f"{r.request_id} has fewer blocks than computed tokens"

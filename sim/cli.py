@@ -205,20 +205,121 @@ def run(
     )
 
 
-@app.command(
-    context_settings={
-        "allow_extra_args": True,
-        "ignore_unknown_options": True,
-        "help_option_names": [],
-    },
-    add_help_option=False,
-    help="Replay a step-indexed trace through kvcore's V1 scheduler with a fake model; "
-    "one JSON line per step. Run `kvsim replay --help` for the knobs.",
-)
-def replay(ctx: typer.Context) -> None:
-    from kvcore.replay_cli import main as replay_main
+@app.command()
+def replay(
+    trace: str = typer.Argument(
+        ...,
+        help="replay trace: JSON list of {request_id, arrival_step, prompt_token_ids, "
+        "max_tokens[, priority, cache_salt, lora_id]}",
+    ),
+    out: str = typer.Option("-", "--out", help="output JSONL file; - is stdout"),
+    async_scheduling: bool = typer.Option(
+        False,
+        "--async-scheduling/--no-async-scheduling",
+        help="vLLM's async engine loop: AsyncScheduler behind a batch queue of 2; "
+        "a step's output is applied after the next step is scheduled",
+    ),
+    block_size: int = typer.Option(16, "--block-size", help="tokens per KV block"),
+    num_gpu_blocks: int = typer.Option(
+        1024, "--num-gpu-blocks", help="KV blocks in the pool, including the null block"
+    ),
+    max_num_seqs: int = typer.Option(128, "--max-num-seqs", help="most requests running at once"),
+    max_num_batched_tokens: int = typer.Option(
+        2048, "--max-num-batched-tokens", help="token budget of one step"
+    ),
+    enable_chunked_prefill: bool = typer.Option(
+        True,
+        "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        help="split prompts longer than the step's remaining budget",
+    ),
+    enable_prefix_caching: bool = typer.Option(
+        True,
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="reuse cached blocks of identical prefixes",
+    ),
+    long_prefill_token_threshold: int = typer.Option(
+        0,
+        "--long-prefill-token-threshold",
+        help="most prompt tokens per request per step (0: no limit)",
+    ),
+    policy: str = typer.Option("fcfs", "--scheduling-policy", help="fcfs or priority"),
+    watermark: float = typer.Option(
+        0.0, "--watermark", help="fraction of blocks kept free when admitting requests"
+    ),
+    reserve_full_isl: bool = typer.Option(
+        True,
+        "--reserve-full-isl/--no-reserve-full-isl",
+        help="admit a request only if its whole sequence fits in free blocks",
+    ),
+    kv_groups: str = typer.Option(
+        "full",
+        "--kv-groups",
+        help="KV cache groups, comma-separated: full, sliding_window, chunked_local",
+    ),
+    sliding_window: int = typer.Option(
+        None, "--sliding-window", help="tokens of a sliding_window group's window"
+    ),
+    attention_chunk_size: int = typer.Option(
+        None, "--attention-chunk-size", help="tokens per chunk of a chunked_local group"
+    ),
+    prefix_caching_hash_algo: str = typer.Option(
+        "sha256",
+        "--prefix-caching-hash-algo",
+        help="sha256, sha256_cbor, xxhash or xxhash_cbor",
+    ),
+    max_model_len: int = typer.Option(
+        None,
+        "--max-model-len",
+        help="longest sequence, tokens; unset: the trace's largest prompt + max_tokens",
+    ),
+    sample_token_id: int = typer.Option(
+        7, "--sample-token-id", help="the token the fake model samples"
+    ),
+    none_hash_seed: str = typer.Option(
+        "vllm-none-hash",
+        "--none-hash-seed",
+        help="seed of the first block's parent hash (vLLM: PYTHONHASHSEED if set)",
+    ),
+    num_lookahead_tokens: int = typer.Option(
+        0, "--num-lookahead-tokens", help="speculative slots reserved per request per step"
+    ),
+    kv_events: bool = typer.Option(
+        False, "--kv-events/--no-kv-events", help="add KV cache events to each step"
+    ),
+    dump_block_tables: bool = typer.Option(
+        False,
+        "--dump-block-tables/--no-dump-block-tables",
+        help="add each scheduled request's block table",
+    ),
+) -> None:
+    """Replay a step-indexed trace through kvcore's V1 scheduler with a fake model; one
+    JSON line per engine step (what vLLM 0.33.0 schedules)."""
+    from sim.replay_cli import replay_command
 
-    raise typer.Exit(replay_main(list(ctx.args), prog="kvsim replay"))
+    knobs = dict(
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_chunked_prefill=enable_chunked_prefill,
+        enable_prefix_caching=enable_prefix_caching,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        policy=policy,
+        watermark=watermark,
+        scheduler_reserve_full_isl=reserve_full_isl,
+        kv_groups=kv_groups,
+        sliding_window=sliding_window,
+        attention_chunk_size=attention_chunk_size,
+        prefix_caching_hash_algo=prefix_caching_hash_algo,
+        max_model_len=max_model_len,
+        sample_token_id=sample_token_id,
+        none_hash_seed=none_hash_seed,
+        num_lookahead_tokens=num_lookahead_tokens,
+        enable_kv_cache_events=kv_events,
+        dump_block_tables=dump_block_tables,
+        async_scheduling=async_scheduling,
+    )
+    raise typer.Exit(replay_command(trace, out, knobs))
 
 
 @app.command(
@@ -239,10 +340,18 @@ def conformance(
     out_dir: str = typer.Option(
         "conformance-failures", "--out-dir", help="where mismatching cases are written"
     ),
+    async_scheduling: bool = typer.Option(
+        False,
+        "--async-scheduling/--no-async-scheduling",
+        help="replay the step traces through vLLM's AsyncScheduler and engine-core batch "
+        "queue (and kvcore's); op sequences and sizing cases are the same either way",
+    ),
 ) -> None:
     from sim.conformance.cli import run_conformance
 
-    raise typer.Exit(run_conformance(vllm_python, traces, seed, out_dir))
+    raise typer.Exit(
+        run_conformance(vllm_python, traces, seed, out_dir, async_scheduling=async_scheduling)
+    )
 
 
 @app.command(cls=KvsimCommand)

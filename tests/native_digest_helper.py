@@ -4,7 +4,8 @@ script by ``tests/test_native.py``, once with the compiled build and once with
 
 Covers the simulator (the fast-forward exactness cases: light and heavy load, prefix
 sharing, sessions, priorities, preemption, sliding windows, several replicas) and the
-conformance traces replayed step by step (every manager, KV events, block tables).
+conformance traces replayed step by step (every manager, KV events, block tables),
+the first 40 of them also with async scheduling.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from test_fast_forward import FILES, ROUTERS, _case, _simulate, _strip_wall  # n
 import kvcore  # noqa: E402
 from sim.conformance.generate import random_case  # noqa: E402
 from sim.conformance.replay_kvcore import run_kvcore_steps  # noqa: E402
+
+NUM_ASYNC_TRACES = 40
+"""The first traces also replayed with async scheduling (AsyncScheduler, batch queue)."""
 
 
 def digests(num_sim: int, num_traces: int) -> dict[str, object]:
@@ -45,6 +49,10 @@ def digests(num_sim: int, num_traces: int) -> dict[str, object]:
         config, trace = random_case(20240607, i)
         lines = run_kvcore_steps(config, trace)
         out[f"trace{i}"] = hashlib.sha256(json.dumps(lines, sort_keys=True).encode()).hexdigest()
+    for i in range(min(num_traces, NUM_ASYNC_TRACES)):
+        config, trace = random_case(20240607, i, async_scheduling=True)
+        lines = run_kvcore_steps(config, trace)
+        out[f"async{i}"] = hashlib.sha256(json.dumps(lines, sort_keys=True).encode()).hexdigest()
     return out
 
 

@@ -37,7 +37,7 @@ def test_replay_writes_jsonl_file(data_dir, tmp_path):
 
 
 def test_replay_help_lists_vllm_flag_names():
-    res = runner.invoke(app, ["replay", "--help"])
+    res = runner.invoke(app, ["replay", "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0
     for flag in (
         "--block-size",
@@ -48,6 +48,7 @@ def test_replay_help_lists_vllm_flag_names():
         "--kv-groups",
         "--prefix-caching-hash-algo",
         "--sample-token-id",
+        "--async-scheduling",
     ):
         assert flag in res.output
 
@@ -65,33 +66,73 @@ def test_bad_inputs_exit_2_with_one_clear_message(data_dir, tmp_path):
         ([trace, "--prefix-caching-hash-algo", "md5"], "prefix_caching_hash_algo"),
         ([trace, "--max-model-len", "100"], "max_model_len"),
         ([trace, "--scheduling-policy", "lifo"], "policy"),
+        ([trace, "--kv-groups", "full,mamba"], "kv_groups"),
         ([str(bad_json)], "not valid JSON"),
         ([str(tmp_path / "missing.json")], "cannot read"),
-        ([trace, "--block-size", "abc"], "block-size"),
+        ([trace, "--out", str(tmp_path / "no" / "such" / "dir.jsonl")], "--out"),
     ]
     for args, needle in cases:
         res = run_cli("replay", *args)
         assert res.returncode == 2, (args, res.stderr)
-        assert needle in res.stderr, (args, res.stderr)
+        assert res.stderr.startswith("kvsim: error: "), (args, res.stderr)
+        assert needle in res.stderr and len(res.stderr.splitlines()) == 1, (args, res.stderr)
         assert "Traceback" not in res.stderr
+    res = run_cli("replay", trace, "--block-size", "abc")  # refused by the option parser
+    assert res.returncode == 2 and "--block-size" in res.stderr
+    assert "Traceback" not in res.stderr
 
 
-def test_python_m_kvcore_replay(data_dir):
-    res = subprocess.run(
+def test_replay_defaults_are_replay_config_defaults(data_dir):
+    """The flags' defaults are ReplayConfig's (the header echoes every knob)."""
+    from dataclasses import asdict
+
+    from kvcore.replay import ReplayConfig, replay
+    from kvcore.replay_trace import load_trace
+
+    path = str(data_dir / "trace_shared_prefix.json")
+    res = runner.invoke(app, ["replay", path])
+    assert res.exit_code == 0, res.output
+    header = json.loads(res.stdout.splitlines()[0])
+    expected = next(iter(replay(load_trace(path), ReplayConfig(), path)))
+    assert header == expected
+    assert set(asdict(ReplayConfig())) - {"none_hash_seed"} <= set(header["config"])
+
+
+def test_replay_async_scheduling(data_dir, tmp_path):
+    """--async-scheduling replays through the batch queue: each step's output is
+    applied in the step after it, and the run ends with the queue drained."""
+    out = tmp_path / "a.jsonl"
+    res = runner.invoke(
+        app,
         [
-            sys.executable,
-            "-m",
-            "kvcore.replay",
+            "replay",
             str(data_dir / "trace_shared_prefix.json"),
-            "--num-gpu-blocks",
-            "64",
-            "--max-num-seqs",
-            "8",
-            "--max-num-batched-tokens",
-            "256",
+            "--num-gpu-blocks=64",
+            "--max-num-seqs=8",
+            "--max-num-batched-tokens=256",
+            "--async-scheduling",
+            "--out",
+            str(out),
         ],
-        capture_output=True,
-        text=True,
     )
-    assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout.splitlines()[-1])["finished"] == 40
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines[0]["config"]["async_scheduling"] is True
+    assert lines[0]["config"]["batch_queue_size"] == 2
+    steps = [x for x in lines if x["type"] == "step"]
+    assert steps[0]["applied_step"] is None and steps[0]["in_flight"] == [0]
+    assert all(s["applied_step"] == s["step"] - 1 for s in steps[1:])
+    assert steps[-1]["in_flight"] == [] and lines[-1]["finished"] == 40
+
+
+def test_conformance_bad_input_exit_2(tmp_path):
+    missing = str(tmp_path / "nope" / "python")
+    for args, needle in [
+        (["--vllm-python", missing], "does not exist"),
+        (["--vllm-python", str(tmp_path)], "not an executable"),
+        (["--traces", "0", "--vllm-python", missing], "--traces"),
+    ]:
+        res = run_cli("conformance", *args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.startswith("kvsim: error: ") and needle in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr

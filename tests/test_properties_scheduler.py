@@ -16,22 +16,30 @@ Operation count per CI run (each ``add_request``, ``schedule`` and
 ``test_scheduler_op_count``): ``max_examples=500`` traces of 1 to 12 requests
 run about 60 steps each on average (two operations a step, plus one per
 request), about 65,000 operations; the floor asserted is 50,000.
+
+``test_async_scheduler_random_traces`` runs the same scenarios through an
+``AsyncScheduler`` behind kvcore's batch queue of 2 (``kvcore.batch_queue``), with
+the same end-state checks, plus: at most two batches in flight, every batch applied
+exactly once and oldest first, and no request with more output placeholders than
+batches in flight.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher
 from kvcore.replay import ReplayConfig, build_scheduler
 from kvcore.request import Request
 from kvcore.utils import cdiv
 
 MAX_EXAMPLES = 500
+MAX_ASYNC_EXAMPLES = 300
 MIN_OPS = 50_000
 MAX_STEPS = 5_000
 SAMPLE_TOKEN = 7
@@ -130,7 +138,6 @@ def test_scheduler_random_traces(scenario: Scenario) -> None:
     hasher = BlockHasher.from_name(
         config.block_size, config.prefix_caching_hash_algo, config.none_hash_seed
     )
-    pool = scheduler.kv_cache_manager.block_pool
     order = sorted(range(len(scenario.trace)), key=lambda i: scenario.trace[i].arrival_step)
     reqs: dict[str, Request] = {}
     finished: set[str] = set()
@@ -178,6 +185,12 @@ def test_scheduler_random_traces(scenario: Scenario) -> None:
         scheduler.check_invariants()
         step += 1
 
+    check_end_state(scheduler, reqs, finished, max_model_len)
+
+
+def check_end_state(scheduler, reqs: dict[str, Request], finished: set[str], max_model_len: int):
+    """Every request finished with exactly its outputs; every block is free again."""
+    pool = scheduler.kv_cache_manager.block_pool
     assert finished == set(reqs), "some request never finished"
     for rid, req in reqs.items():
         prompt_len = req.num_prompt_tokens
@@ -190,6 +203,72 @@ def test_scheduler_random_traces(scenario: Scenario) -> None:
     assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1, "blocks leaked"
     assert scheduler.reset_prefix_cache()
     scheduler.check_invariants()
+
+
+def _add_arrivals(scenario: Scenario, scheduler, hasher, step: int, state: dict) -> None:
+    order = state["order"]
+    while state["next"] < len(order) and scenario.trace[order[state["next"]]].arrival_step <= step:
+        i = order[state["next"]]
+        item = scenario.trace[i]
+        req = Request(
+            f"req-{i}",
+            list(item.prompt),
+            item.max_tokens,
+            arrival_time=item.arrival_step + state["next"] * 1e-9,
+            priority=item.priority,
+            block_hasher=hasher,
+        )
+        scheduler.add_request(req)
+        state["reqs"][req.request_id] = req
+        state["next"] += 1
+
+
+@settings(
+    max_examples=MAX_ASYNC_EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+@given(scenarios())
+def test_async_scheduler_random_traces(scenario: Scenario) -> None:
+    config = replace(scenario.config, async_scheduling=True)
+    max_model_len = scenario.max_model_len
+    scheduler = build_scheduler(config, max_model_len)
+    hasher = BlockHasher.from_name(
+        config.block_size, config.prefix_caching_hash_algo, config.none_hash_seed
+    )
+    queue = BatchQueue(scheduler, sample_fixed_token(SAMPLE_TOKEN))
+    order = sorted(range(len(scenario.trace)), key=lambda i: scenario.trace[i].arrival_step)
+    state: dict = {"order": order, "next": 0, "reqs": {}}
+    finished: set[str] = set()
+    scheduled_steps: list[int] = []
+    applied_steps: list[int] = []
+    step = 0
+    while True:
+        _add_arrivals(scenario, scheduler, hasher, step, state)
+        if state["next"] == len(order) and not queue.has_work():
+            break
+        assert step < MAX_STEPS, f"no progress after {MAX_STEPS} steps"
+        it = queue.step()
+        assert len(queue.queue) < queue.batch_queue_size
+        if it.scheduled is not None:
+            scheduled_steps.append(it.step)
+            out = it.scheduled.scheduler_output
+            assert out.total_num_scheduled_tokens <= config.max_num_batched_tokens
+            assert not finished & set(out.num_scheduled_tokens), "a finished request was scheduled"
+        if it.applied is not None:
+            applied_steps.append(it.applied.step)
+            for rid in it.output.finished_req_ids:
+                assert rid not in finished, f"{rid} finished twice"
+                finished.add(rid)
+        assert len(scheduler.running) <= config.max_num_seqs
+        for r in scheduler.running:
+            assert 0 <= r.num_output_placeholders <= len(queue.queue)
+        scheduler.check_invariants()
+        step += 1
+    assert applied_steps == scheduled_steps, "batches not applied once each, oldest first"
+    check_end_state(scheduler, state["reqs"], finished, max_model_len)
 
 
 def test_scheduler_op_count() -> None:

@@ -1,4 +1,5 @@
-"""kvsim replay reproduces vLLM 0.33.0's own step-by-step output on its samples."""
+"""kvsim replay reproduces vLLM 0.33.0's own step-by-step output on its samples
+(``async_*``: vLLM's AsyncScheduler behind its engine core's batch queue of 2)."""
 
 import json
 
@@ -17,6 +18,13 @@ SAMPLES = {
         "kv_groups": ("full", "sliding_window"),
         "sliding_window": 64,
         "enable_kv_cache_events": True,
+    },
+    "async_preempt": {"dump_block_tables": True, "async_scheduling": True},
+    "async_hybrid_swa64": {
+        "kv_groups": ("full", "sliding_window"),
+        "sliding_window": 64,
+        "enable_kv_cache_events": True,
+        "async_scheduling": True,
     },
 }
 

@@ -1,7 +1,8 @@
 """``kvsim conformance``: the randomized kvcore-vs-vLLM comparison, as a table.
 
 Exit status: 0 when every case matches, 1 on any mismatch, 2 on bad input (no usable
-vLLM interpreter, a non-positive trace count); messages on stderr, no traceback.
+vLLM interpreter, a non-positive trace count): one ``kvsim: error: ...`` line on
+stderr, no traceback.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def render(report: Report, console: Console) -> None:
     table.add_column("check")
     table.add_column("value", justify="right")
     table.add_row("vLLM version compared", str(report.vllm_version))
+    table.add_row(
+        "engine loop", "async (batch queue of 2)" if report.async_scheduling else "synchronous"
+    )
     table.add_row("traces run", str(report.traces))
     table.add_row("steps compared", str(report.steps))
     table.add_row("op sequences / ops compared", f"{report.op_cases} / {report.ops}")
@@ -90,8 +94,12 @@ def run_conformance(
     out_dir: str,
     op_cases: int = 40,
     sizing_cases: int = 40,
+    async_scheduling: bool = False,
 ) -> int:
-    """Run the comparison and print the table; return the exit status."""
+    """Run the comparison and print the table; return the exit status.
+
+    ``async_scheduling``: the step traces run through vLLM's ``AsyncScheduler`` and
+    engine-core batch queue, and through kvcore's."""
     err = Console(stderr=True)
     try:
         if traces < 1:
@@ -99,22 +107,23 @@ def run_conformance(
         python = find_vllm_python(vllm_python)
         version = installed_vllm_version(python)
     except BadInput as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
+        print(f"kvsim: error: {e}", file=sys.stderr)
         return 2
     if version != MIRRORED_VLLM:
-        err.print(
-            f"warning: comparing with vLLM {version}; kvcore mirrors vLLM "
+        print(
+            f"kvsim: warning: comparing with vLLM {version}; kvcore mirrors vLLM "
             f"{MIRRORED_VLLM}, so differences may be expected",
-            markup=False,
+            file=sys.stderr,
         )
+    args = (traces, seed, python, out_dir, op_cases, sizing_cases)
     try:
         if sys.stderr.isatty():
             with err.status(f"replaying {traces} traces through vLLM {version} and kvcore"):
-                report = run(traces, seed, python, out_dir, op_cases, sizing_cases)
+                report = run(*args, async_scheduling=async_scheduling)
         else:
-            report = run(traces, seed, python, out_dir, op_cases, sizing_cases)
+            report = run(*args, async_scheduling=async_scheduling)
     except OracleError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
+        print(f"kvsim: error: {e}", file=sys.stderr)
         return 2
     report.vllm_version = report.vllm_version or version
     render(report, Console())

@@ -42,6 +42,18 @@ REQUIRED_FEATURES = (
     "prefix_hits",
 )
 
+REQUIRED_ASYNC_FEATURES = (
+    "async_max_tokens_skip",
+    "async_preempted_in_flight",
+    "async_stale_output",
+    "async_stale_finish",
+    "async_arrival_while_in_flight",
+)
+"""What every async run of 200+ traces must also contain: a running request not
+scheduled again while its step in flight samples its last token; a preemption of a
+request with output in flight; that output delivered to the preempted request, once
+finishing it; a request arriving while a batch is in flight."""
+
 
 def case_features(
     config: dict[str, Any], trace: list[dict[str, Any]], lines: Iterable[dict[str, Any]]
@@ -101,13 +113,42 @@ def _behaviour(
         f.add("preempted")
     if preempted >= 5:
         f.add("preempted_5_times")
-    if any(s["prefix_cache"]["preempted_hits"] for s in steps):
+    stats = [s["prefix_cache"] for s in steps if s["prefix_cache"] is not None]
+    if any(p["preempted_hits"] for p in stats):
         f.add("resumed_with_own_hits")
-    if any(s["prefix_cache"]["hits"] for s in steps):
+    if any(p["hits"] for p in stats):
         f.add("prefix_hits")
+    if config.get("async_scheduling"):
+        f |= _async_behaviour(trace, steps)
     limit = config.get("max_model_len")
     if limit and any(len(r["prompt_token_ids"]) + r["max_tokens"] > limit for r in trace):
         f.add("max_model_len_stop")
+    return f
+
+
+def _async_behaviour(trace: list[dict[str, Any]], steps: list[dict[str, Any]]) -> set[str]:
+    """Features of an async replay (its step lines carry ``in_flight`` and ``applied_step``)."""
+    f: set[str] = set()
+    arrivals = {r["arrival_step"] for r in trace}
+    in_flight_before: list[int] = []
+    scheduled_in: dict[int, set[str]] = {}
+    for s in steps:
+        ids = {e["id"] for e in s["scheduled"]}
+        scheduled_in[s["step"]] = ids
+        if s["step"] in arrivals and s["step"] > 0 and in_flight_before:
+            f.add("async_arrival_while_in_flight")
+        applied = scheduled_in.get(s["applied_step"], set())
+        if any(rid in applied and rid not in ids for rid in s["finished"]):
+            f.add("async_max_tokens_skip")  # not scheduled again while its last token flew
+        flying = set().union(*(scheduled_in[k] for k in in_flight_before))
+        for rid in s["preempted"]:
+            if rid in flying:
+                f.add("async_preempted_in_flight")
+                if rid in s["new_tokens"]:
+                    f.add("async_stale_output")
+                if rid in s["finished"]:
+                    f.add("async_stale_finish")
+        in_flight_before = s["in_flight"]
     return f
 
 

@@ -8,8 +8,13 @@ first differing line of both sides (only the differing fields) is reported and t
 is written to ``out_dir`` as ``<name>.trace.json`` + ``<name>.config.json`` (or
 ``.ops.json``), ready for ``vllm_driver.py steps|ops`` and ``kvsim replay``.
 
-``python -m sim.conformance.differential [--vllm-python P] [--traces N] [--seed S]``
-runs it without the table of ``kvsim conformance``.
+With ``async_scheduling`` every step case runs vLLM's ``AsyncScheduler`` behind its
+own engine-core batch queue (``EngineCore.step_with_batch_queue``) against kvcore's
+:class:`~kvcore.async_scheduler.AsyncScheduler` behind :class:`~kvcore.batch_queue.BatchQueue`;
+the traces and knobs are those of the synchronous cases.
+
+``python -m sim.conformance.differential [--vllm-python P] [--traces N] [--seed S]
+[--async-scheduling]`` runs it without the table of ``kvsim conformance``.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class Report:
 
     seed: int
     vllm_version: str | None = None
+    async_scheduling: bool = False
     traces: int = 0
     steps: int = 0
     op_cases: int = 0
@@ -136,13 +142,14 @@ def run(
     num_sizing_cases: int = 40,
     timeout: float = 900.0,
     progress: Callable[[str], None] | None = None,
+    async_scheduling: bool = False,
 ) -> Report:
     """Run the comparison; see the module docstring. Raises :class:`OracleError`."""
     t0 = time.perf_counter()
     python = str(vllm_python or DEFAULT_VLLM_PYTHON)
-    report = Report(seed=seed)
+    report = Report(seed=seed, async_scheduling=async_scheduling)
     out_dir = Path(out_dir)
-    step_cases = [random_case(seed, i) for i in range(num_traces)]
+    step_cases = [random_case(seed, i, async_scheduling) for i in range(num_traces)]
     op_cases = [ops_mod.random_ops_case(seed, i) for i in range(num_op_cases)]
     sizing_cases = [sizing_mod.random_sizing_case(seed, i) for i in range(num_sizing_cases)]
     with tempfile.TemporaryDirectory(prefix="kvsim-conformance-") as tmp:
@@ -184,7 +191,7 @@ def run(
             diff = _steps_diff(theirs, ours, _job_error(stderr, job))
             report.steps += sum(1 for x in (theirs or []) if x.get("type") == "step")
             if diff:
-                name = f"steps_seed{seed}_case{i}"
+                name = f"steps_seed{seed}_case{i}" + ("_async" if async_scheduling else "")
                 files = _write_case(out_dir, name, {"trace": trace, "config": config})
                 files.append("kvsim replay " + replay_command(config, files[0]))
                 report.mismatches.append(Mismatch("steps", i, diff, files))
@@ -241,8 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", type=int, default=200)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
     p.add_argument("--out-dir", default="conformance-failures")
+    p.add_argument("--async-scheduling", action="store_true")
     args = p.parse_args(argv)
-    report = run(args.traces, args.seed, args.vllm_python, args.out_dir, progress=print)
+    report = run(
+        args.traces,
+        args.seed,
+        args.vllm_python,
+        args.out_dir,
+        progress=print,
+        async_scheduling=args.async_scheduling,
+    )
     for m in report.mismatches:
         print(m.render())
     print(

@@ -189,11 +189,16 @@ def random_config(
     return config
 
 
-def random_case(seed: int, index: int) -> Case:
-    """Step case ``index`` of run ``seed``: (driver/ReplayConfig knobs, replay trace)."""
+def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:
+    """Step case ``index`` of run ``seed``: (driver/ReplayConfig knobs, replay trace).
+
+    ``async_scheduling`` only adds that knob: the trace and the other knobs are those
+    of the synchronous case."""
     rng = case_rng(seed, index)
     block_size = int(_pick(rng, BLOCK_SIZES))
     policy = "priority" if _chance(rng, 0.35) else "fcfs"
     trace = random_trace(rng, block_size, policy)
     config = random_config(rng, trace, block_size, policy)
+    if async_scheduling:
+        config["async_scheduling"] = True
     return config, trace

@@ -28,6 +28,7 @@ FLAGS = {
     "sample_token_id": "--sample-token-id",
     "enable_kv_cache_events": "--kv-events",
     "dump_block_tables": "--dump-block-tables",
+    "async_scheduling": "--async-scheduling",
 }
 
 

@@ -12,6 +12,14 @@ Modes
     with a fake model that samples ``sample_token_id`` for every request whose
     prefill completed in the step. Output: a header line, one ``step`` line per
     scheduler step, and a summary line.
+    With ``async_scheduling`` true it builds vLLM's ``AsyncScheduler`` instead and
+    runs vLLM's own ``EngineCore.step_with_batch_queue`` (on an engine shell holding
+    only the scheduler and a fake executor; batch queue size from
+    ``VllmConfig.max_concurrent_batches``): the fake executor decides at execution
+    (right after ``schedule()``) which requests sample, and the output is applied
+    when the engine core pops that batch. One ``step`` line per engine iteration,
+    with ``applied_step``, ``new_tokens``, ``in_flight`` and per-request
+    ``placeholders`` added (the schema of ``kvcore.replay``).
 ``ops OPS --config CFG [--out FILE]``
     Drive ``KVCacheManager`` op by op (add, get_computed_blocks, allocate_slots,
     block_hashes, append_tokens, free, reset_prefix_cache, get_block_ids,
@@ -58,8 +66,9 @@ prompt + max_tokens], use_v2_model_runner [true], kv_groups [["full"]]
 (``full`` | ``sliding_window`` | ``chunked_local``), sliding_window,
 attention_chunk_size, sample_token_id [7], enable_kv_cache_events [false],
 dump_block_tables [false], num_speculative_tokens [0], none_hash_seed
-[vllm-none-hash]. The header's ``config`` echoes the keys of vLLM's samples only
-(kv_groups and window sizes show up as ``coordinator`` / ``managers``).
+[vllm-none-hash], async_scheduling [false]. The header's ``config`` echoes the keys
+of vLLM's samples only (kv_groups and window sizes show up as ``coordinator`` /
+``managers``).
 
 Ops: ``add`` takes request_id, prompt_token_ids and optional max_tokens,
 priority, cache_salt, lora_id, arrival_time; ``allocate_slots`` takes
@@ -87,10 +96,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -109,8 +121,10 @@ from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core import kv_cache_planning, kv_cache_utils
 from vllm.v1.core.kv_cache_manager import KVCacheManager
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+from vllm.v1.engine.core import EngineCoreProc
 from vllm.v1.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -119,7 +133,7 @@ from vllm.v1.kv_cache_interface import (
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
-from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
@@ -146,6 +160,7 @@ STEPS_DEFAULTS: dict[str, Any] = {
     "dump_block_tables": False,
     "num_speculative_tokens": 0,
     "none_hash_seed": kv_cache_utils.DEFAULT_NONE_HASH_SEED,
+    "async_scheduling": False,
 }
 
 OPS_DEFAULTS: dict[str, Any] = {
@@ -374,7 +389,7 @@ def build_vllm_config(cfg: dict[str, Any], max_model_len: int) -> VllmConfig:
         "policy": cfg["policy"],
         "watermark": float(cfg["watermark"]),
         "scheduler_reserve_full_isl": bool(cfg["scheduler_reserve_full_isl"]),
-        "async_scheduling": False,
+        "async_scheduling": bool(cfg["async_scheduling"]),
         "is_encoder_decoder": False,
     }
     if cfg["max_num_scheduled_tokens"] is not None:
@@ -403,7 +418,10 @@ def build_scheduler(cfg: dict[str, Any], max_model_len: int) -> tuple[Scheduler,
         raise ValueError("num_speculative_tokens is not supported by the oracle driver")
     vllm_config = build_vllm_config(cfg, max_model_len)
     register_all_kvcache_specs(vllm_config)
-    sched = Scheduler(
+    cls = RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
+    if cfg["async_scheduling"] and vllm_config.scheduler_config.async_scheduling is not True:
+        raise ValueError("vLLM turned async scheduling off for this configuration")
+    sched = cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config_for(cfg),
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -523,6 +541,10 @@ class StepReplay:
             "none_hash": none_hash.hex(),
         }
 
+    def has_work(self) -> bool:
+        """Whether the loop goes on once every request has arrived."""
+        return self.sched.has_requests()
+
     def scheduled_entry(self, rid: str, n: int, blocks: list[list[int]]) -> dict[str, Any]:
         """The per-request record of one step (before model output)."""
         if rid not in self.seen:
@@ -596,7 +618,7 @@ class StepReplay:
                 req = make_request(spec, arrival, self.block_hasher, int(spec["max_tokens"]))
                 self.sched.add_request(req)
                 nxt += 1
-            if nxt == len(pending) and not self.sched.has_requests():
+            if nxt == len(pending) and not self.has_work():
                 break
             t0 = time.perf_counter()
             line = self.step(step)
@@ -620,10 +642,169 @@ class StepReplay:
         }
 
 
+class RecordingAsyncScheduler(AsyncScheduler):
+    """vLLM's AsyncScheduler, noting which scheduler outputs it plans and applies."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.applied: list[Any] = []
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        """Record the batch whose output is applied, then apply it."""
+        self.applied.append(scheduler_output)
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+
+def _done(value: Any) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
+class FakeExecutor:
+    """Stands in for the model executor: every batch executes at once.
+
+    ``execute_model`` runs right after ``schedule()``; it decides which requests
+    sample (those not in a partial prefill chunk) and records the batch;
+    ``sample_tokens`` returns that batch's output."""
+
+    def __init__(self, sched: Scheduler, token: int, free_blocks: Callable[[], int]) -> None:
+        self.sched = sched
+        self.token = token
+        self.free_blocks = free_blocks
+        self.executed: list[tuple[Any, ModelRunnerOutput, int]] = []
+        self.pending: ModelRunnerOutput | None = None
+
+    def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Future:
+        """Fix the batch's sampled tokens; no output yet when any token was scheduled."""
+        req_ids = list(scheduler_output.num_scheduled_tokens)
+        requests = self.sched.requests
+        sampled = [[] if requests[rid].is_prefill_chunk else [self.token] for rid in req_ids]
+        output = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+        self.executed.append((scheduler_output, output, self.free_blocks()))
+        if scheduler_output.total_num_scheduled_tokens == 0:
+            return _done(EMPTY_MODEL_RUNNER_OUTPUT)
+        self.pending = output
+        return _done(None)
+
+    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Future:
+        """The output of the batch executed last."""
+        output, self.pending = self.pending, None
+        assert output is not None, "sample_tokens without execute_model"
+        return _done(output)
+
+
+class EngineShell(EngineCoreProc):
+    """An engine-core process holding only what ``step_with_batch_queue`` and
+    ``has_work`` read: the scheduler, a fake executor and the batch queue (no model,
+    no processes, no I/O)."""
+
+    def __init__(self, sched: Scheduler, executor: FakeExecutor) -> None:  # noqa: D107
+        # EngineCoreProc.__init__ is not called: it would load a model and open sockets.
+        self.vllm_config = sched.vllm_config
+        self.scheduler = sched
+        self.model_executor = executor
+        self.log_stats = True
+        self.batch_queue_size = sched.vllm_config.max_concurrent_batches
+        assert self.batch_queue_size > 1, "no batch queue without async scheduling"
+        self.batch_queue = deque(maxlen=self.batch_queue_size)
+        self.is_mm_encoder_only = False
+        self.is_pooling_model = False
+        self.check_for_draft_tokens = False
+        self.async_scheduling = True
+        self.aborts_queue = queue.Queue()
+        self.engines_running = False
+        self._weight_version = None
+
+
+class AsyncStepReplay(StepReplay):
+    """Replays one trace through vLLM's AsyncScheduler and engine-core batch queue."""
+
+    def build(self) -> dict[str, Any]:
+        """Build the scheduler and the engine shell; return the header line."""
+        header = super().build()
+        pool = self.sched.kv_cache_manager.block_pool
+        self.executor = FakeExecutor(
+            self.sched, int(self.cfg["sample_token_id"]), pool.get_num_free_blocks
+        )
+        self.engine = EngineShell(self.sched, self.executor)
+        self.batch_steps: dict[int, int] = {}  # id(scheduler output) -> engine step
+        header["config"]["async_scheduling"] = True
+        header["config"]["batch_queue_size"] = self.engine.batch_queue_size
+        return header
+
+    def has_work(self) -> bool:
+        """vLLM's own EngineCore.has_work."""
+        return self.engine.has_work()
+
+    def step(self, index: int) -> dict[str, Any]:
+        """One call of vLLM's EngineCore.step_with_batch_queue."""
+        sched = self.sched
+        pool = sched.kv_cache_manager.block_pool
+        free_before = pool.get_num_free_blocks()
+        engine_outputs, _ = self.engine.step_with_batch_queue()
+        entries: list[dict[str, Any]] = []
+        preempted: list[str] = []
+        total = 0
+        free_after_schedule = free_before
+        new_batches, self.executor.executed = self.executor.executed, []
+        assert len(new_batches) <= 1, "more than one batch scheduled in one iteration"
+        sampled_flags: list[bool] = []
+        if new_batches:
+            out, mro, free_after_schedule = new_batches[0]
+            self.batch_steps[id(out)] = index
+            blocks = new_blocks_by_request(out)
+            entries = [
+                self.scheduled_entry(rid, n, blocks.get(rid, []))
+                for rid, n in out.num_scheduled_tokens.items()
+            ]
+            sampled_flags = [bool(t) for t in mro.sampled_token_ids]
+            preempted = sorted(out.preempted_req_ids or ())
+            self.resuming.update(preempted)
+            total = out.total_num_scheduled_tokens
+        for entry, sampled in zip(entries, sampled_flags):
+            self.finish_entry(entry, sampled)
+            req = sched.requests.get(entry["id"])
+            if req is not None:
+                entry["placeholders"] = req.num_output_placeholders
+        applied, sched.applied = sched.applied, []
+        assert len(applied) <= 1, "more than one batch applied in one iteration"
+        applied_step = self.batch_steps.pop(id(applied[0])) if applied else None
+        outputs = engine_outputs or {}
+        num_running, num_waiting = sched.get_request_counts()
+        line: dict[str, Any] = {
+            "type": "step",
+            "step": index,
+            "scheduled": entries,
+            "total_scheduled_tokens": total,
+            "preempted": preempted,
+            "applied_step": applied_step,
+            "new_tokens": [
+                o.request_id for eco in outputs.values() for o in eco.outputs if o.new_token_ids
+            ],
+            "finished": finished_ids(outputs),
+            "in_flight": [self.batch_steps[id(b[1])] for b in reversed(self.engine.batch_queue)],
+            "free_blocks_after_schedule": free_after_schedule,
+            "free_blocks": pool.get_num_free_blocks(),
+            "num_running": num_running,
+            "num_waiting": num_waiting,
+            "kv_cache_usage": rounded(sched.get_kv_cache_usage()),
+            "prefix_cache": prefix_stats_json(outputs) if applied else None,
+        }
+        if self.cfg["enable_kv_cache_events"]:
+            line["kv_events"] = [event_to_json(e) for e in self.sink.take()]
+        return line
+
+
 def run_steps(trace: Any, config: dict[str, Any]) -> Iterable[dict[str, Any]]:
     """Replay a trace (path or list) with the given knobs."""
     cfg = merged(STEPS_DEFAULTS, config)
-    return StepReplay(load_json(trace), cfg, source_name(trace)).run()
+    cls = AsyncStepReplay if cfg["async_scheduling"] else StepReplay
+    return cls(load_json(trace), cfg, source_name(trace)).run()
 
 
 # --------------------------------------------------------------------------- #

@@ -1,14 +1,24 @@
 """Show that the differential suite catches deliberately broken kvcore (not a pytest module).
 
     .venv/bin/python tests/conformance/mutation_demo.py [--traces 30] [--seed S]
+    .venv/bin/python tests/conformance/mutation_demo.py --async-scheduling
 
 Each mutant monkeypatches kvcore in this process only (no file changes), runs the
 randomized comparison against vLLM (``.venv-vllm``) and prints the first mismatch.
-Exit 0 when every mutant is caught, 1 otherwise.
+Exit 0 when every mutant is caught, 1 otherwise. kvcore runs from its sources here
+(``KVSIM_PURE_PYTHON=1``): compiled classes cannot be patched.
 
-Mutants:
-  tail-free   freed unhashed blocks go to the tail of the free queue (vLLM: the head)
-  last-hit    the last prompt token may be a prefix-cache hit (vLLM: never)
+Mutants (synchronous traces):
+  tail-free        freed unhashed blocks go to the tail of the free queue (vLLM: the head)
+  last-hit         the last prompt token may be a prefix-cache hit (vLLM: never)
+Mutants (``--async-scheduling``: vLLM's AsyncScheduler and batch queue):
+  apply-early      a batch's output is applied before the next batch is scheduled
+                   (vLLM: only when the queue of 2 is full or nothing more can run)
+  no-placeholders  scheduling a sampling step leaves no output placeholder, so the
+                   next step cannot be planned before the token comes back
+  placeholder-stop the max_tokens check of running requests ignores placeholders: a
+                   request is scheduled once more although the step in flight
+                   already samples its last token
 """
 
 from __future__ import annotations
@@ -20,9 +30,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if __name__ == "__main__":
+    os.environ["KVSIM_PURE_PYTHON"] = "1"  # before kvcore is imported
 
+from kvcore.async_scheduler import AsyncScheduler  # noqa: E402
+from kvcore.batch_queue import Batch, BatchQueue  # noqa: E402
 from kvcore.block_pool import BlockPool  # noqa: E402
 from kvcore.kv_cache_manager import KVCacheManager  # noqa: E402
+from kvcore.scheduler import Scheduler  # noqa: E402
 from sim.conformance import DEFAULT_SEED  # noqa: E402
 from sim.conformance.differential import run  # noqa: E402
 
@@ -47,6 +62,29 @@ def _last_hit(original: Callable) -> Callable:
     return get_computed_blocks
 
 
+def _apply_early(original: Callable) -> Callable:
+    def schedule_next(self: BatchQueue) -> tuple[Batch | None, bool]:
+        batch, _ = original(self)
+        return batch, bool(self.queue)  # wait for (and apply) every batch at once
+
+    return schedule_next
+
+
+def _placeholder_stop(original: Callable) -> Callable:
+    def _schedule_running(self: Scheduler, plan, threshold: int) -> None:
+        # max_tokens feeds only that check in the running pass: lift it out of reach.
+        saved = [(r, r.max_tokens) for r in self.running]
+        for r, m in saved:
+            r.max_tokens = m + 10**9
+        try:
+            original(self, plan, threshold)
+        finally:
+            for r, m in saved:
+                r.max_tokens = m
+
+    return _schedule_running
+
+
 @contextmanager
 def patched(cls: type, name: str, value: Callable) -> Iterator[None]:
     """Replace ``cls.name`` for the duration of the block."""
@@ -67,17 +105,40 @@ MUTANTS = {
     ),
 }
 
+ASYNC_MUTANTS = {
+    "apply-early": (BatchQueue, "schedule_next", _apply_early(BatchQueue.schedule_next)),
+    "no-placeholders": (
+        AsyncScheduler,
+        "_update_after_schedule",
+        Scheduler._update_after_schedule,
+    ),
+    "placeholder-stop": (
+        Scheduler,
+        "_schedule_running",
+        _placeholder_stop(Scheduler._schedule_running),
+    ),
+}
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=int, default=30)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
     p.add_argument("--out-dir", default="conformance-mutants")
+    p.add_argument("--async-scheduling", action="store_true", help="the async mutants")
     args = p.parse_args()
     missed = []
-    for name, (cls, attr, value) in MUTANTS.items():
+    mutants = ASYNC_MUTANTS if args.async_scheduling else MUTANTS
+    for name, (cls, attr, value) in mutants.items():
         with patched(cls, attr, value):
-            report = run(args.traces, args.seed, out_dir=os.path.join(args.out_dir, name))
+            report = run(
+                args.traces,
+                args.seed,
+                out_dir=os.path.join(args.out_dir, name),
+                num_op_cases=0 if args.async_scheduling else 40,  # no scheduler in them
+                num_sizing_cases=0 if args.async_scheduling else 40,
+                async_scheduling=args.async_scheduling,
+            )
         found = len(report.mismatches)
         print(
             f"== mutant {name}: {found} mismatching cases of {report.traces} traces, "

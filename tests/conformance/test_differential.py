@@ -3,13 +3,19 @@
 ``test_kvcore_matches_vllm`` replays >= 200 random step traces, 40 op sequences and 40
 sizing cases through vLLM's own core (one ``.venv-vllm`` process; skipped when that
 environment is absent; create it with ``scripts/setup_vllm_oracle.sh``) and through
-kvcore, and requires every line to match. The seed is fixed unless
-``KVSIM_CONFORMANCE_SEED`` is set; a failure prints the seed, the first differing step
-of both sides and the files holding the failing case. The other tests run without vLLM.
+kvcore, and requires every line to match. ``test_kvcore_matches_vllm_async`` replays
+the same >= 200 traces through vLLM's ``AsyncScheduler`` behind its engine core's own
+batch queue (outputs applied a step late) and through kvcore's ``AsyncScheduler`` and
+``BatchQueue``. The seed is fixed unless ``KVSIM_CONFORMANCE_SEED`` is set; a failure
+prints the seed, the first differing step of both sides and the files holding the
+failing case. ``test_async_mutant_is_caught`` checks that a kvcore applying each
+output before the next batch is scheduled fails the comparison with a readable diff.
+The other tests run without vLLM.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -18,7 +24,7 @@ import pytest
 from kvcore.replay import ReplayConfig
 from sim.conformance import DEFAULT_SEED
 from sim.conformance.compare import first_line_diff
-from sim.conformance.coverage import REQUIRED_FEATURES, coverage
+from sim.conformance.coverage import REQUIRED_ASYNC_FEATURES, REQUIRED_FEATURES, coverage
 from sim.conformance.differential import DEFAULT_VLLM_PYTHON, run
 from sim.conformance.generate import random_case
 from sim.conformance.ops import random_ops_case, run_kvcore_ops
@@ -48,6 +54,60 @@ def test_kvcore_matches_vllm(tmp_path: Path) -> None:
     assert report.steps > 20 * report.traces
 
 
+@needs_vllm
+def test_kvcore_matches_vllm_async(tmp_path: Path) -> None:
+    out_dir = tmp_path / "failures"
+    report = run(
+        NUM_TRACES,
+        SEED,
+        str(DEFAULT_VLLM_PYTHON),
+        out_dir,
+        num_op_cases=0,
+        num_sizing_cases=0,
+        async_scheduling=True,
+    )
+    details = "\n".join(m.render() for m in report.mismatches[:3])
+    assert report.ok, (
+        f"seed {SEED} (rerun with KVSIM_CONFORMANCE_SEED={SEED}): "
+        f"{len(report.mismatches)} mismatching async cases, written to {out_dir}\n{details}"
+    )
+    assert report.vllm_version == "0.33.0" and report.async_scheduling
+    assert report.traces >= 200
+    assert report.steps > 20 * report.traces
+
+
+def _mutation_demo():
+    path = Path(__file__).with_name("mutation_demo.py")
+    spec = importlib.util.spec_from_file_location("kvsim_mutation_demo", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_vllm
+def test_async_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Applying each output before the next batch is scheduled (a synchronous loop over
+    the AsyncScheduler) is caught, and the first mismatch names the step and fields.
+    Only the batch queue is patched: it is plain Python, never compiled."""
+    cls, attr, value = _mutation_demo().ASYNC_MUTANTS["apply-early"]
+    monkeypatch.setattr(cls, attr, value)
+    report = run(
+        12,
+        SEED,
+        str(DEFAULT_VLLM_PYTHON),
+        tmp_path,
+        num_op_cases=0,
+        num_sizing_cases=0,
+        async_scheduling=True,
+    )
+    assert len(report.mismatches) >= 10, [m.render() for m in report.mismatches]
+    text = report.mismatches[0].render()
+    assert text.startswith("steps case 0: step ")
+    assert "\n  vllm  : {" in text and "\n  kvcore: {" in text
+    assert '"applied_step"' in text or '"in_flight"' in text, text
+    assert "kvsim replay " in text and "--async-scheduling" in text
+
+
 def test_cases_are_reproducible_and_valid() -> None:
     """The same (seed, index) gives the same case; kvcore accepts and finishes each."""
     for i in range(30):
@@ -75,6 +135,20 @@ def test_cases_cover_every_listed_knob() -> None:
     counts = coverage(cases)
     missing = [f for f in REQUIRED_FEATURES if counts[f] == 0]
     assert not missing, f"seed {SEED}: no case covers {missing}"
+
+
+def test_async_cases_cover_every_listed_knob_and_in_flight_behaviour() -> None:
+    """The 200 async traces (same traces and knobs) cover the same knobs, and the
+    behaviours only async scheduling has (tokens in flight at preemption, and so on)."""
+    cases = []
+    for i in range(NUM_TRACES):
+        config, trace = random_case(SEED, i, async_scheduling=True)
+        assert (config, trace) == (dict(random_case(SEED, i)[0], async_scheduling=True), trace)
+        cases.append((config, trace, run_kvcore_steps(config, trace)))
+    assert not [c for c in cases if isinstance(c[2], str)]
+    counts = coverage(cases)
+    missing = [f for f in REQUIRED_FEATURES + REQUIRED_ASYNC_FEATURES if counts[f] == 0]
+    assert not missing, f"seed {SEED}: no async case covers {missing}"
 
 
 def test_op_and_sizing_cases_run_on_kvcore() -> None:

@@ -1,7 +1,8 @@
 """The oracle driver reproduces vLLM 0.33.0's own sample outputs.
 
 The samples in ``tests/data`` were produced by vLLM 0.33.0 driven without a
-model. ``sim/conformance/vllm_driver.py`` runs under the oracle environment
+model (``steps_async_*``: vLLM's AsyncScheduler behind its engine core's batch queue,
+recorded with this driver). ``sim/conformance/vllm_driver.py`` runs under the oracle environment
 ``.venv-vllm`` (skipped when it is absent) in one batch process, and every
 output line must equal the sample's line byte for byte once the timing fields
 are masked.
@@ -28,11 +29,19 @@ STEPS_SAMPLES = [
     "steps_longprefill64.jsonl",
     "steps_nocache.jsonl",
     "steps_hybrid_swa64.jsonl",
+    "steps_async_preempt.jsonl",
+    "steps_async_hybrid_swa64.jsonl",
 ]
 # Knobs a sample used that its header does not echo.
 STEPS_EXTRA = {
     "steps_preempt.jsonl": {"dump_block_tables": True},
     "steps_hybrid_swa64.jsonl": {
+        "kv_groups": ["full", "sliding_window"],
+        "sliding_window": 64,
+        "enable_kv_cache_events": True,
+    },
+    "steps_async_preempt.jsonl": {"dump_block_tables": True},
+    "steps_async_hybrid_swa64.jsonl": {
         "kv_groups": ["full", "sliding_window"],
         "sliding_window": 64,
         "enable_kv_cache_events": True,
@@ -65,8 +74,8 @@ def steps_config(sample: str) -> dict:
     """The driver config for a steps sample: its header's knobs plus unechoed ones."""
     with open(DATA / sample) as f:
         config = dict(json.loads(f.readline())["config"])
-    for derived in ("coordinator", "managers"):
-        config.pop(derived)
+    for derived in ("coordinator", "managers", "batch_queue_size"):
+        config.pop(derived, None)
     config.update(STEPS_EXTRA.get(sample, {}))
     return config
 

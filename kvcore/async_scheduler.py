@@ -1,0 +1,99 @@
+"""The V1 scheduler in asynchronous mode (vLLM 0.33.0's default engine loop).
+
+Mirrors ``AsyncScheduler`` of ``vllm/v1/core/sched/async_scheduler.py`` (vLLM 0.33.0).
+With async scheduling the engine schedules step N+1 while step N still runs on the
+GPU, so ``update_from_output`` of step N comes after ``schedule()`` of step N+1. Each
+request scheduled to sample a token gets an *output placeholder* at schedule time
+(``Request.num_output_placeholders``); the token's output resolves it. The base
+:class:`kvcore.scheduler.Scheduler` holds the checks that read placeholders, as
+vLLM's base class does: a running request whose step in flight already samples its
+last token (``max_tokens``) is not scheduled again; a request preempted with output in
+flight keeps that output as *stale* (delivered, stop-checked, counters untouched) and
+waits until it is back; output of a running request caches the blocks it fills.
+
+How the engine drives it (vLLM's ``EngineCore.step_with_batch_queue``, one call per
+engine iteration, with a batch queue of ``BATCH_QUEUE_SIZE`` = 2 batches):
+
+1. If ``has_requests()``: ``out = schedule()``, start executing ``out`` (the model
+   decides now which requests sample: those with ``not is_prefill_chunk``), append it
+   to the queue. If the queue now holds fewer than 2 batches and (``out`` scheduled
+   any tokens or ``has_requests()``), the iteration ends here, without waiting.
+2. Else, if the queue is empty, the iteration ends (idle).
+3. Otherwise pop the *oldest* batch, wait until it has executed, and apply its output
+   with ``update_from_output(batch_output, sampled_token_ids)``.
+
+New requests are added (``add_request``) between iterations. In steady decoding every
+iteration schedules one batch and applies the one before it: a request's token
+sampled by step N is appended after step N+1 was scheduled, so step N+1 was planned
+with a placeholder in its place. :class:`kvcore.batch_queue.BatchQueue` runs this loop.
+
+Left out (vLLM features kvcore does not have): speculative drafts (the spec-token
+placeholder list is always empty; ``num_lookahead_tokens`` still reserves slots),
+structured output (no deferred sampling), pipeline parallelism (so the decode
+stagger ``next_decode_eligible_step`` never holds a request back: with one stage it
+is the very next step), KV connectors (no dropped stale output, no deferred frees).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kvcore.kv_cache_interface import KVCacheConfig
+from kvcore.kv_cache_planning import max_concurrent_batches
+from kvcore.scheduler import Scheduler
+from kvcore.scheduler_config import SchedulerConfig
+
+BATCH_QUEUE_SIZE = max_concurrent_batches(async_scheduling=True)
+"""Batches in flight with async scheduling and one pipeline stage (2): vLLM's
+``VllmConfig.max_concurrent_batches``, the size of the engine core's batch queue."""
+
+NUM_SAMPLED_TOKENS_PER_STEP = 1
+"""Tokens a step samples for a request whose prefill is complete (vLLM: 1 for
+generative models; pooling and diffusion models sample none)."""
+
+
+class AsyncScheduler(Scheduler):
+    """Mirrors vLLM 0.33.0's ``vllm.v1.core.sched.async_scheduler.AsyncScheduler``.
+
+    Same constructor and interface as :class:`kvcore.scheduler.Scheduler`
+    (``add_request``, ``schedule``, ``update_from_output``, ``has_requests``...), but
+    ``update_from_output`` of a step may come after the next ``schedule()``; the
+    caller must follow the batch-queue order of this module's docstring. The KV cache
+    manager reserves sliding-window blocks for ``max_concurrent_batches`` batches of
+    tokens in flight (vLLM's ``max_in_flight_tokens``).
+    """
+
+    def __init__(
+        self,
+        scheduler_config: SchedulerConfig,
+        kv_cache_config: KVCacheConfig,
+        enable_caching: bool = True,
+        watermark: float = 0.0,
+        enable_kv_cache_events: bool = False,
+        log_stats: bool = True,
+        max_concurrent_batches: int = BATCH_QUEUE_SIZE,
+    ) -> None:
+        super().__init__(
+            scheduler_config,
+            kv_cache_config,
+            enable_caching=enable_caching,
+            watermark=watermark,
+            enable_kv_cache_events=enable_kv_cache_events,
+            log_stats=log_stats,
+            max_concurrent_batches=max_concurrent_batches,
+        )
+        # Draft tokens each decode step proposes (kvcore schedules none): the
+        # placeholder list a request carries as its spec tokens is empty.
+        self._spec_token_placeholders: list[int] = []
+
+    def _update_after_schedule(self, num_scheduled: Mapping[str, int]) -> None:
+        """Mirrors ``AsyncScheduler._update_after_schedule``: after the base update,
+        every request that samples in this step gets one output placeholder."""
+        super()._update_after_schedule(num_scheduled)
+        requests = self.requests
+        for rid in num_scheduled:
+            request = requests[rid]
+            if request.is_prefill_chunk:
+                continue
+            request.num_output_placeholders += NUM_SAMPLED_TOKENS_PER_STEP
+            request.spec_token_ids = self._spec_token_placeholders
