@@ -210,7 +210,7 @@ def replay(
     trace: str = typer.Argument(
         ...,
         help="replay trace: JSON list of {request_id, arrival_step, prompt_token_ids, "
-        "max_tokens[, priority, cache_salt, lora_id]}",
+        "max_tokens} objects (optional: priority, cache_salt, lora_id); docs/traces.md",
     ),
     out: str = typer.Option("-", "--out", help="output JSONL file; - is stdout"),
     async_scheduling: bool = typer.Option(
@@ -257,10 +257,16 @@ def replay(
         help="KV cache groups, comma-separated: full, sliding_window, chunked_local",
     ),
     sliding_window: int = typer.Option(
-        None, "--sliding-window", help="tokens of a sliding_window group's window"
+        None,
+        "--sliding-window",
+        help="tokens of a sliding_window group's window",
+        show_default="none (needed with a sliding_window group)",
     ),
     attention_chunk_size: int = typer.Option(
-        None, "--attention-chunk-size", help="tokens per chunk of a chunked_local group"
+        None,
+        "--attention-chunk-size",
+        help="tokens per chunk of a chunked_local group",
+        show_default="none (needed with a chunked_local group)",
     ),
     prefix_caching_hash_algo: str = typer.Option(
         "sha256",
@@ -270,7 +276,8 @@ def replay(
     max_model_len: int = typer.Option(
         None,
         "--max-model-len",
-        help="longest sequence, tokens; unset: the trace's largest prompt + max_tokens",
+        help="longest sequence, tokens",
+        show_default="the trace's largest prompt + max_tokens",
     ),
     sample_token_id: int = typer.Option(
         7, "--sample-token-id", help="the token the fake model samples"
