@@ -32,6 +32,9 @@ class GPUSpec(BaseModel):
     interconnect_bandwidth_gbps: float = Field(gt=0, description="per GPU, one direction, GB/s")
     source: str = Field(min_length=1, description="where the figures come from (URLs)")
     notes: str = ""
+    price_per_gpu_hour: float | None = Field(
+        default=None, ge=0, description="what one GPU costs per hour, USD (kvsim recommend)"
+    )
 
     @property
     def memory_gib(self) -> float:

@@ -23,6 +23,7 @@ from sim.cli_options import (
 from sim.conformance import DEFAULT_SEED
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.outdir import FORCE_HELP
+from sim.recommend.command import recommend as _recommend
 from sim.signals import install as install_signal_handlers
 
 app = typer.Typer(
@@ -617,6 +618,9 @@ def sweep(
     from sim.sweep.cli import sweep_command
 
     raise typer.Exit(sweep_command(spec, out, executor, jobs, address, scale, force=force))
+
+
+app.command(name="recommend", cls=KvsimCommand)(_recommend)
 
 
 @app.command(cls=KvsimCommand)

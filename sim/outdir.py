@@ -3,10 +3,10 @@
 The rule (``--help`` of ``run``, ``sweep`` and ``plan`` states it): kvsim never
 deletes, renames or overwrites anything it did not write.
 
-- Every run, sweep and plan directory carries a marker, :data:`MARKER`, saying that
-  kvsim wrote it: its kind (``run``, ``sweep``, ``plan``), kvsim's version and the
-  command. Directories written before the marker existed are recognised by the files
-  only kvsim writes there (:func:`_legacy_kind`).
+- Every run, sweep, plan and recommend directory carries a marker, :data:`MARKER`,
+  saying that kvsim wrote it: its kind (``run``, ``sweep``, ``plan``, ``recommend``),
+  kvsim's version and the command. Directories written before the marker existed
+  are recognised by the files only kvsim writes there (:func:`_legacy_kind`).
 - ``--out`` may name a path that does not exist, an empty directory, or a kvsim
   directory of the same kind holding only the files kvsim writes there (then a run
   replaces it atomically: written under a temporary name, renamed into place; a
@@ -34,7 +34,7 @@ from kvcore import __version__
 MARKER = ".kvsim-dir.json"
 """Hidden file in every directory kvsim writes: ``{"kind", "kvsim_version", "command"}``."""
 
-KINDS = ("run", "sweep", "plan")
+KINDS = ("run", "sweep", "plan", "recommend")
 
 OWN_ENTRIES: dict[str, frozenset[str]] = {
     "run": frozenset(
@@ -51,6 +51,17 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
     ),
     "sweep": frozenset({"sweep.yaml", "sweep.csv", "inputs", "points", "plots", "report.html"}),
     "plan": frozenset({"plan.json", "probes", "plots", "report.html"}),
+    "recommend": frozenset(
+        {
+            "recommend.yaml",
+            "recommend.json",
+            "pareto.csv",
+            "candidates",
+            "verify",
+            "plots",
+            "report.html",
+        }
+    ),
 }
 """Top-level entries kvsim writes in a directory of each kind (besides the marker)."""
 
