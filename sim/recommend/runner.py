@@ -246,8 +246,10 @@ def _ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _verify(prep: Prepared, out: Path, jobs: int, on_event: OnEvent | None) -> None:
     """Check the top candidates as whole clusters at the target rate; one that fails
     gets another replica (up to ``verify.max_extra_replicas``), else it is marked
-    ``verified: False`` and ranked after the others. Then the top one with one replica
-    fewer (``verify.fewer``)."""
+    ``verified: False`` and ranked after the others. Then (``verify.fewer``) the top
+    one with one replica fewer, again while that passes: the top candidate's replica
+    count is the smallest that met the SLOs, and ``fewer_check`` the check one below
+    it that failed."""
     spec = prep.spec
     if spec.target_rate is None:
         return
@@ -279,8 +281,11 @@ def _verify(prep: Prepared, out: Path, jobs: int, on_event: OnEvent | None) -> N
             else:
                 entry["verified"] = False
     ranked = _ranked(prep.entries)
-    if spec.verify.fewer and ranked and ranked[0].get("verified") and ranked[0]["replicas"] > 1:
-        best = ranked[0]
+    if not (spec.verify.fewer and ranked and ranked[0].get("verified")):
+        return
+    best = ranked[0]
+    # The smallest cluster that holds: while one replica fewer passes too, take it.
+    while best["replicas"] > 1:
         check = _run_checks(prep, out, [(best, best["replicas"] - 1)], jobs)[0]
         best["fewer_check"] = check
         if on_event:
@@ -288,6 +293,11 @@ def _verify(prep: Prepared, out: Path, jobs: int, on_event: OnEvent | None) -> N
                 "meets the SLOs" if check["passed"] else "fails: " + "; ".join(check["failures"])
             )
             on_event(f"{best['key']} x{check['replicas']} (one fewer): {state}")
+        if not check["passed"]:
+            break
+        best["checks"].append(check)
+        _deploy(prep, best, check["replicas"])
+        del best["fewer_check"]
 
 
 def _chosen_point(top: dict[str, Any] | None) -> dict[str, Any] | None:
