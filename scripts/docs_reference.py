@@ -32,6 +32,7 @@ from sim.cli_options import DERIVED_DEFAULTS  # noqa: E402
 from sim.engine_config import EngineConfig  # noqa: E402
 from sim.plan.spec import SLO, PlanSpec, Search  # noqa: E402
 from sim.plan.spec import Length as PlanLength  # noqa: E402
+from sim.recommend import spec as rspec  # noqa: E402
 from sim.sweep.spec import Axis, SweepSpec  # noqa: E402
 from sim.sweep.spec import Length as SweepLength  # noqa: E402
 from workloads import spec as wspec  # noqa: E402
@@ -68,6 +69,10 @@ TABLES: dict[str, type[BaseModel]] = {
     "plan_slo": SLO,
     "plan_search": Search,
     "plan_length": PlanLength,
+    "recommend": rspec.RecommendSpec,
+    "recommend_space": rspec.Space,
+    "recommend_search": rspec.Search,
+    "recommend_verify": rspec.Verify,
     "kvsim_trace": KvsimLine,
     "mooncake_trace": MooncakeLine,
 }
@@ -84,6 +89,9 @@ LINKS: dict[type[BaseModel], str] = {
     PlanLength: "[length](#length)",
     SweepLength: "[length](#length)",
     Axis: "[axis](#axes)",
+    rspec.Space: "[space](#space)",
+    rspec.Search: "[search](#search)",
+    rspec.Verify: "[verify](#verify)",
 }
 GROUPS: list[tuple[set[type[BaseModel]], str]] = [
     (set(typing.get_args(arr.OpenLoopArrival)) | {arr.ClosedLoopArrival}, "[arrival](#arrival)"),
@@ -170,6 +178,7 @@ TYPE_TEXT = {"sweep_axis.values": "list of scalars (boolean, integer, number, st
 DEFAULT_TEXT = {
     **{f"engine.{k}": v for k, v in DERIVED_DEFAULTS.items()},
     "plan.engine": "vLLM's defaults (the engine page)",
+    "recommend.engine": "vLLM's defaults (the engine page)",
 }
 """Defaults said in words: what a ``None`` resolves to."""
 

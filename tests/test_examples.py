@@ -18,7 +18,14 @@ EXAMPLES = REPO / "examples"
 
 
 def test_every_example_is_covered_here():
-    covered = {"chat-trace.jsonl", "workload.yaml", "engine.yaml", "plan.yaml"}
+    covered = {
+        "chat-trace.jsonl",
+        "workload.yaml",
+        "engine.yaml",
+        "plan.yaml",
+        "recommend.yaml",
+        "gpu-prices.yaml",
+    }
     assert {p.name for p in EXAMPLES.iterdir()} == covered
     text = Path(__file__).read_text(encoding="utf-8")
     assert all(f"examples/{name}" in text for name in covered)
@@ -71,3 +78,17 @@ def test_plan_example_answers(tmp_path):
     assert doc["status"] == "bracketed" and doc["answer"] is not None
     assert doc["bracket"]["last_pass"] < doc["bracket"]["first_fail"]
     assert f"max_rate: rate = {fmt_value(doc['answer'])} req/s" in res.stdout
+
+
+def test_recommend_example_prunes_before_simulating():
+    """The bundled recommend example takes minutes (docs/recommend.md has its figures);
+    here its candidates and bounds, with examples/gpu-prices.yaml's prices."""
+    res = kvsim_cli("recommend", "examples/recommend.yaml", "--dry-run", timeout=120)
+    assert res.returncode == 0, res.stderr
+    spec = yaml.safe_load((EXAMPLES / "recommend.yaml").read_text())
+    space = spec["space"]
+    count = len(space["gpus"]) * len(space["tensor_parallel_size"]) * len(space["max_num_seqs"])
+    tp1 = len(space["gpus"]) * len(space["max_num_seqs"])  # TP 1 does not hold 70B
+    assert f"{count} candidates: {tp1} do not start, 0 miss an SLO at zero load" in res.stdout
+    prices = yaml.safe_load((EXAMPLES / "gpu-prices.yaml").read_text())
+    assert all(gpu in prices for gpu in space["gpus"])

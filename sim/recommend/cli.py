@@ -88,10 +88,12 @@ def _dry_run(prep: Prepared) -> None:
             e.get("reason") or "",
         )
     Console().print(table)
-    n_open = sum(1 for e in prep.entries if e["status"] == "open")
+    statuses = [e["status"] for e in prep.entries]
     print(
-        f"{len(prep.entries)} candidates, {n_open} to search (branch and bound may prune "
-        f"more as results come in); nothing simulated (--dry-run)"
+        f"{len(statuses)} candidates: {statuses.count('configuration')} do not start, "
+        f"{statuses.count('infeasible')} miss an SLO at zero load, "
+        f"{statuses.count('open')} to search (branch and bound may prune more as "
+        "results come in); nothing simulated (--dry-run)"
     )
 
 
