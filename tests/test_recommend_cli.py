@@ -108,3 +108,10 @@ def test_option_defaults_are_the_specs() -> None:
         checked += 1
     assert params["num_seeds"].default == len(_spec_default("search.seeds"))
     assert checked >= 10
+
+
+def test_the_recommend_page_names_every_option() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "recommend.md").read_text()
+    for param in get_command(app).commands["recommend"].params:
+        if param.opts and param.opts[0].startswith("--"):
+            assert f"`{param.opts[0]}" in page, param.opts[0]
