@@ -153,6 +153,7 @@ def run(
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
+    async_scheduling: bool = engine_option("async_scheduling"),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP, rich_help_panel=OUTPUT_PANEL),
 ) -> None:
     """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
@@ -179,6 +180,7 @@ def run(
             kv_cache_dtype=kv_cache_dtype,
             latency_model=latency_model,
             constant_step_s=constant_step_s,
+            async_scheduling=async_scheduling,
         ),
     )
     named = given(ctx, {"model": model, "gpu": gpu})
@@ -569,6 +571,7 @@ def plan(
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
+    async_scheduling: bool = engine_option("async_scheduling"),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs.

@@ -22,7 +22,7 @@ from kvcore import VLLM_VERSION, __version__
 from sim import offload
 from sim.cluster import Cluster
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
-from sim.engine_config import EngineConfig
+from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
 from sim.input_limits import nothing_served_message
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.records import RequestRecorder, StepRecorder
@@ -171,7 +171,9 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
             "max_model_len": resolved.max_model_len,
             "max_num_batched_tokens": resolved.max_num_batched_tokens,
             "max_num_seqs": resolved.max_num_seqs,
+            "async_scheduling": uses_async_scheduling(resolved.engine),
         },
+        "engine_loop": engine_loop(resolved.engine),
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
         **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
