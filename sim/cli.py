@@ -137,6 +137,16 @@ def run(
     ),
     num_replicas: int = typer.Option(1, "--num-replicas", help="replicas behind the router"),
     router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
+    goodput: list[str] = typer.Option(  # noqa: B008 (typer reads its options so)
+        None,
+        "--goodput",
+        metavar="KEY:MS",
+        help="a per-request SLO for goodput, as vllm bench serve takes it: ttft, tpot or "
+        "e2el and milliseconds (repeat for several); summary.json's window then has "
+        "goodput_rps",
+        show_default="none: no goodput",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
     block_size: int = engine_option("block_size"),
     gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
     num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
@@ -203,6 +213,7 @@ def run(
             workload_overrides=WorkloadOverrides(
                 rate=rate, num_requests=num_requests, duration_s=duration
             ),
+            goodput=goodput,
         )
     )
 

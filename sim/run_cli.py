@@ -19,6 +19,7 @@ from calibrate.use_calibration import calibration_defaults
 from reports.html import plus_minus
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
+from sim.goodput import parse_goodput
 from sim.outdir import OutputError, check_output
 from sim.progress import progress_bar
 from sim.run import (
@@ -98,6 +99,14 @@ def _window_rows(t: Table, window: dict[str, Any]) -> None:
         f"{plus_minus(thr['value'], thr['ci95'], digits=2)} req/s (offered "
         f"{window['offered_rps']:,.2f}), {window['output_tokens_per_s']:,.0f} output tok/s",
     )
+    good = window.get("goodput_rps")
+    if good:
+        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in good["slo_ms"].items())
+        t.add_row(
+            "goodput (window)",
+            f"{plus_minus(good['value'], good['ci95'], digits=2)} req/s "
+            f"({good['good_fraction']:.1%} of requests meet {slo})",
+        )
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         d = window[key]
         parts = [plus_minus(d[q], d["ci95"][q], 1e3) for q in ("mean", "p50", "p90", "p99")]
@@ -189,13 +198,16 @@ def run_command(
     fast_forward: bool = True,
     force: bool = False,
     workload_overrides: WorkloadOverrides | None = None,
+    goodput: list[str] | None = None,
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
     ``model``, ``gpu`` and the engine's ``tensor_parallel_size`` left out (None) are
     the calibration file's when there is one, else the defaults.
-    ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``."""
+    ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``;
+    ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`)."""
     try:
+        goodput_slo = parse_goodput(goodput)
         from_file = calibration_defaults(calibration) if calibration else {}
         tp = from_file.get("tensor_parallel_size")
         engine = load_engine_config(
@@ -214,6 +226,7 @@ def run_command(
             router=router or "round_robin",
             fast_forward=fast_forward,
             workload_overrides=workload_overrides,
+            goodput=goodput_slo,
         )
         resolved = resolve_run(spec)
     except ValueError as e:
