@@ -227,15 +227,9 @@ def run(
         )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if render:
-            from reports.html import render_report
-            from reports.plots import render_run_plots
+            from reports.run_report import render_run
 
-            render_run_plots(tmp, resolved.num_gpu_blocks)
-            render_report(
-                tmp,
-                title=f"kvsim run: {resolved.workload_name} on "
-                f"{resolved.model_name} / {resolved.gpu_name}",
-            )
+            render_run(tmp)
         publish(tmp, target)
     except BaseException:
         discard(tmp)

@@ -118,7 +118,7 @@ def test_kvsim_report_rerenders_run_and_sweep_dirs(tmp_path: Path) -> None:
         proc = kvsim_cli("report", str(target))
         assert proc.returncode == 0, proc.stderr
         assert (target / "report.html").is_file()
-    assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {"kv_usage.png", "latency.png"}
+    assert {p.name for p in (run_dir / "plots").glob("*.png")} == {"timeline.png", "latency.png"}
     assert json.loads((run_dir / "summary.json").read_text()) == before
     assert "kvsim run: w on" in (run_dir / "report.html").read_text()
 

@@ -6,11 +6,9 @@ with an internal error: the other points still run, the error is printed, exit 1
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from sim.outdir import OutputError
@@ -132,24 +130,9 @@ def _render_run(path: Path) -> Path:
     """Re-render a run directory's plots and report.html; a truncated or damaged
     ``steps.csv`` / ``requests.csv`` is one ``kvsim: warning:`` line per problem on
     stderr and in the report (ValueError when a file cannot be read at all)."""
-    from reports.html import render_report
-    from reports.plots import render_run_plots
-    from reports.run_records import read_run_records
+    from reports.run_report import render_run
 
-    summary = json.loads((path / "summary.json").read_text())
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path / 'summary.json'}: expected a JSON object")
-    records = read_run_records(path, summary)
-    for note in records.notes:
+    rendered = render_run(path)
+    for note in rendered.notes:
         print(f"kvsim: warning: {path}/{note}", file=sys.stderr)
-    config_file = path / "config.yaml"
-    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
-    config = config if isinstance(config, dict) else {}
-    workload = config.get("workload") or {}
-    name = workload.get("name", "?") if isinstance(workload, dict) else "?"
-    render_run_plots(path, int(summary["num_gpu_blocks"]), records.steps, records.requests)
-    return render_report(
-        path,
-        title=f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}",
-        notes=records.notes,
-    )
+    return rendered.page
