@@ -25,6 +25,11 @@ from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.outdir import FORCE_HELP
 from sim.signals import install as install_signal_handlers
 
+STEPS_HELP = (
+    "steps.csv: full (a row per engine step), thin (at most 20,000 rows: steps bucketed "
+    "by time, levels sampled, counts summed) or none (not written); for long runs"
+)
+
 app = typer.Typer(
     name="kvsim",
     cls=KvsimGroup,
@@ -153,6 +158,13 @@ def run(
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
+    steps: str = typer.Option(
+        "full",
+        "--steps",
+        metavar="full|thin|none",
+        help=STEPS_HELP,
+        rich_help_panel=OUTPUT_PANEL,
+    ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP, rich_help_panel=OUTPUT_PANEL),
 ) -> None:
     """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
@@ -201,6 +213,7 @@ def run(
             workload_overrides=WorkloadOverrides(
                 rate=rate, num_requests=num_requests, duration_s=duration
             ),
+            steps=steps,
         )
     )
 
@@ -441,6 +454,7 @@ PLAN_PATHS = {
     "max_length_factor": "length.max_factor",
     "fixed_length": "length.fixed",
     "confirm_sojourns": "length.confirm_sojourns",
+    "steps": "steps",
 }
 """Each ``kvsim plan`` option and the plan field it sets (engine flags set
 ``engine.<field>``); the option's default is the field's (``tests/test_cli_help.py``)."""
@@ -569,6 +583,7 @@ def plan(
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
+    steps: str = typer.Option("full", "--steps", metavar="full|thin|none", help=STEPS_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs.

@@ -11,10 +11,11 @@ import csv
 from array import array
 from itertools import accumulate
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sim.offload import ChunkWriter
 from sim.step_rows import DECODE, StepChunk, StepRowWriter, fmt
+from sim.step_thin import NullStepWriter, ThinStepWriter, check_mode
 
 STEP_COLUMNS = (
     "replica",
@@ -111,9 +112,20 @@ class StepRecorder:
     rows in bulk only when it is the sole writer, so row order never changes).
     """
 
-    def __init__(self, path: Path, helper: bool = False) -> None:
-        """``helper``: format and write the rows in a helper process (:mod:`sim.offload`)."""
-        self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
+    def __init__(self, path: Path, helper: bool = False, mode: str = "full") -> None:
+        """``helper``: format and write the rows in a helper process (:mod:`sim.offload`;
+        full rows only). ``mode``: ``full``, ``thin`` or ``none`` (:mod:`sim.step_thin`)."""
+        self.mode = check_mode(mode)
+        self._thin: ThinStepWriter | None = None
+        self._null: NullStepWriter | None = None
+        if mode == "thin":
+            self._thin = ThinStepWriter(path, STEP_COLUMNS)
+            self._out = ChunkWriter(self._thin, False, "steps.csv writer")
+        elif mode == "none":
+            self._null = NullStepWriter()
+            self._out = ChunkWriter(self._null, False, "steps.csv writer")
+        else:
+            self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
         self._chunk = StepChunk()
         self._chunk_rows = 0
         self.start_s = array("d")
@@ -269,6 +281,16 @@ class StepRecorder:
             self._flush()
         finally:
             self._out.close()
+
+    def file_info(self) -> dict[str, Any]:
+        """What ``steps.csv`` holds (``summary.json``'s ``steps_file``; after
+        :meth:`close`): ``mode`` and ``rows``, for ``thin`` also ``bucket_s`` and
+        ``max_rows`` (:mod:`sim.step_thin`)."""
+        if self._thin is not None:
+            return self._thin.info()
+        if self._null is not None:
+            return self._null.info()
+        return {"mode": "full", "rows": self.num_steps}
 
 
 class RequestRecorder:

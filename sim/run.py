@@ -59,6 +59,9 @@ class RunSpec:
     workload_overrides: WorkloadOverrides | None = None
     """The workload's rate and length as ``kvsim run --rate/--num-requests/--duration``
     set them (:mod:`workloads.overrides`); None keeps the workload's own."""
+    steps: str = "full"
+    """``steps.csv``: ``full`` (a row per step), ``thin`` (bounded rows) or ``none``
+    (:mod:`sim.step_thin`)."""
 
 
 @contextmanager
@@ -92,21 +95,23 @@ def simulate(
     router: str = "round_robin",
     helpers: bool | None = None,
     goodput: dict[str, float] | None = None,
+    steps_mode: str = "full",
 ) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
-    verdict and one entry per replica).
+    verdict, one entry per replica and ``steps_file``: what ``steps.csv`` holds).
 
     ``helpers``: format ``steps.csv`` and draw an open-loop workload in helper
     processes (:mod:`sim.offload`; same bytes either way); None: when
-    ``sim.offload.allowed()``.
+    ``sim.offload.allowed()``. ``steps_mode``: ``full``, ``thin`` or ``none``
+    (:mod:`sim.step_thin`).
     """
     wall0 = time.perf_counter()
     if helpers is None:
         helpers = offload.allowed()
     env = simpy.Environment()
     with ExitStack() as stack:  # closes whatever was opened, also on errors
-        steps = StepRecorder(out_dir / "steps.csv", helper=helpers)
+        steps = StepRecorder(out_dir / "steps.csv", helper=helpers, mode=steps_mode)
         stack.callback(steps.close)
         requests = RequestRecorder(out_dir / "requests.csv")
         stack.callback(requests.close)
@@ -152,6 +157,7 @@ def simulate(
         {**r, "num_routed": cluster.num_routed[r["replica"]]}
         for r in replica_summaries_from_recorders(steps, requests, num_replicas)
     ]
+    summary["steps_file"] = steps.file_info()
     summary["wall_s"] = time.perf_counter() - wall0
     return summary
 
@@ -172,6 +178,7 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
             "max_num_batched_tokens": resolved.max_num_batched_tokens,
             "max_num_seqs": resolved.max_num_seqs,
         },
+        "steps": spec.steps,
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
         **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
@@ -219,6 +226,7 @@ def run(
             router=spec.router,
             helpers=helpers,
             goodput=spec.goodput,
+            steps_mode=spec.steps,
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(nothing_served_message(spec.workload, summary))

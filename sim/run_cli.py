@@ -31,6 +31,7 @@ from sim.run import (
 )
 from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
+from sim.step_thin import check_mode as check_steps_mode
 from workloads.overrides import WorkloadOverrides
 
 
@@ -189,6 +190,7 @@ def run_command(
     fast_forward: bool = True,
     force: bool = False,
     workload_overrides: WorkloadOverrides | None = None,
+    steps: str = "full",
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
@@ -196,6 +198,7 @@ def run_command(
     the calibration file's when there is one, else the defaults.
     ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``."""
     try:
+        check_steps_mode(steps, "--steps")
         from_file = calibration_defaults(calibration) if calibration else {}
         tp = from_file.get("tensor_parallel_size")
         engine = load_engine_config(
@@ -214,6 +217,7 @@ def run_command(
             router=router or "round_robin",
             fast_forward=fast_forward,
             workload_overrides=workload_overrides,
+            steps=steps,
         )
         resolved = resolve_run(spec)
     except ValueError as e:

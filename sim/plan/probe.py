@@ -137,6 +137,7 @@ class ProbeRunner:
             seed=seed,
             num_replicas=replicas,
             router=plan.router,
+            steps=plan.steps,
         )
 
     def probe(self, value: float) -> bool:

@@ -22,6 +22,7 @@ Schema (every key optional unless said otherwise)::
     knob: num_gpu_blocks      # min_kv: num_gpu_blocks | gpu_memory_utilization | max_num_seqs
     search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
     length: {precision: 0.05, max_factor: 16, fixed: false, confirm_sojourns: 50}
+    steps: full               # probe runs' steps.csv: full | thin | none (sim.step_thin)
 
 ``search.high`` may be left out: for max_rate and min_replicas the search then doubles
 from ``low`` until a probe fails (max_rate) or passes (min_replicas); for min_kv it
@@ -144,6 +145,9 @@ class PlanSpec(_Strict):
     knob: Literal["num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs"] = "num_gpu_blocks"
     search: Search = Field(default_factory=Search)
     length: Length = Field(default_factory=Length)
+    steps: Literal["full", "thin", "none"] = "full"
+    """Each probe run's ``steps.csv`` (``sim.step_thin``): a full row per step, thinned
+    to bounded rows, or none."""
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanSpec:

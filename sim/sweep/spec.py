@@ -8,6 +8,7 @@ Example::
       model: Llama-3.1-8B
       gpu: H100-SXM
       engine: {max_model_len: 4096}
+      steps: thin                   # each point's steps.csv: full | thin | none (sim.step_thin)
     axes:                           # a grid: every combination, first axis outermost
       - {path: workload.arrival.rate, values: [2, 4, 8]}
     zip:                            # optional: each group is one more grid dimension whose
@@ -17,7 +18,7 @@ Example::
     length: {max_factor: 8}         # an undecided point runs again, 2x, up to 8x its length
 
 Paths are dotted: ``workload.<field...>``, ``engine.<EngineConfig field>`` or a top-level
-run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``).
+run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``, ``steps``).
 """
 
 from __future__ import annotations
