@@ -81,24 +81,30 @@ def _report_result(result: SweepResult) -> int:
         + (f" ({', '.join(parts)})" if parts else "")
         + f" -> {result.out / 'sweep.csv'}, {result.out / 'report.html'}"
     )
-    head = _headline(result.out)
-    if head:
-        print(f"kvsim sweep: {head}")
+    _print_results(result.out)
     for index, err in sorted(result.errors.items()):
         first = (str(err).strip().splitlines() or [type(err).__name__])[-1]
         print(f"kvsim: error: point {index}: {first}", file=sys.stderr)
     return 1 if result.errors else 0
 
 
-def _headline(out: Path) -> str:
-    """The sweep report's headline (where saturation starts), or "" without one."""
+def _print_results(out: Path) -> None:
+    """The results table (one row per point) and the headline (where each line stops
+    being steady, the best point), as in the sweep report; nothing when sweep.csv
+    cannot be read."""
     from reports.sweep_data import load_sweep_frame
-    from reports.sweep_html import headline
+    from reports.sweep_table import headline_lines, terminal_table
 
     try:
-        return headline(load_sweep_frame(out))
+        frame = load_sweep_frame(out)
+        table = terminal_table(frame)
+        lines = headline_lines(frame)
     except (OSError, ValueError, KeyError):
-        return ""
+        return
+    console = Console(width=None if sys.stdout.isatty() else 200)  # files: no wrapping
+    console.print(table)
+    for line in lines:
+        console.print(f"kvsim sweep: {line}", markup=False, highlight=False)
 
 
 def report_command(directory: str) -> int:
