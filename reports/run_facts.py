@@ -148,17 +148,18 @@ def budget_line(summary: dict[str, Any], config: dict[str, Any]) -> str:
 
 
 def steps_line(summary: dict[str, Any]) -> str | None:
-    """What ``steps.csv`` holds when it is not a row per step (``--steps thin`` or
-    ``none``), else None."""
+    """What the steps file holds when it is not ``steps.csv`` with a row per step
+    (``--steps thin`` or ``none``, ``--steps-format parquet``), else None."""
     info = summary.get("steps_file")
     if not isinstance(info, dict):
         return None
     mode = info.get("mode")
     steps = _int(summary.get("num_steps"))
+    name = info.get("file") or "steps.csv"
     if mode == "thin":
         width = float(info.get("bucket_s") or 0.0)
         return (
-            f"steps.csv is thinned (--steps thin): {_int(info.get('rows')):,} rows for "
+            f"{name} is thinned (--steps thin): {_int(info.get('rows')):,} rows for "
             f"{steps:,} engine steps, one per replica per {width:.3g} s; levels (running, "
             "waiting, KV usage) are each bucket's first step, counts (preemptions, "
             "tokens) its sums"
@@ -168,6 +169,8 @@ def steps_line(summary: dict[str, Any]) -> str | None:
             f"steps.csv was not written (--steps none; {steps:,} engine steps): the "
             "timeline and replica plots are left out; the figures above are complete"
         )
+    if name != "steps.csv":
+        return f"The step rows are in {name} (--steps-format parquet), one per engine step"
     return None
 
 

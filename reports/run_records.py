@@ -19,7 +19,8 @@ at all (missing, empty, no header, a plotted column missing) raises
 A run made with ``--steps thin`` or ``--steps none`` (``summary.json``'s
 ``steps_file``, :mod:`sim.step_thin`) is checked against what it wrote: the thinned
 row count, or no ``steps.csv`` at all (an empty steps table, no note: the run asked
-for it). Runs without ``steps_file`` (older ones) wrote a row per step.
+for it); with ``--steps-format parquet`` the rows are read from ``steps.parquet``.
+Runs without ``steps_file`` (older ones) wrote a row per step to ``steps.csv``.
 """
 
 from __future__ import annotations
@@ -60,8 +61,46 @@ class RunRecords:
     steps_mode: str = "full"
 
 
+def steps_file_name(summary: dict[str, Any]) -> str:
+    """The run's steps file: ``steps_file.file`` (``steps.csv`` or ``steps.parquet``),
+    ``steps.csv`` for runs that do not say."""
+    info = summary.get("steps_file")
+    name = info.get("file") if isinstance(info, dict) else None
+    return name if name in ("steps.csv", "steps.parquet") else "steps.csv"
+
+
+def _read_parquet(
+    path: Path, columns: tuple[str, ...], optional: tuple[str, ...], expected: int | None, what: str
+) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of ``steps.parquet`` (RunRecordsError when it cannot be read or lacks
+    a column) and a note when their count is not ``expected``."""
+    if not path.is_file():
+        raise RunRecordsError(f"{path}: missing (the run's {what} records)")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RunRecordsError(
+            f"{path}: reading Parquet needs pyarrow: pip install 'kvsim[parquet]'"
+        ) from None
+    try:
+        names = pq.read_schema(path).names
+        missing = [c for c in columns if c not in names]
+        if missing:
+            raise RunRecordsError(f"{path}: missing column(s) {', '.join(missing)}")
+        wanted = [c for c in (*columns, *optional) if c in names]
+        df = pq.read_table(path, columns=wanted).to_pandas()
+    except RunRecordsError:
+        raise
+    except Exception as e:  # pyarrow raises its own types for a damaged file
+        raise RunRecordsError(f"{path}: not readable as Parquet ({e})") from None
+    notes = []
+    if expected is not None and len(df) != expected:
+        notes.append(f"{path.name} holds {len(df):,} of {expected:,} {what}: the plots are partial")
+    return df, notes
+
+
 def steps_mode(summary: dict[str, Any]) -> tuple[str, int | None]:
-    """``(mode, expected rows)`` of a run's ``steps.csv`` from its summary: ``full``
+    """``(mode, expected rows)`` of a run's steps file from its summary: ``full``
     with ``num_steps`` rows unless ``steps_file`` says ``thin`` (its ``rows``) or
     ``none`` (0)."""
     info = summary.get("steps_file")
@@ -156,8 +195,10 @@ def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
         steps = pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_PLOT_COLUMNS})
         step_notes: list[str] = []
     else:
-        steps, step_notes = _read_one(
-            run_dir / "steps.csv",
+        name = steps_file_name(summary)
+        read = _read_parquet if name.endswith(".parquet") else _read_one
+        steps, step_notes = read(
+            run_dir / name,
             STEP_PLOT_COLUMNS,
             STEP_OPTIONAL_COLUMNS,
             expected_steps,

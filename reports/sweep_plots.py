@@ -200,14 +200,30 @@ def plot_latency(frame: SweepFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _kv_usage(point: Path) -> np.ndarray | None:
+    """A point's per-step (or per-bucket, when thinned) KV usage from ``steps.csv`` or
+    ``steps.parquet``; None when it wrote neither (``--steps none``) or it is unreadable."""
+    try:
+        if (point / "steps.csv").is_file():
+            return pd.read_csv(point / "steps.csv", usecols=["kv_usage"])["kv_usage"].to_numpy()
+        if (point / "steps.parquet").is_file():
+            return pd.read_parquet(point / "steps.parquet", columns=["kv_usage"])[
+                "kv_usage"
+            ].to_numpy()
+    except (OSError, ValueError, ImportError):
+        return None
+    return None
+
+
 def plot_kv_distribution(frame: SweepFrame, sweep_dir: Path, path: Path) -> Path | None:
     """Box plots of per-step KV usage, one per grid cell (first seed), from steps.csv."""
     firsts = frame.ok.drop_duplicates(subset=frame.cell_keys()).head(_MAX_BOXES)
     data, labels = [], []
     for _, row in firsts.iterrows():
-        steps = sweep_dir / "points" / str(row["point_id"]) / "steps.csv"
-        if steps.is_file():
-            data.append(pd.read_csv(steps, usecols=["kv_usage"])["kv_usage"].to_numpy() * 100)
+        point = sweep_dir / "points" / str(row["point_id"])
+        usage = _kv_usage(point)
+        if usage is not None:
+            data.append(usage * 100)
             labels.append(
                 ", ".join(
                     f"{short_name(k, frame.axes)}={value_text(row[k])}" for k in frame.cell_keys()

@@ -112,18 +112,27 @@ class StepRecorder:
     rows in bulk only when it is the sole writer, so row order never changes).
     """
 
-    def __init__(self, path: Path, helper: bool = False, mode: str = "full") -> None:
+    def __init__(
+        self, path: Path, helper: bool = False, mode: str = "full", fmt: str = "csv"
+    ) -> None:
         """``helper``: format and write the rows in a helper process (:mod:`sim.offload`;
-        full rows only). ``mode``: ``full``, ``thin`` or ``none`` (:mod:`sim.step_thin`)."""
+        full CSV rows only). ``mode``: ``full``, ``thin`` or ``none``
+        (:mod:`sim.step_thin`); ``fmt``: ``csv`` or ``parquet`` (:mod:`sim.step_parquet`)."""
         self.mode = check_mode(mode)
+        self.fmt = fmt
+        self.file_name = path.name
         self._thin: ThinStepWriter | None = None
         self._null: NullStepWriter | None = None
         if mode == "thin":
-            self._thin = ThinStepWriter(path, STEP_COLUMNS)
-            self._out = ChunkWriter(self._thin, False, "steps.csv writer")
+            self._thin = ThinStepWriter(path, STEP_COLUMNS, fmt=fmt)
+            self._out = ChunkWriter(self._thin, False, "steps writer")
         elif mode == "none":
             self._null = NullStepWriter()
-            self._out = ChunkWriter(self._null, False, "steps.csv writer")
+            self._out = ChunkWriter(self._null, False, "steps writer")
+        elif fmt == "parquet":
+            from sim.step_parquet import ParquetStepWriter
+
+            self._out = ChunkWriter(ParquetStepWriter(path, STEP_COLUMNS), False, "steps writer")
         else:
             self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
         self._chunk = StepChunk()
@@ -283,14 +292,18 @@ class StepRecorder:
             self._out.close()
 
     def file_info(self) -> dict[str, Any]:
-        """What ``steps.csv`` holds (``summary.json``'s ``steps_file``; after
+        """What the steps file holds (``summary.json``'s ``steps_file``; after
         :meth:`close`): ``mode`` and ``rows``, for ``thin`` also ``bucket_s`` and
-        ``max_rows`` (:mod:`sim.step_thin`)."""
-        if self._thin is not None:
-            return self._thin.info()
+        ``max_rows`` (:mod:`sim.step_thin`); ``file`` (its name) unless ``none``."""
         if self._null is not None:
             return self._null.info()
-        return {"mode": "full", "rows": self.num_steps}
+        info = (
+            self._thin.info()
+            if self._thin is not None
+            else {"mode": "full", "rows": self.num_steps}
+        )
+        info["file"] = self.file_name
+        return info
 
 
 class RequestRecorder:

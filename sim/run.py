@@ -62,6 +62,9 @@ class RunSpec:
     steps: str = "full"
     """``steps.csv``: ``full`` (a row per step), ``thin`` (bounded rows) or ``none``
     (:mod:`sim.step_thin`)."""
+    steps_format: str = "csv"
+    """``csv`` (``steps.csv``, the default) or ``parquet`` (``steps.parquet``, needs
+    pyarrow; :mod:`sim.step_parquet`)."""
 
 
 @contextmanager
@@ -96,6 +99,7 @@ def simulate(
     helpers: bool | None = None,
     goodput: dict[str, float] | None = None,
     steps_mode: str = "full",
+    steps_format: str = "csv",
 ) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
@@ -104,14 +108,16 @@ def simulate(
     ``helpers``: format ``steps.csv`` and draw an open-loop workload in helper
     processes (:mod:`sim.offload`; same bytes either way); None: when
     ``sim.offload.allowed()``. ``steps_mode``: ``full``, ``thin`` or ``none``
-    (:mod:`sim.step_thin`).
+    (:mod:`sim.step_thin`); ``steps_format``: ``csv`` or ``parquet``
+    (``steps.parquet``, :mod:`sim.step_parquet`).
     """
     wall0 = time.perf_counter()
     if helpers is None:
         helpers = offload.allowed()
     env = simpy.Environment()
     with ExitStack() as stack:  # closes whatever was opened, also on errors
-        steps = StepRecorder(out_dir / "steps.csv", helper=helpers, mode=steps_mode)
+        name = "steps.parquet" if steps_format == "parquet" else "steps.csv"
+        steps = StepRecorder(out_dir / name, helper=helpers, mode=steps_mode, fmt=steps_format)
         stack.callback(steps.close)
         requests = RequestRecorder(out_dir / "requests.csv")
         stack.callback(requests.close)
@@ -179,6 +185,7 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
             "max_num_seqs": resolved.max_num_seqs,
         },
         "steps": spec.steps,
+        "steps_format": spec.steps_format,
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
         **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
@@ -227,6 +234,7 @@ def run(
             helpers=helpers,
             goodput=spec.goodput,
             steps_mode=spec.steps,
+            steps_format=spec.steps_format,
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(nothing_served_message(spec.workload, summary))

@@ -31,6 +31,7 @@ from sim.run import (
 )
 from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
+from sim.step_parquet import check_format as check_steps_format
 from sim.step_thin import check_mode as check_steps_mode
 from workloads.overrides import WorkloadOverrides
 
@@ -191,6 +192,7 @@ def run_command(
     force: bool = False,
     workload_overrides: WorkloadOverrides | None = None,
     steps: str = "full",
+    steps_format: str = "csv",
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
@@ -199,6 +201,7 @@ def run_command(
     ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``."""
     try:
         check_steps_mode(steps, "--steps")
+        check_steps_format(steps_format, "--steps-format")
         from_file = calibration_defaults(calibration) if calibration else {}
         tp = from_file.get("tensor_parallel_size")
         engine = load_engine_config(
@@ -218,6 +221,7 @@ def run_command(
             fast_forward=fast_forward,
             workload_overrides=workload_overrides,
             steps=steps,
+            steps_format=steps_format,
         )
         resolved = resolve_run(spec)
     except ValueError as e:

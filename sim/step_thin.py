@@ -73,14 +73,29 @@ class ThinStepWriter:
     to ``path`` at :meth:`close`; the file is created (header only) at once, so a bad
     path fails before the run."""
 
-    def __init__(self, path: Path, columns: tuple[str, ...], max_rows: int | None = None):
-        """``max_rows``: None for :data:`THIN_MAX_ROWS` (read when called)."""
+    def __init__(
+        self,
+        path: Path,
+        columns: tuple[str, ...],
+        max_rows: int | None = None,
+        fmt: str = "csv",
+    ):
+        """``max_rows``: None for :data:`THIN_MAX_ROWS` (read when called); ``fmt``:
+        ``csv`` or ``parquet`` (:mod:`sim.step_parquet`)."""
         max_rows = THIN_MAX_ROWS if max_rows is None else max_rows
         if max_rows < 1:
             raise ValueError(f"max_rows: must be >= 1 (got {max_rows})")
-        self._file: IO[str] = path.open("w", newline="")
-        self._file.write(",".join(columns) + "\n")
-        self._file.flush()
+        self._file: IO[str] | None = None
+        self._parquet: Any = None
+        if fmt == "parquet":
+            from sim.step_parquet import ParquetRowSink
+
+            self._parquet = ParquetRowSink(path, columns)
+        else:
+            self._file = path.open("w", newline="")
+            self._file.write(",".join(columns) + "\n")
+            self._file.flush()
+        self.fmt = fmt
         self.max_rows = max_rows
         self.width_s = START_WIDTH_S
         self._rows: dict[tuple[int, int], list[Any]] = {}  # (bucket, replica) -> row
@@ -163,6 +178,13 @@ class ThinStepWriter:
         if self._closed:
             return
         self._closed = True
+        if self._parquet is not None:
+            try:
+                self._parquet.write_columns([list(c) for c in zip(*self._rows.values())])
+            finally:
+                self._parquet.close()
+            return
+        assert self._file is not None
         try:
             texts = []
             for row in self._rows.values():

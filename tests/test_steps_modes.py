@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -111,7 +112,13 @@ def test_thin_buckets_match_the_full_file(workload, full_run, tmp_path, monkeypa
     assert list(thin.columns) == list(full.columns)
     expected, width = _bucket(full, max_rows)
     info = thin_summary["steps_file"]
-    assert info == {"mode": "thin", "rows": len(thin), "bucket_s": width, "max_rows": max_rows}
+    assert info == {
+        "mode": "thin",
+        "rows": len(thin),
+        "bucket_s": width,
+        "max_rows": max_rows,
+        "file": "steps.csv",
+    }
     assert len(thin) <= max_rows < len(full)
     for col in ["replica", "step", *LEVELS[:2], "num_free_blocks", *COUNTS]:
         assert thin[col].tolist() == expected[col].tolist(), col
@@ -177,4 +184,31 @@ def test_bad_steps_value_is_one_error(tmp_path):
     assert proc.stderr.strip() == (
         "kvsim: error: --steps: unknown value 'some' (allowed: full, thin, none)"
     )
+    assert not (tmp_path / "x").exists()
+
+
+def test_parquet_without_pyarrow_is_one_error(monkeypatch, capsys, tmp_path):
+    """--steps-format parquet where pyarrow is missing: exit 2, one line saying how to
+    get it, nothing written."""
+    from sim.run_cli import run_command
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    status = run_command(
+        "chat",
+        None,
+        None,
+        None,
+        None,
+        None,
+        str(tmp_path / "x"),
+        False,
+        False,
+        {},
+        steps_format="parquet",
+    )
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvsim: error: --steps-format: parquet needs pyarrow")
+    assert "pip install 'kvsim[parquet]'" in err and "\n" not in err
     assert not (tmp_path / "x").exists()

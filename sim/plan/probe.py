@@ -138,6 +138,7 @@ class ProbeRunner:
             num_replicas=replicas,
             router=plan.router,
             steps=plan.steps,
+            steps_format=plan.steps_format,
         )
 
     def probe(self, value: float) -> bool:

@@ -33,6 +33,7 @@ from sim.plan.search import Bisection, seed_answers, within_tolerance
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import RunSpec
 from sim.setup import ResolvedRun, resolve_run
+from sim.step_parquet import check_format
 from sim.sweep.table import write_atomic
 
 WANT = {
@@ -69,6 +70,7 @@ def check_plan(plan: PlanSpec, source: str) -> tuple[Any, ResolvedRun]:
     before any probe runs; returns both."""
     base = load_base_workload(plan, source)
     try:
+        check_format(plan.steps_format, "steps_format")
         resolved = resolve_run(
             RunSpec(workload=plan.workload, model=plan.model, gpu=plan.gpu, engine=plan.engine)
         )

@@ -23,6 +23,7 @@ Schema (every key optional unless said otherwise)::
     search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
     length: {precision: 0.05, max_factor: 16, fixed: false, confirm_sojourns: 50}
     steps: full               # probe runs' steps.csv: full | thin | none (sim.step_thin)
+    steps_format: csv         # csv | parquet (steps.parquet; needs pyarrow)
 
 ``search.high`` may be left out: for max_rate and min_replicas the search then doubles
 from ``low`` until a probe fails (max_rate) or passes (min_replicas); for min_kv it
@@ -120,6 +121,8 @@ class PlanSpec(_Strict):
     steps: Literal["full", "thin", "none"] = "full"
     """Each probe run's ``steps.csv`` (``sim.step_thin``): a full row per step, thinned
     to bounded rows, or none."""
+    steps_format: Literal["csv", "parquet"] = "csv"
+    """``parquet``: the probe runs write ``steps.parquet`` (needs pyarrow)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanSpec:
