@@ -49,6 +49,18 @@ def _shade(ax: plt.Axes, window: tuple[float, float] | None, label: bool = False
         )
 
 
+def _legend_above(ax: plt.Axes, ncol: int) -> None:
+    """The axes' legend in one row above it, clear of the data."""
+    ax.legend(
+        loc="lower left",
+        bbox_to_anchor=(0, 1.0),
+        ncol=ncol,
+        fontsize=9,
+        frameon=False,
+        borderaxespad=0.2,
+    )
+
+
 def _save(fig: plt.Figure, path: Path) -> Path:
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
@@ -82,7 +94,7 @@ def plot_timeline(
     ax.plot(x, kv_max, color="navy", lw=0.7, label="in use (max per bin)")
     ax.set(ylabel="KV cache (% of blocks)", ylim=(0, 105))
     ax.axhline(100, color="k", lw=0.8, ls="--")
-    ax.legend(loc="upper left", fontsize=9, ncol=2, framealpha=0.9)
+    _legend_above(ax, ncol=4)
     ax = axes[1]
     _shade(ax, window)
     ax.plot(x, running, color="tab:blue", lw=1.2, label="running")
@@ -90,13 +102,13 @@ def plot_timeline(
     ax.plot(x, waiting, color="tab:red", lw=1.2, label="waiting")
     ax.set(ylabel="requests")
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    _legend_above(ax, ncol=2)
     ax = axes[2]
     _shade(ax, window)
     total = int(preempted.sum())
     if total:
         ax.bar(x, preempted, width=binned.width_s, color="tab:purple", lw=0)
-        ax.set_title(f"{total:,} preemptions", fontsize=9, loc="left")
+        ax.set_title(f"{total:,} preemptions", fontsize=9, loc="right")
     else:
         ax.text(0.5, 0.5, "no preemptions", transform=ax.transAxes, ha="center", va="center")
         ax.set_yticks([])
