@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from reports.axis_names import axis_label, axis_unit
+from reports.run_facts import reason_sentence
 
 METRIC_NAMES = {
     "ttft_mean_s": "TTFT mean",
@@ -88,6 +89,9 @@ def seed_failures(doc: dict[str, Any], seed: dict[str, Any]) -> str:
     """Why a probe seed fails: each SLO it misses in the report's units (``TTFT p90
     885.7 ms > 500 ms``), or the verdict's reasons when it was not steady."""
     metrics = seed.get("metrics")
+    reasons = seed.get("reasons") or []
+    if not metrics and reasons:
+        return f"{seed.get('state')}: " + " ".join(reason_sentence(r) for r in reasons)
     if not metrics:
         return "; ".join(seed.get("failures") or []) or str(seed.get("state", ""))
     out = []
@@ -98,14 +102,25 @@ def seed_failures(doc: dict[str, Any], seed: dict[str, Any]) -> str:
     return "; ".join(out) or "; ".join(seed.get("failures") or [])
 
 
-def _first_failure(doc: dict[str, Any], value: float | None) -> str:
-    """Why the probe at ``value`` failed: the first failing seed's reason."""
+def _failing_seed(doc: dict[str, Any], value: float | None) -> dict[str, Any] | None:
+    """The first seed that fails at the probed ``value``, or None."""
     for probe in doc["probes"]:
         if probe["value"] == value:
             for seed in probe["seeds"]:
                 if not seed["passed"]:
-                    return f"seed {seed['seed']}: {seed_failures(doc, seed)}"
-    return ""
+                    return seed
+    return None
+
+
+def _why(doc: dict[str, Any], value: float | None) -> str:
+    """``saturates (seed 0): <reasons>`` or ``fails (seed 0: <SLO misses>)``."""
+    seed = _failing_seed(doc, value)
+    if seed is None:
+        return "fails"
+    reasons = seed.get("reasons") or []
+    if seed.get("state") == "saturated" and not seed.get("metrics") and reasons:
+        return f"saturates (seed {seed['seed']}): " + " ".join(reason_sentence(r) for r in reasons)
+    return f"fails (seed {seed['seed']}: {seed_failures(doc, seed)})."
 
 
 def headline_lines(doc: dict[str, Any]) -> list[str]:
@@ -126,13 +141,10 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
     if b["last_pass"] is not None and b["first_fail"] is not None:
         lines.append(
             f"{_with_unit(doc, b['last_pass'])} passes; {_with_unit(doc, b['first_fail'])} "
-            f"fails ({_first_failure(doc, b['first_fail'])})."
+            f"{_why(doc, b['first_fail'])}"
         )
     elif b["first_fail"] is not None:
-        lines.append(
-            f"Even {_with_unit(doc, b['first_fail'])} fails "
-            f"({_first_failure(doc, b['first_fail'])})."
-        )
+        lines.append(f"Even {_with_unit(doc, b['first_fail'])} {_why(doc, b['first_fail'])}")
     if doc["status"] == "at_bound" and doc.get("bound") != "configuration":
         lines.append(f"Every probe passed up to the search limit: the true {param} is beyond it.")
     ci = doc.get("confidence_interval")

@@ -43,7 +43,7 @@ def _shade(ax: plt.Axes, window: tuple[float, float] | None, label: bool = False
         ax.axvspan(
             *window,
             color=_WINDOW_COLOR,
-            alpha=0.07,
+            alpha=0.1,
             lw=0,
             label="measurement window" if label else None,
         )

@@ -73,7 +73,32 @@ def verdict_text(summary: dict[str, Any]) -> tuple[str, str, list[str]]:
         head = head[:-1] + f" (offered {offered:,.2f} req/s)."
     lines = [reason_sentence(r) for r in verdict.get("reasons") or []]
     lines += [sentence(n) for n in verdict.get("notes") or []]
-    return state, head, lines
+    kv = kv_sentence(summary)
+    return state, head, [*lines, *([kv] if kv else [])]
+
+
+def kv_sentence(summary: dict[str, Any]) -> str:
+    """The KV cache in one sentence: mean and peak usage of the blocks, preemptions
+    and waiting (the measurement window's where there is one)."""
+    window = summary.get("window")
+    source = window if isinstance(window, dict) and "kv_usage" in window else summary
+    kv = source.get("kv_usage")
+    if not isinstance(kv, dict):
+        return ""
+    blocks = _int(summary.get("num_gpu_blocks"))
+    of = f" of {blocks:,} blocks" if blocks else ""
+    preempted = _int(summary.get("num_preemptions"))
+    what = (
+        f"{preempted:,} preemptions ({float(summary.get('preemptions_per_request') or 0):.3f} "
+        "per request)"
+        if preempted
+        else "no preemptions"
+    )
+    scope = " in the measurement window" if source is window else ""
+    return sentence(
+        f"KV cache{scope}: {kv['mean']:.0%} in use on average, peak {kv['max']:.0%}{of}; "
+        f"{what} over the whole run"
+    )
 
 
 def limit_lines(summary: dict[str, Any]) -> list[str]:

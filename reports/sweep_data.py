@@ -38,6 +38,13 @@ class SweepFrame:
         # sim.verdict.SATURATED / UNDECIDED (reports reads files, imports nothing of sim)
         return self.rows["verdict"].isin(["saturated", "undecided"])
 
+    def steady_rows(self) -> pd.DataFrame:
+        """Ok rows of the grid cells whose every seed is steady (as the headline counts
+        a value steady): the rows whose latency means something."""
+        ok = self.ok.assign(_bad=self.saturated()[self.ok.index])
+        bad_cell = ok.groupby(self.cell_keys(), sort=False, dropna=False)["_bad"].transform("any")
+        return self.ok[~bad_cell.to_numpy()]
+
     def cell_keys(self) -> list[str]:
         return [self.x, *self.series]
 

@@ -23,8 +23,9 @@ _CAPTIONS = {
     "throughput": "Requests finished per second in each point's measurement window against "
     "the x axis; dotted: the offered load. Where the line falls below it, the "
     "configuration no longer keeps up.",
-    "latency": "Latency percentiles of the points shown steady; red crosses along the top: "
-    "points not shown steady (their latency only measures how long the run was).",
+    "latency": "Latency percentiles where every seed is steady; red crosses along the top: "
+    "values where a seed is not shown steady (their latency only measures how long the run "
+    "was).",
 }
 
 

@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
-from reports.axis_names import axis_label, short_name, value_text  # noqa: E402
+from reports.axis_names import axis_label, axis_unit, short_name, value_text  # noqa: E402
 from reports.sweep_data import SweepFrame, aggregate, load_sweep_frame  # noqa: E402
 
 _MAX_BOXES = 40
@@ -112,6 +112,9 @@ def _metric_plot(
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for column, ls, suffix in columns:
         _lines(ax, frame, frame.ok, column, ls=ls, suffix=suffix, scale=scale)
+    values = pd.concat([frame.ok[c] for c, _, _ in columns if c in frame.ok])
+    if values.notna().any() and (values.fillna(0) == 0).all():
+        ax.text(0.5, 0.5, "0 at every point", transform=ax.transAxes, ha="center", va="center")
     _setup_x(ax, frame)
     ax.set(ylabel=ylabel, title=title)
     ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-9))
@@ -154,7 +157,9 @@ def _mark_steady_limit(ax: plt.Axes, frame: SweepFrame) -> None:
             break
         last = x
     if last is not None and not bool(steady.all()):
-        ax.axvline(float(last), color="tab:green", ls="--", lw=1.2, label=f"steady up to {last:g}")
+        unit = axis_unit(frame.x)
+        label = f"steady up to {last:g}{' ' + unit if unit else ''}"
+        ax.axvline(float(last), color="tab:green", ls="--", lw=1.2, label=label)
 
 
 def plot_throughput(frame: SweepFrame, path: Path) -> Path:
@@ -184,7 +189,7 @@ def plot_throughput(frame: SweepFrame, path: Path) -> Path:
 
 
 def plot_latency(frame: SweepFrame, path: Path) -> Path:
-    rows = frame.ok[~frame.saturated()[frame.ok.index]]
+    rows = frame.steady_rows()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric, name in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
         for q, ls in (("p50", ":"), ("p90", "--"), ("p99", "-")):

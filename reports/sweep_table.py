@@ -226,8 +226,8 @@ def best_line(frame: SweepFrame) -> str:
         values = [v for _, r in seeds.iterrows() if (v := _value(r, cols)) is not None]
         if values:
             parts.append(f"{label} {_ms(max(values))} ms")
-    worst = " (worst seed)" if len(seeds) > 1 else ""
-    lat = f"; {', '.join(parts)}{worst}" if parts else ""
+    worst = "worst seed: " if len(seeds) > 1 else ""
+    lat = f"; {worst}{', '.join(parts)}" if parts else ""
     return f"{what}: {_cell_name(frame, key)} ({rate:,.2f} req/s finished{lat})"
 
 

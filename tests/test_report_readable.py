@@ -83,6 +83,11 @@ def test_saturated_cluster_report(saturated_cluster) -> None:
     assert "Saturated: the configuration cannot keep up" in page
     for reason in summary["verdict"]["reasons"]:  # each reason, as a sentence
         assert reason.partition(": ")[2].rstrip(".") in page.replace("&#x27;", "'")
+    kv = summary["window"]["kv_usage"]
+    assert (
+        f"KV cache in the measurement window: {kv['mean']:.0%} in use on average, peak "
+        f"{kv['max']:.0%} of 200 blocks; {summary['num_preemptions']:,} preemptions"
+    ) in page
     assert "200 blocks x 16 tokens = 3,200 tokens per replica" in page
     assert "Set by num_gpu_blocks_override" in page
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))

@@ -182,13 +182,13 @@ def test_headline_names_the_best_point(tmp_path: Path) -> None:
     frame = _metrics_frame(tmp_path, None)
     assert headline(frame) == (
         "steady at 100, 1600 blocks; not at the others; "
-        "highest steady throughput: blocks=1600 (5.60 req/s finished; TTFT p90 900.0 ms, "
-        "TPOT p90 20.0 ms (worst seed))"
+        "highest steady throughput: blocks=1600 (5.60 req/s finished; worst seed: "
+        "TTFT p90 900.0 ms, TPOT p90 20.0 ms)"
     )
     frame = _metrics_frame(tmp_path, {"ttft_p90_s": 0.5})
     assert headline(frame).endswith(
         "best point meeting the SLOs (TTFT p90 <= 500 ms): blocks=100 (2.10 req/s finished; "
-        "TTFT p90 120.0 ms, TPOT p90 10.0 ms (worst seed))"
+        "worst seed: TTFT p90 120.0 ms, TPOT p90 10.0 ms)"
     )
     rows = point_rows(frame)
     assert [r.name for r in rows[:2]] == ["blocks=100, seed 0", "blocks=100, seed 1"]
