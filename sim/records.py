@@ -122,13 +122,13 @@ class StepRecorder:
         self.fmt = fmt
         self.file_name = path.name
         self._thin: ThinStepWriter | None = None
-        self._null: NullStepWriter | None = None
+        self._no_rows: NullStepWriter | None = None
         if mode == "thin":
             self._thin = ThinStepWriter(path, STEP_COLUMNS, fmt=fmt)
             self._out = ChunkWriter(self._thin, False, "steps writer")
         elif mode == "none":
-            self._null = NullStepWriter()
-            self._out = ChunkWriter(self._null, False, "steps writer")
+            self._no_rows = NullStepWriter()
+            self._out = ChunkWriter(self._no_rows, False, "steps writer")
         elif fmt == "parquet":
             from sim.step_parquet import ParquetStepWriter
 
@@ -295,8 +295,8 @@ class StepRecorder:
         """What the steps file holds (``summary.json``'s ``steps_file``; after
         :meth:`close`): ``mode`` and ``rows``, for ``thin`` also ``bucket_s`` and
         ``max_rows`` (:mod:`sim.step_thin`); ``file`` (its name) unless ``none``."""
-        if self._null is not None:
-            return self._null.info()
+        if self._no_rows is not None:
+            return self._no_rows.info()
         info = (
             self._thin.info()
             if self._thin is not None
