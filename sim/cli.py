@@ -30,8 +30,8 @@ STEPS_HELP = (
     "by time, levels sampled, counts summed) or none (not written); for long runs"
 )
 STEPS_FORMAT_HELP = (
-    "csv (steps.csv) or parquet (steps.parquet, the same columns at full precision; "
-    "needs pyarrow: pip install 'kvsim[parquet]')"
+    "csv (steps.csv) or parquet (steps.parquet: the same columns at full precision; "
+    "needs pyarrow, kvsim's optional parquet extra)"
 )
 
 app = typer.Typer(

@@ -16,9 +16,7 @@ import sim.step_thin
 from sim.engine_config import EngineConfig
 from sim.run import RunSpec, run
 
-pytest.importorskip(
-    "pyarrow", reason="pyarrow is not installed (pip install 'kvsim[parquet]'): Parquet untested"
-)
+pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'kvsim[parquet]')")
 
 FLOATS = ("start_s", "duration_s", "kv_usage")
 
