@@ -25,6 +25,15 @@ from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.outdir import FORCE_HELP
 from sim.signals import install as install_signal_handlers
 
+STEPS_HELP = (
+    "steps.csv: full (a row per engine step), thin (at most 20,000 rows: steps bucketed "
+    "by time, levels sampled, counts summed) or none (not written); for long runs"
+)
+STEPS_FORMAT_HELP = (
+    "csv (steps.csv) or parquet (steps.parquet: the same columns at full precision; "
+    "needs pyarrow, kvsim's optional parquet extra)"
+)
+
 app = typer.Typer(
     name="kvsim",
     cls=KvsimGroup,
@@ -164,6 +173,20 @@ def run(
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
+    steps: str = typer.Option(
+        "full",
+        "--steps",
+        metavar="full|thin|none",
+        help=STEPS_HELP,
+        rich_help_panel=OUTPUT_PANEL,
+    ),
+    steps_format: str = typer.Option(
+        "csv",
+        "--steps-format",
+        metavar="csv|parquet",
+        help=STEPS_FORMAT_HELP,
+        rich_help_panel=OUTPUT_PANEL,
+    ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP, rich_help_panel=OUTPUT_PANEL),
 ) -> None:
     """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
@@ -214,6 +237,8 @@ def run(
                 rate=rate, num_requests=num_requests, duration_s=duration
             ),
             goodput=goodput,
+            steps=steps,
+            steps_format=steps_format,
         )
     )
 
@@ -454,6 +479,8 @@ PLAN_PATHS = {
     "max_length_factor": "length.max_factor",
     "fixed_length": "length.fixed",
     "confirm_sojourns": "length.confirm_sojourns",
+    "steps": "steps",
+    "steps_format": "steps_format",
 }
 """Each ``kvsim plan`` option and the plan field it sets (engine flags set
 ``engine.<field>``); the option's default is the field's (``tests/test_cli_help.py``)."""
@@ -583,6 +610,10 @@ def plan(
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
+    steps: str = typer.Option("full", "--steps", metavar="full|thin|none", help=STEPS_HELP),
+    steps_format: str = typer.Option(
+        "csv", "--steps-format", metavar="csv|parquet", help=STEPS_FORMAT_HELP
+    ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs.

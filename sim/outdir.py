@@ -43,6 +43,7 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
             "summary.json",
             "requests.csv",
             "steps.csv",
+            "steps.parquet",
             "decisions.jsonl",
             "plots",
             "report.html",

@@ -32,6 +32,8 @@ from sim.run import (
 )
 from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
+from sim.step_parquet import check_format as check_steps_format
+from sim.step_thin import check_mode as check_steps_mode
 from workloads.overrides import WorkloadOverrides
 
 
@@ -199,6 +201,8 @@ def run_command(
     force: bool = False,
     workload_overrides: WorkloadOverrides | None = None,
     goodput: list[str] | None = None,
+    steps: str = "full",
+    steps_format: str = "csv",
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
@@ -208,6 +212,8 @@ def run_command(
     ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`)."""
     try:
         goodput_slo = parse_goodput(goodput)
+        check_steps_mode(steps, "--steps")
+        check_steps_format(steps_format, "--steps-format")
         from_file = calibration_defaults(calibration) if calibration else {}
         tp = from_file.get("tensor_parallel_size")
         engine = load_engine_config(
@@ -227,6 +233,8 @@ def run_command(
             fast_forward=fast_forward,
             workload_overrides=workload_overrides,
             goodput=goodput_slo,
+            steps=steps,
+            steps_format=steps_format,
         )
         resolved = resolve_run(spec)
     except ValueError as e:
