@@ -189,13 +189,20 @@ def run_command(
     fast_forward: bool = True,
     force: bool = False,
     workload_overrides: WorkloadOverrides | None = None,
+    export: list[str] | None = None,
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
     ``model``, ``gpu`` and the engine's ``tensor_parallel_size`` left out (None) are
     the calibration file's when there is one, else the defaults.
-    ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``."""
+    ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``.
+    ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
+    the run directory once it is complete."""
+    from sim.interop.cli import check_format, export_run
+
     try:
+        for fmt in export or []:
+            check_format(fmt, "--export")
         from_file = calibration_defaults(calibration) if calibration else {}
         tp = from_file.get("tensor_parallel_size")
         engine = load_engine_config(
@@ -257,4 +264,10 @@ def run_command(
             "--num-gpu-blocks-override) or lower --max-model-len"
         )
     Console().print(_summary_table(summary, out_dir))
+    if export:
+        try:
+            for path in export_run(target.path, list(dict.fromkeys(export))):
+                print(f"kvsim: wrote {path}", file=sys.stderr)
+        except (ValueError, OSError) as e:
+            return _fail(f"the run is complete, but its export failed: {e}")
     return 0
