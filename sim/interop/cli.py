@@ -165,6 +165,7 @@ def compare_command(real: str, sim_dir: str, benchmark: int, as_json: bool) -> i
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     Console(width=max(100, Console().width)).print(comparison_table(c, real, sim_dir))
+    print(f"real: {real}\nsim:  {sim_dir}")
     if result.count > 1:
         print(
             f"kvsim: the file holds {result.count} results; compared number {benchmark} "
