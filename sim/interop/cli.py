@@ -133,9 +133,7 @@ def _fmt(x: float) -> str:
 
 def comparison_table(c: Comparison, real_path: str, sim_dir: str) -> Table:
     """The side-by-side table: figure, real, simulated, signed error."""
-    t = Table(
-        title=f"kvsim compare ({c.kind} result)", caption=f"real: {real_path}\nsim: {sim_dir}"
-    )
+    t = Table(title=f"kvsim compare: real ({c.kind}) against sim")
     t.add_column("metric")
     t.add_column("real", justify="right")
     t.add_column("sim", justify="right")
