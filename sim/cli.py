@@ -49,6 +49,16 @@ WORKLOAD_HELP = (
     ".csv Azure or BurstGPT)"
 )
 ROUTER_HELP = "round_robin, least_outstanding, least_kv or prefix_aware"
+EXPORT_OPTION = typer.Option(
+    None,
+    "--export",
+    metavar="FORMAT",
+    help="also write the run as vllm-bench (vllm-bench.json: vllm bench serve "
+    "--save-result's JSON) or guidellm (guidellm-benchmarks.json); repeatable; "
+    "docs/interop.md",
+    show_default="none",
+    rich_help_panel=OUTPUT_PANEL,
+)
 
 
 @app.callback()
@@ -188,6 +198,7 @@ def run(
         rich_help_panel=OUTPUT_PANEL,
     ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP, rich_help_panel=OUTPUT_PANEL),
+    export: list[str] = EXPORT_OPTION,
 ) -> None:
     """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
 
@@ -239,8 +250,64 @@ def run(
             goodput=goodput,
             steps=steps,
             steps_format=steps_format,
+            export=export or [],
         )
     )
+
+
+@app.command(cls=KvsimCommand)
+def export(
+    run_dir: str = typer.Argument(..., metavar="RUN_DIR", help="a kvsim run directory"),
+    fmt: str = typer.Option(
+        "vllm-bench",
+        "--format",
+        help="vllm-bench (vllm bench serve --save-result's JSON, vLLM 0.33.0) or guidellm "
+        "(GuideLLM's benchmarks.json, report version 2)",
+    ),
+    out: str = typer.Option(
+        None,
+        "--out",
+        metavar="FILE",
+        help="file to write (- is stdout); an existing file is replaced only if it is a "
+        "kvsim export",
+        show_default="RUN_DIR/vllm-bench.json or RUN_DIR/guidellm-benchmarks.json",
+    ),
+    metric_percentiles: str = typer.Option(
+        "99",
+        "--metric-percentiles",
+        help="vllm-bench: comma-separated percentiles of TTFT, TPOT, ITL and E2EL, as "
+        "vllm bench serve's option",
+    ),
+) -> None:
+    """Write a finished run as a vllm bench serve result or a GuideLLM report
+    (docs/interop.md: which fields are filled, approximated, left out)."""
+    from sim.interop.cli import export_command
+
+    raise typer.Exit(export_command(run_dir, fmt, out, metric_percentiles))
+
+
+@app.command(cls=KvsimCommand)
+def compare(
+    real: str = typer.Argument(
+        ...,
+        metavar="REAL",
+        help="a real result: vllm bench serve --save-result JSON, GuideLLM benchmarks.json, "
+        "or an LLMServingSim run directory (requests.jsonl)",
+    ),
+    sim_dir: str = typer.Argument(..., metavar="SIM_DIR", help="the kvsim run directory"),
+    benchmark: int = typer.Option(
+        0,
+        "--benchmark",
+        metavar="N",
+        help="which result of a file holding several (GuideLLM benchmarks, appended vLLM results)",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the rows as one JSON object"),
+) -> None:
+    """Print real against simulated figures side by side with signed errors (sim - real,
+    % of real), each computed by the real tool's definition."""
+    from sim.interop.cli import compare_command
+
+    raise typer.Exit(compare_command(real, sim_dir, benchmark, as_json))
 
 
 @app.command()

@@ -48,6 +48,8 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
             "plots",
             "report.html",
             "error.json",
+            "vllm-bench.json",
+            "guidellm-benchmarks.json",
         }
     ),
     "sweep": frozenset({"sweep.yaml", "sweep.csv", "inputs", "points", "plots", "report.html"}),

@@ -203,14 +203,21 @@ def run_command(
     goodput: list[str] | None = None,
     steps: str = "full",
     steps_format: str = "csv",
+    export: list[str] | None = None,
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
     ``model``, ``gpu`` and the engine's ``tensor_parallel_size`` left out (None) are
     the calibration file's when there is one, else the defaults.
     ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``;
-    ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`)."""
+    ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`);
+    ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
+    the run directory once it is complete."""
+    from sim.interop.cli import check_format, export_run
+
     try:
+        for fmt in export or []:
+            check_format(fmt, "--export")
         goodput_slo = parse_goodput(goodput)
         check_steps_mode(steps, "--steps")
         check_steps_format(steps_format, "--steps-format")
@@ -278,4 +285,10 @@ def run_command(
             "--num-gpu-blocks-override) or lower --max-model-len"
         )
     Console().print(_summary_table(summary, out_dir))
+    if export:
+        try:
+            for path in export_run(target.path, list(dict.fromkeys(export))):
+                print(f"kvsim: wrote {path}", file=sys.stderr)
+        except (ValueError, OSError) as e:
+            return _fail(f"the run is complete, but its export failed: {e}")
     return 0
