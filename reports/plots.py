@@ -1,8 +1,19 @@
-"""Plots of one run, drawn from its ``steps.csv`` and ``requests.csv`` alone."""
+"""Plots of one run, drawn from its ``steps.csv`` and ``requests.csv`` (and the
+summary's measurement window).
+
+- ``timeline.png``: KV cache usage, running and waiting requests, and preemptions on
+  one shared time axis (a cluster's replicas summed; KV usage their mean), the
+  measurement window shaded: cause and effect line up.
+- ``replicas.png`` (several replicas): small multiples, one row per replica, KV usage
+  and queues on shared axes.
+- ``latency.png``: TTFT, TPOT and E2E histograms (ms, requests on y) of the window's
+  requests, p50 / p90 / p99 marked and printed.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -11,89 +22,190 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-_MAX_POINTS = 4000
+from reports.step_bins import BinnedSteps, bin_steps  # noqa: E402
+
+MAX_REPLICA_ROWS = 16
+"""Replicas drawn in ``replicas.png`` (the first ones, by id)."""
+_DPI = 100
+_WINDOW_COLOR = "#2ca02c"
+_PERCENTILES = (("p50", "-", "black"), ("p90", "--", "tab:orange"), ("p99", ":", "tab:red"))
 
 
-def _thin(df: pd.DataFrame) -> pd.DataFrame:
-    """At most ~_MAX_POINTS rows, evenly spaced, for line plots of long runs."""
-    if len(df) <= _MAX_POINTS:
-        return df
-    return df.iloc[:: int(np.ceil(len(df) / _MAX_POINTS))]
+def _window(summary: dict[str, Any] | None) -> tuple[float, float] | None:
+    window = (summary or {}).get("window")
+    if isinstance(window, dict) and window.get("end_s", 0) > window.get("start_s", 0):
+        return float(window["start_s"]), float(window["end_s"])
+    return None
 
 
-def _legend(ax: plt.Axes) -> None:
-    """A legend when the axes has labelled lines (none for a run without rows)."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-
-
-def plot_kv_usage(steps: pd.DataFrame, num_gpu_blocks: int, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for replica, df in steps.groupby("replica"):
-        df = _thin(df)
-        in_use = num_gpu_blocks - 1 - df["num_free_blocks"]
-        cached_free = df.get("num_cached_free_blocks", pd.Series(0, index=df.index))
-        label = f" (replica {replica})" if steps["replica"].nunique() > 1 else ""
-        ax.stackplot(
-            df["start_s"],
-            in_use,
-            cached_free,
-            labels=[f"in use{label}", f"cached, free{label}"],
-            alpha=0.8,
+def _shade(ax: plt.Axes, window: tuple[float, float] | None, label: bool = False) -> None:
+    if window is not None:
+        ax.axvspan(
+            *window,
+            color=_WINDOW_COLOR,
+            alpha=0.1,
+            lw=0,
+            label="measurement window" if label else None,
         )
-    ax.axhline(num_gpu_blocks - 1, color="k", lw=0.8, ls="--", label="usable blocks")
-    ax.set(xlabel="time (s)", ylabel="KV blocks", title="KV cache blocks over time")
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+
+
+def _legend_above(ax: plt.Axes, ncol: int) -> None:
+    """The axes' legend in one row above it, clear of the data."""
+    ax.legend(
+        loc="lower left",
+        bbox_to_anchor=(0, 1.0),
+        ncol=ncol,
+        fontsize=9,
+        frameon=False,
+        borderaxespad=0.2,
+    )
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.savefig(path, dpi=_DPI)
     plt.close(fig)
+    return path
 
 
-def plot_preemptions(steps: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 3))
-    for replica, df in steps.groupby("replica"):
-        ax.plot(df["start_s"], df["num_preempted"].cumsum(), label=f"replica {replica}")
-    ax.set(xlabel="time (s)", ylabel="preemptions (cumulative)", title="Preemptions over time")
-    _legend(ax)
+def plot_timeline(
+    binned: BinnedSteps, summary: dict[str, Any] | None, path: Path, note: str = ""
+) -> Path:
+    """KV usage, requests and preemptions over time, all replicas together."""
+    x = binned.centers
+    n = len(binned.replicas)
+    kv = np.mean(binned.kv, axis=0) * 100
+    kv_max = np.max(binned.kv_max, axis=0) * 100
+    cached = np.mean(binned.cached_free, axis=0) * 100
+    running = np.sum(binned.running, axis=0)
+    waiting = np.sum(binned.waiting, axis=0)
+    preempted = np.sum(binned.preempted, axis=0)
+    window = _window(summary)
+    fig, axes = plt.subplots(
+        3, 1, figsize=(11, 7.2), sharex=True, gridspec_kw={"height_ratios": [1.3, 1, 0.7]}
+    )
+    who = f"{n} replicas: KV usage averaged, requests summed" if n > 1 else "one replica"
+    fig.suptitle(f"Timeline ({who}){note}", fontsize=12)
+    ax = axes[0]
+    _shade(ax, window, label=True)
+    ax.fill_between(x, 0, kv, color="tab:blue", alpha=0.75, lw=0, label="in use (mean per bin)")
+    ax.fill_between(
+        x, kv, kv + cached, color="tab:blue", alpha=0.2, lw=0, label="cached, free (reusable)"
+    )
+    ax.plot(x, kv_max, color="navy", lw=0.7, label="in use (max per bin)")
+    ax.set(ylabel="KV cache (% of blocks)", ylim=(0, 105))
+    ax.axhline(100, color="k", lw=0.8, ls="--")
+    _legend_above(ax, ncol=4)
+    ax = axes[1]
+    _shade(ax, window)
+    ax.plot(x, running, color="tab:blue", lw=1.2, label="running")
+    ax.fill_between(x, 0, waiting, color="tab:red", alpha=0.3, lw=0)
+    ax.plot(x, waiting, color="tab:red", lw=1.2, label="waiting")
+    ax.set(ylabel="requests")
+    ax.set_ylim(bottom=0)
+    _legend_above(ax, ncol=2)
+    ax = axes[2]
+    _shade(ax, window)
+    total = int(preempted.sum())
+    if total:
+        ax.bar(x, preempted, width=binned.width_s, color="tab:purple", lw=0)
+        ax.set_title(f"{total:,} preemptions", fontsize=9, loc="right")
+    else:
+        ax.text(0.5, 0.5, "no preemptions", transform=ax.transAxes, ha="center", va="center")
+        ax.set_yticks([])
+    ax.set(ylabel=f"preemptions\nper {binned.width_s:.3g} s", xlabel="simulated time (s)")
+    ax.set_xlim(binned.edges[0], binned.edges[-1])
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return _save(fig, path)
 
 
-def plot_queues(steps: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 3))
-    for replica, df in steps.groupby("replica"):
-        df = _thin(df)
-        ax.plot(df["start_s"], df["num_running"], label=f"running (replica {replica})")
-        ax.plot(df["start_s"], df["num_waiting"], label=f"waiting (replica {replica})")
-    ax.set(xlabel="time (s)", ylabel="requests", title="Running and waiting requests")
-    _legend(ax)
+def plot_replicas(binned: BinnedSteps, summary: dict[str, Any] | None, path: Path) -> Path:
+    """Small multiples: per replica, KV usage and running/waiting on shared axes."""
+    shown = binned.replicas[:MAX_REPLICA_ROWS]
+    rows = len(shown)
+    x = binned.centers
+    window = _window(summary)
+    fig, axes = plt.subplots(
+        rows, 2, figsize=(11, 1.35 * rows + 1.1), sharex=True, sharey="col", squeeze=False
+    )
+    more = len(binned.replicas) - rows
+    extra = f" (first {rows} of {len(binned.replicas)})" if more > 0 else ""
+    fig.suptitle(f"Per replica{extra}", fontsize=12)
+    for i, replica in enumerate(shown):
+        kv_ax, q_ax = axes[i]
+        _shade(kv_ax, window)
+        _shade(q_ax, window)
+        kv_ax.fill_between(x, 0, binned.kv[i] * 100, color="tab:blue", alpha=0.75, lw=0)
+        kv_ax.set_ylim(0, 105)
+        kv_ax.set_ylabel(f"replica {replica}\nKV %", fontsize=9)
+        q_ax.plot(x, binned.running[i], color="tab:blue", lw=1, label="running")
+        q_ax.plot(x, binned.waiting[i], color="tab:red", lw=1, label="waiting")
+        q_ax.set_ylabel("requests", fontsize=9)
+        q_ax.set_ylim(bottom=0)
+    axes[0, 0].set_title("KV cache in use (% of blocks)", fontsize=10)
+    axes[0, 1].set_title("running and waiting requests", fontsize=10)
+    axes[0, 1].legend(loc="upper right", fontsize=8, ncol=2)
+    for ax in axes[-1]:
+        ax.set_xlabel("simulated time (s)")
+    axes[0, 0].set_xlim(binned.edges[0], binned.edges[-1])
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return _save(fig, path)
 
 
-def plot_latency(requests: pd.DataFrame, path: Path) -> None:
-    ttft = requests["first_token_s"] - requests["arrival_s"]
-    e2e = requests["finish_s"] - requests["arrival_s"]
+def _latencies(requests: pd.DataFrame) -> dict[str, pd.Series]:
     multi = requests["output_tokens"] > 1
     tpot = (requests["finish_s"] - requests["first_token_s"])[multi] / (
         requests["output_tokens"][multi] - 1
     )
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3))
-    for ax, values, name in zip(axes, (ttft, tpot, e2e), ("TTFT", "TPOT", "E2E latency")):
-        if len(values):
-            spread = float(values.max() - values.min())
-            # Equal values (a constant step time) would make 50 bins of width ~0 fail.
-            bins = 50 if spread > 1e-9 * max(abs(float(values.max())), 1e-12) else 1
-            ax.hist(values, bins=bins, color="tab:blue", alpha=0.8)
-            for q, ls in ((0.5, "-"), (0.99, "--")):
-                ax.axvline(values.quantile(q), color="k", ls=ls, lw=0.8, label=f"p{int(q * 100)}")
-            ax.legend(fontsize=8)
-        ax.set(xlabel="seconds", title=name)
+    return {
+        "ttft_s": requests["first_token_s"] - requests["arrival_s"],
+        "tpot_s": tpot,
+        "e2e_s": requests["finish_s"] - requests["arrival_s"],
+    }
+
+
+def plot_latency(requests: pd.DataFrame, path: Path, summary: dict[str, Any] | None = None) -> Path:
+    """Histograms of TTFT, TPOT and E2E latency (ms) with p50 / p90 / p99 marked and
+    printed: the measurement window's requests and percentiles when ``summary`` has a
+    window, else every finished request's."""
+    window = _window(summary)
+    scope = "all finished requests"
+    stats: dict[str, Any] = {}
+    if window is not None:
+        # requests.csv holds 9 significant digits: the window's first and last
+        # arrivals may round just outside it.
+        slack = 1e-8 * max(abs(window[1]), 1.0)
+        arrival = requests["arrival_s"]
+        inside = (arrival >= window[0] - slack) & (arrival <= window[1] + slack)
+        requests = requests[inside]
+        scope = "measurement window"
+        stats = summary["window"]  # type: ignore[index]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E latency"}
+    for ax, (key, values) in zip(axes, _latencies(requests).items()):
+        values = values.dropna() * 1e3
+        ax.set(xlabel="ms", ylabel="requests")
+        if values.empty:
+            ax.set_title(f"{names[key]}: no requests", fontsize=10)
+            continue
+        marks = {
+            q: (stats[key][q] * 1e3 if key in stats else float(values.quantile(int(q[1:]) / 100)))
+            for q, _, _ in _PERCENTILES
+        }
+        lo, hi = float(values.min()), float(values.quantile(0.999))
+        hi = max(hi, marks["p99"])
+        beyond = int((values > hi).sum())
+        if hi - lo > 1e-9 * max(abs(hi), 1e-12):
+            ax.hist(values, bins=50, range=(lo, hi), color="tab:blue", alpha=0.75)
+        else:  # equal values (a constant step time): one bar
+            ax.hist(values, bins=1, color="tab:blue", alpha=0.75)
+        for q, ls, color in _PERCENTILES:
+            ax.axvline(marks[q], color=color, ls=ls, lw=1.2, label=f"{q} {marks[q]:,.1f} ms")
+        more = f"\n({beyond:,} beyond the axis)" if beyond else ""
+        ax.set_title(f"{names[key]}: {len(values):,} requests{more}", fontsize=10)
+        ax.legend(fontsize=9, framealpha=0.9)
+    fig.suptitle(f"Latency distributions ({scope})", fontsize=12)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return _save(fig, path)
 
 
 def render_run_plots(
@@ -101,27 +213,31 @@ def render_run_plots(
     num_gpu_blocks: int,
     steps: pd.DataFrame | None = None,
     requests: pd.DataFrame | None = None,
+    summary: dict[str, Any] | None = None,
+    note: str = "",
 ) -> list[Path]:
-    """Write ``plots/*.png`` for a run directory; return the files written.
+    """Write ``plots/*.png`` for a run directory (removing kvsim's earlier PNGs there);
+    return the files written, in report order.
 
     ``steps`` / ``requests``: the rows to plot (e.g. checked ones from
     :func:`reports.run_records.read_run_records`); None reads ``steps.csv`` /
-    ``requests.csv`` as they are. Empty frames give empty panels, without warnings.
+    ``requests.csv`` as they are. No step rows (``--steps none``): no timeline or
+    replica plots. ``note``: appended to the timeline's title (e.g. thinned steps).
     """
-    plots = run_dir / "plots"
+    plots = Path(run_dir) / "plots"
     plots.mkdir(exist_ok=True)
+    for old in plots.glob("*.png"):
+        old.unlink()
     if steps is None:
         steps = pd.read_csv(run_dir / "steps.csv")
     if requests is None:
         requests = pd.read_csv(run_dir / "requests.csv")
-    out = [
-        plots / "kv_usage.png",
-        plots / "preemptions.png",
-        plots / "queues.png",
-        plots / "latency.png",
-    ]
-    plot_kv_usage(steps, num_gpu_blocks, out[0])
-    plot_preemptions(steps, out[1])
-    plot_queues(steps, out[2])
-    plot_latency(requests, out[3])
+    out = []
+    end = float((summary or {}).get("sim_duration_s") or 0.0)
+    binned = bin_steps(steps, num_gpu_blocks - 1, end)
+    if binned is not None:
+        out.append(plot_timeline(binned, summary, plots / "timeline.png", note))
+        if len(binned.replicas) > 1:
+            out.append(plot_replicas(binned, summary, plots / "replicas.png"))
+    out.append(plot_latency(requests, plots / "latency.png", summary))
     return out

@@ -15,6 +15,12 @@ up, a copy that stopped, an edit) is detected here, not plotted silently:
 Each finding is one line for the report and the terminal. A file that cannot be read
 at all (missing, empty, no header, a plotted column missing) raises
 ``RunRecordsError`` naming the file and what is wrong.
+
+A run made with ``--steps thin`` or ``--steps none`` (``summary.json``'s
+``steps_file``, :mod:`sim.step_thin`) is checked against what it wrote: the thinned
+row count, or no ``steps.csv`` at all (an empty steps table, no note: the run asked
+for it); with ``--steps-format parquet`` the rows are read from ``steps.parquet``.
+Runs without ``steps_file`` (older ones) wrote a row per step to ``steps.csv``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ STEP_PLOT_COLUMNS = (
     "num_preempted",
     "num_free_blocks",
 )
-"""The ``steps.csv`` columns the run plots read (``num_cached_free_blocks`` is optional)."""
+"""The ``steps.csv`` columns the run plots read."""
+STEP_OPTIONAL_COLUMNS = ("duration_s", "kv_usage", "num_cached_free_blocks")
+"""Columns the plots use when present (checked as numbers like the others)."""
 REQUEST_PLOT_COLUMNS = ("arrival_s", "first_token_s", "finish_s", "output_tokens")
 """The ``requests.csv`` columns the latency plot reads."""
 
@@ -44,11 +52,64 @@ class RunRecordsError(ValueError):
 
 @dataclass
 class RunRecords:
-    """The rows the plots may use, and one line per problem found (empty: complete)."""
+    """The rows the plots may use, and one line per problem found (empty: complete).
+    ``steps_mode``: ``full``, ``thin`` or ``none`` (what the run wrote)."""
 
     steps: pd.DataFrame
     requests: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    steps_mode: str = "full"
+
+
+def steps_file_name(summary: dict[str, Any]) -> str:
+    """The run's steps file: ``steps_file.file`` (``steps.csv`` or ``steps.parquet``),
+    ``steps.csv`` for runs that do not say."""
+    info = summary.get("steps_file")
+    name = info.get("file") if isinstance(info, dict) else None
+    return name if name in ("steps.csv", "steps.parquet") else "steps.csv"
+
+
+def _read_parquet(
+    path: Path, columns: tuple[str, ...], optional: tuple[str, ...], expected: int | None, what: str
+) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of ``steps.parquet`` (RunRecordsError when it cannot be read or lacks
+    a column) and a note when their count is not ``expected``."""
+    if not path.is_file():
+        raise RunRecordsError(f"{path}: missing (the run's {what} records)")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RunRecordsError(
+            f"{path}: reading Parquet needs pyarrow: pip install 'kvsim[parquet]'"
+        ) from None
+    try:
+        names = pq.read_schema(path).names
+        missing = [c for c in columns if c not in names]
+        if missing:
+            raise RunRecordsError(f"{path}: missing column(s) {', '.join(missing)}")
+        wanted = [c for c in (*columns, *optional) if c in names]
+        df = pq.read_table(path, columns=wanted).to_pandas()
+    except RunRecordsError:
+        raise
+    except Exception as e:  # pyarrow raises its own types for a damaged file
+        raise RunRecordsError(f"{path}: not readable as Parquet ({e})") from None
+    notes = []
+    if expected is not None and len(df) != expected:
+        notes.append(f"{path.name} holds {len(df):,} of {expected:,} {what}: the plots are partial")
+    return df, notes
+
+
+def steps_mode(summary: dict[str, Any]) -> tuple[str, int | None]:
+    """``(mode, expected rows)`` of a run's steps file from its summary: ``full``
+    with ``num_steps`` rows unless ``steps_file`` says ``thin`` (its ``rows``) or
+    ``none`` (0)."""
+    info = summary.get("steps_file")
+    mode = info.get("mode") if isinstance(info, dict) else None
+    if mode == "thin":
+        return "thin", _expected(info, "rows")
+    if mode == "none":
+        return "none", 0
+    return "full", _expected(summary, "num_steps")
 
 
 def _count_lines(path: Path) -> tuple[int, bool]:
@@ -129,13 +190,20 @@ def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
     usable rows (plotted columns numeric) and one note per problem, in file order.
     """
     run_dir = Path(run_dir)
-    steps, step_notes = _read_one(
-        run_dir / "steps.csv",
-        STEP_PLOT_COLUMNS,
-        ("num_cached_free_blocks",),
-        _expected(summary, "num_steps"),
-        "steps",
-    )
+    mode, expected_steps = steps_mode(summary)
+    if mode == "none":
+        steps = pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_PLOT_COLUMNS})
+        step_notes: list[str] = []
+    else:
+        name = steps_file_name(summary)
+        read = _read_parquet if name.endswith(".parquet") else _read_one
+        steps, step_notes = read(
+            run_dir / name,
+            STEP_PLOT_COLUMNS,
+            STEP_OPTIONAL_COLUMNS,
+            expected_steps,
+            "step rows" if mode == "thin" else "steps",
+        )
     requests, request_notes = _read_one(
         run_dir / "requests.csv",
         REQUEST_PLOT_COLUMNS,
@@ -143,4 +211,4 @@ def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
         _expected(summary, "num_finished"),
         "finished requests",
     )
-    return RunRecords(steps, requests, step_notes + request_notes)
+    return RunRecords(steps, requests, step_notes + request_notes, mode)

@@ -7,11 +7,13 @@ other varying axes make one line per combination of their values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import yaml
+
+from reports.axis_names import point_name, short_name, value_text
 
 
 @dataclass
@@ -23,6 +25,7 @@ class SweepFrame:
     axes: list[str]  # every axis path, in spec order
     x: str  # the x axis (``point`` when no axis varies)
     series: list[str]  # the other varying axes (one line per combination)
+    slo: dict[str, float] = field(default_factory=dict)  # the spec's SLOs (plan names)
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -35,6 +38,13 @@ class SweepFrame:
         # sim.verdict.SATURATED / UNDECIDED (reports reads files, imports nothing of sim)
         return self.rows["verdict"].isin(["saturated", "undecided"])
 
+    def steady_rows(self) -> pd.DataFrame:
+        """Ok rows of the grid cells whose every seed is steady (as the headline counts
+        a value steady): the rows whose latency means something."""
+        ok = self.ok.assign(_bad=self.saturated()[self.ok.index])
+        bad_cell = ok.groupby(self.cell_keys(), sort=False, dropna=False)["_bad"].transform("any")
+        return self.ok[~bad_cell.to_numpy()]
+
     def cell_keys(self) -> list[str]:
         return [self.x, *self.series]
 
@@ -43,8 +53,15 @@ class SweepFrame:
         return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
 
     def series_label(self, key: tuple) -> str:
-        """``rate=8, router=prefix_aware`` (last component of each path)."""
-        return ", ".join(f"{s.rsplit('.', 1)[-1]}={v}" for s, v in zip(self.series, key))
+        """``rate=8, router=prefix_aware`` (short names, :mod:`reports.axis_names`)."""
+        return ", ".join(
+            f"{short_name(s, self.axes)}={value_text(v)}" for s, v in zip(self.series, key)
+        )
+
+    def point_name(self, row: pd.Series) -> str:
+        """A point's readable name from its axis values and seed (``rate=8, seed 0``)."""
+        seed = row.get("seed")
+        return point_name({a: row[a] for a in self.axes}, None if pd.isna(seed) else seed)
 
 
 def load_sweep_frame(sweep_dir: Path) -> SweepFrame:
@@ -64,12 +81,14 @@ def load_sweep_frame(sweep_dir: Path) -> SweepFrame:
     axes = [a for a in axes if a in rows.columns]
     zipped_followers = {a["path"] for group in spec.get("zip") or [] for a in group[1:]}
     varying = [a for a in axes if rows[a].nunique(dropna=False) > 1 and a not in zipped_followers]
+    slo = spec.get("slo") or {}
     return SweepFrame(
         name=str(spec.get("name") or sweep_dir.name),
         rows=rows,
         axes=axes,
         x=varying[0] if varying else "point",
         series=varying[1:],
+        slo={k: float(v) for k, v in slo.items() if v is not None},
     )
 
 

@@ -18,9 +18,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
+from reports.axis_names import axis_label, axis_unit, short_name, value_text  # noqa: E402
 from reports.sweep_data import SweepFrame, aggregate, load_sweep_frame  # noqa: E402
 
 _MAX_BOXES = 40
+_LEGEND = 9  # legend font size (points)
 
 
 def _positions(frame: SweepFrame) -> dict:
@@ -33,7 +35,7 @@ def _positions(frame: SweepFrame) -> dict:
 
 def _setup_x(ax: plt.Axes, frame: SweepFrame) -> None:
     pos = _positions(frame)
-    ax.set_xlabel(frame.x)
+    ax.set_xlabel(axis_label(frame.x))
     if not frame.x_is_numeric():
         ax.set_xticks(list(pos.values()), [str(v) for v in pos])
         return
@@ -62,12 +64,14 @@ def _lines(
     *,
     ls: str = "-",
     suffix: str = "",
+    scale: float = 1.0,
 ) -> None:
     pos = _positions(frame)
     agg = aggregate(frame, rows, column)
+    agg[["mean", "min", "max"]] *= scale
     for i, (label, grp) in enumerate(_groups(frame, agg)):
         grp = grp.assign(_x=grp[frame.x].map(pos)).sort_values("_x")
-        name = " ".join(p for p in (suffix, label) if p) or column
+        name = " ".join(p for p in (suffix, label) if p) or "mean over seeds"
         ax.plot(grp["_x"], grp["mean"], marker="o", ms=3, ls=ls, color=f"C{i % 10}", label=name)
         if (grp["max"] > grp["min"]).any():
             ax.fill_between(grp["_x"], grp["min"], grp["max"], color=f"C{i % 10}", alpha=0.15)
@@ -86,7 +90,7 @@ def _mark_saturated(ax: plt.Axes, frame: SweepFrame) -> None:
         color="crimson",
         transform=ax.get_xaxis_transform(),
         clip_on=False,
-        label="saturated (latency not shown)",
+        label="not shown steady (latency left out)",
     )
 
 
@@ -98,25 +102,77 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 
 def _metric_plot(
-    frame: SweepFrame, columns: list[tuple[str, str, str]], ylabel: str, title: str, path: Path
+    frame: SweepFrame,
+    columns: list[tuple[str, str, str]],
+    ylabel: str,
+    title: str,
+    path: Path,
+    scale: float = 1.0,
 ) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for column, ls, suffix in columns:
-        _lines(ax, frame, frame.ok, column, ls=ls, suffix=suffix)
+        _lines(ax, frame, frame.ok, column, ls=ls, suffix=suffix, scale=scale)
+    values = pd.concat([frame.ok[c] for c, _, _ in columns if c in frame.ok])
+    if values.notna().any() and (values.fillna(0) == 0).all():
+        ax.text(0.5, 0.5, "0 at every point", transform=ax.transAxes, ha="center", va="center")
     _setup_x(ax, frame)
     ax.set(ylabel=ylabel, title=title)
-    ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-9))
+    ax.legend(fontsize=_LEGEND)
     return _save(fig, path)
+
+
+def _mark_not_steady(ax: plt.Axes, frame: SweepFrame, column: str) -> None:
+    """Red crosses on the line's points where some seed is not shown steady."""
+    rows = frame.ok.assign(_bad=frame.saturated()[frame.ok.index])
+    keys = frame.cell_keys()
+    cells = rows.groupby(keys, sort=False, dropna=False).agg(
+        bad=("_bad", "any"), y=(column, "mean")
+    )
+    bad = cells[cells["bad"]].reset_index()
+    if bad.empty:
+        return
+    pos = _positions(frame)
+    ax.plot(
+        bad[frame.x].map(pos),
+        bad["y"],
+        "x",
+        color="crimson",
+        ms=9,
+        mew=2,
+        label="not shown steady (saturated or undecided)",
+    )
+
+
+def _mark_steady_limit(ax: plt.Axes, frame: SweepFrame) -> None:
+    """One line along a numeric x: a vertical line at the last value before the first
+    one not shown steady (where saturation starts)."""
+    if frame.series or not frame.x_is_numeric():
+        return
+    ok = frame.ok
+    steady = ok.groupby(frame.x, sort=True)["verdict"].apply(lambda v: (v == "steady").all())
+    last = None
+    for x, is_steady in steady.items():
+        if not is_steady:
+            break
+        last = x
+    if last is not None and not bool(steady.all()):
+        unit = axis_unit(frame.x)
+        label = f"steady up to {last:g}{' ' + unit if unit else ''}"
+        ax.axvline(float(last), color="tab:green", ls="--", lw=1.2, label=label)
 
 
 def plot_throughput(frame: SweepFrame, path: Path) -> Path:
     """Completions per second against the x axis: the measurement window's figure
-    (warm-up and drain excluded) where sweep.csv has it, else the whole run's."""
-    fig, ax = plt.subplots(figsize=(8, 4))
+    (warm-up and drain excluded) where sweep.csv has it, else the whole run's; points
+    not shown steady crossed, the last steady value marked."""
+    fig, ax = plt.subplots(figsize=(11, 4.2))
     column = "throughput_rps"
     if "window_throughput_rps" in frame.ok and frame.ok["window_throughput_rps"].notna().all():
         column = "window_throughput_rps"
-    _lines(ax, frame, frame.ok, column, suffix="window" if column != "throughput_rps" else "")
+    _lines(ax, frame, frame.ok, column, suffix="finished" if not frame.series else "")
+    _mark_not_steady(ax, frame, column)
+    _mark_steady_limit(ax, frame)
     if frame.x.endswith("arrival.rate") and frame.x_is_numeric():
         xs = sorted(_positions(frame).values())
         ax.plot(xs, xs, color="grey", ls=":", label="offered load")
@@ -127,21 +183,41 @@ def plot_throughput(frame: SweepFrame, path: Path) -> Path:
         if column != "throughput_rps"
         else "Throughput (whole run)",
     )
-    ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=_LEGEND)
     return _save(fig, path)
 
 
 def plot_latency(frame: SweepFrame, path: Path) -> Path:
-    rows = frame.ok[~frame.saturated()[frame.ok.index]]
+    rows = frame.steady_rows()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric, name in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
         for q, ls in (("p50", ":"), ("p90", "--"), ("p99", "-")):
-            _lines(ax, frame, rows, f"{metric}_{q}", ls=ls, suffix=q)
+            column = f"window_{metric}_{q}"
+            if column not in rows or rows[column].isna().all():
+                column = f"{metric}_{q}"  # a sweep from before the measurement window
+            _lines(ax, frame, rows, column, ls=ls, suffix=q, scale=1e3)
         _mark_saturated(ax, frame)
         _setup_x(ax, frame)
-        ax.set(ylabel="seconds", title=f"{name} percentiles")
-        ax.legend(fontsize=6)
+        ax.set(ylabel="ms", title=f"{name} percentiles (points shown steady)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=_LEGEND)
     return _save(fig, path)
+
+
+def _kv_usage(point: Path) -> np.ndarray | None:
+    """A point's per-step (or per-bucket, when thinned) KV usage from ``steps.csv`` or
+    ``steps.parquet``; None when it wrote neither (``--steps none``) or it is unreadable."""
+    try:
+        if (point / "steps.csv").is_file():
+            return pd.read_csv(point / "steps.csv", usecols=["kv_usage"])["kv_usage"].to_numpy()
+        if (point / "steps.parquet").is_file():
+            return pd.read_parquet(point / "steps.parquet", columns=["kv_usage"])[
+                "kv_usage"
+            ].to_numpy()
+    except (OSError, ValueError, ImportError):
+        return None
+    return None
 
 
 def plot_kv_distribution(frame: SweepFrame, sweep_dir: Path, path: Path) -> Path | None:
@@ -149,16 +225,22 @@ def plot_kv_distribution(frame: SweepFrame, sweep_dir: Path, path: Path) -> Path
     firsts = frame.ok.drop_duplicates(subset=frame.cell_keys()).head(_MAX_BOXES)
     data, labels = [], []
     for _, row in firsts.iterrows():
-        steps = sweep_dir / "points" / str(row["point_id"]) / "steps.csv"
-        if steps.is_file():
-            data.append(pd.read_csv(steps, usecols=["kv_usage"])["kv_usage"].to_numpy())
-            labels.append(", ".join(f"{k.rsplit('.', 1)[-1]}={row[k]}" for k in frame.cell_keys()))
+        point = sweep_dir / "points" / str(row["point_id"])
+        usage = _kv_usage(point)
+        if usage is not None:
+            data.append(usage * 100)
+            labels.append(
+                ", ".join(
+                    f"{short_name(k, frame.axes)}={value_text(row[k])}" for k in frame.cell_keys()
+                )
+            )
     if not data:
         return None
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(data) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.45 * len(data) + 2), 3.8))
     ax.boxplot(data, whis=(1, 99), showfliers=False)
-    ax.set_xticks(range(1, len(data) + 1), labels, rotation=60, ha="right", fontsize=7)
-    ax.set(ylabel="KV usage per step", title="KV usage distribution (p1-p99 whiskers)")
+    ax.set_xticks(range(1, len(data) + 1), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.set(ylabel="% of KV blocks in use", title="KV usage per step (first seed; p1-p99 whiskers)")
     return _save(fig, path)
 
 
@@ -179,7 +261,7 @@ def plot_heatmap(frame: SweepFrame, path: Path, column: str = "preemptions_per_r
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(xvals) + 3), max(4, 0.5 * len(yvals) + 2)))
     ax.set_facecolor("#dddddd")
     im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
-    fig.colorbar(im, ax=ax, label=column)
+    fig.colorbar(im, ax=ax, label=column.replace("_", " "))
     finite = grid[np.isfinite(grid)]
     mid = (finite.min() + finite.max()) / 2 if finite.size else 0.0
     for i in range(len(yvals)):
@@ -192,9 +274,10 @@ def plot_heatmap(frame: SweepFrame, path: Path, column: str = "preemptions_per_r
             color = "k" if grid[i, j] > mid else "w"
             ax.text(j, i, text, ha="center", va="center", fontsize=7, color=color)
     _draw_frontier(ax, sat)
-    ax.set_xticks(range(len(xvals)), [str(v) for v in xvals])
-    ax.set_yticks(range(len(yvals)), [str(v) for v in yvals])
-    ax.set(xlabel=xkey, ylabel=ykey, title=f"{column} (mean over seeds)")
+    ax.set_xticks(range(len(xvals)), [value_text(v) for v in xvals])
+    ax.set_yticks(range(len(yvals)), [value_text(v) for v in yvals])
+    title = f"{column.replace('_', ' ')} (mean over seeds; red outline: saturated)"
+    ax.set(xlabel=axis_label(xkey), ylabel=axis_label(ykey), title=title)
     return _save(fig, path)
 
 
@@ -238,16 +321,18 @@ def render_sweep_plots(sweep_dir: Path) -> list[Path]:
         _metric_plot(
             frame,
             [("prefix_cache_hit_rate", "-", "")],
-            "hit tokens / queried tokens",
+            "% of prompt tokens found in the cache",
             "Prefix-cache hit rate",
             plots / "prefix_cache.png",
+            scale=100,
         ),
         _metric_plot(
             frame,
             [("kv_usage_mean", "-", "mean"), ("kv_usage_p99", "--", "p99")],
-            "fraction of KV blocks in use",
-            "KV usage",
+            "% of KV blocks in use",
+            "KV cache usage",
             plots / "kv_usage.png",
+            scale=100,
         ),
     ]
     if frame.series:

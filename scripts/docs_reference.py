@@ -173,7 +173,10 @@ def _yaml(value: Any) -> str:
     return f"`{value}`"
 
 
-TYPE_TEXT = {"sweep_axis.values": "list of scalars (boolean, integer, number, string)"}
+TYPE_TEXT = {
+    "sweep_axis.values": "list of scalars (boolean, integer, number, string)",
+    "sweep.slo": "[slo](plan.md#slo)",
+}
 """Types said in words where the spec's annotation reads badly."""
 DEFAULT_TEXT = {
     **{f"engine.{k}": v for k, v in DERIVED_DEFAULTS.items()},

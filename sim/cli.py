@@ -26,6 +26,15 @@ from sim.outdir import FORCE_HELP
 from sim.recommend.command import recommend as _recommend
 from sim.signals import install as install_signal_handlers
 
+STEPS_HELP = (
+    "steps.csv: full (a row per engine step), thin (at most 20,000 rows: steps bucketed "
+    "by time, levels sampled, counts summed) or none (not written); for long runs"
+)
+STEPS_FORMAT_HELP = (
+    "csv (steps.csv) or parquet (steps.parquet: the same columns at full precision; "
+    "needs pyarrow, kvsim's optional parquet extra)"
+)
+
 app = typer.Typer(
     name="kvsim",
     cls=KvsimGroup,
@@ -41,6 +50,16 @@ WORKLOAD_HELP = (
     ".csv Azure or BurstGPT)"
 )
 ROUTER_HELP = "round_robin, least_outstanding, least_kv or prefix_aware"
+EXPORT_OPTION = typer.Option(
+    None,
+    "--export",
+    metavar="FORMAT",
+    help="also write the run as vllm-bench (vllm-bench.json: vllm bench serve "
+    "--save-result's JSON) or guidellm (guidellm-benchmarks.json); repeatable; "
+    "docs/interop.md",
+    show_default="none",
+    rich_help_panel=OUTPUT_PANEL,
+)
 
 
 @app.callback()
@@ -138,6 +157,16 @@ def run(
     ),
     num_replicas: int = typer.Option(1, "--num-replicas", help="replicas behind the router"),
     router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
+    goodput: list[str] = typer.Option(  # noqa: B008 (typer reads its options so)
+        None,
+        "--goodput",
+        metavar="KEY:MS",
+        help="a per-request SLO for goodput, as vllm bench serve takes it: ttft, tpot or "
+        "e2el and milliseconds (repeat for several); summary.json's window then has "
+        "goodput_rps",
+        show_default="none: no goodput",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
     block_size: int = engine_option("block_size"),
     gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
     num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
@@ -154,7 +183,23 @@ def run(
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
+    async_scheduling: bool = engine_option("async_scheduling"),
+    steps: str = typer.Option(
+        "full",
+        "--steps",
+        metavar="full|thin|none",
+        help=STEPS_HELP,
+        rich_help_panel=OUTPUT_PANEL,
+    ),
+    steps_format: str = typer.Option(
+        "csv",
+        "--steps-format",
+        metavar="csv|parquet",
+        help=STEPS_FORMAT_HELP,
+        rich_help_panel=OUTPUT_PANEL,
+    ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP, rich_help_panel=OUTPUT_PANEL),
+    export: list[str] = EXPORT_OPTION,
 ) -> None:
     """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
 
@@ -180,6 +225,7 @@ def run(
             kv_cache_dtype=kv_cache_dtype,
             latency_model=latency_model,
             constant_step_s=constant_step_s,
+            async_scheduling=async_scheduling,
         ),
     )
     named = given(ctx, {"model": model, "gpu": gpu})
@@ -202,8 +248,67 @@ def run(
             workload_overrides=WorkloadOverrides(
                 rate=rate, num_requests=num_requests, duration_s=duration
             ),
+            goodput=goodput,
+            steps=steps,
+            steps_format=steps_format,
+            export=export or [],
         )
     )
+
+
+@app.command(cls=KvsimCommand)
+def export(
+    run_dir: str = typer.Argument(..., metavar="RUN_DIR", help="a kvsim run directory"),
+    fmt: str = typer.Option(
+        "vllm-bench",
+        "--format",
+        help="vllm-bench (vllm bench serve --save-result's JSON, vLLM 0.33.0) or guidellm "
+        "(GuideLLM's benchmarks.json, report version 2)",
+    ),
+    out: str = typer.Option(
+        None,
+        "--out",
+        metavar="FILE",
+        help="file to write (- is stdout); an existing file is replaced only if it is a "
+        "kvsim export",
+        show_default="RUN_DIR/vllm-bench.json or RUN_DIR/guidellm-benchmarks.json",
+    ),
+    metric_percentiles: str = typer.Option(
+        "99",
+        "--metric-percentiles",
+        help="vllm-bench: comma-separated percentiles of TTFT, TPOT, ITL and E2EL, as "
+        "vllm bench serve's option",
+    ),
+) -> None:
+    """Write a finished run as a vllm bench serve result or a GuideLLM report
+    (docs/interop.md: which fields are filled, approximated, left out)."""
+    from sim.interop.cli import export_command
+
+    raise typer.Exit(export_command(run_dir, fmt, out, metric_percentiles))
+
+
+@app.command(cls=KvsimCommand)
+def compare(
+    real: str = typer.Argument(
+        ...,
+        metavar="REAL",
+        help="a real result: vllm bench serve --save-result JSON, GuideLLM benchmarks.json, "
+        "or an LLMServingSim run directory (requests.jsonl)",
+    ),
+    sim_dir: str = typer.Argument(..., metavar="SIM_DIR", help="the kvsim run directory"),
+    benchmark: int = typer.Option(
+        0,
+        "--benchmark",
+        metavar="N",
+        help="which result of a file holding several (GuideLLM benchmarks, appended vLLM results)",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the rows as one JSON object"),
+) -> None:
+    """Print real against simulated figures side by side with signed errors (sim - real,
+    % of real), each computed by the real tool's definition."""
+    from sim.interop.cli import compare_command
+
+    raise typer.Exit(compare_command(real, sim_dir, benchmark, as_json))
 
 
 @app.command()
@@ -442,6 +547,8 @@ PLAN_PATHS = {
     "max_length_factor": "length.max_factor",
     "fixed_length": "length.fixed",
     "confirm_sojourns": "length.confirm_sojourns",
+    "steps": "steps",
+    "steps_format": "steps_format",
 }
 """Each ``kvsim plan`` option and the plan field it sets (engine flags set
 ``engine.<field>``); the option's default is the field's (``tests/test_cli_help.py``)."""
@@ -570,6 +677,11 @@ def plan(
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
+    async_scheduling: bool = engine_option("async_scheduling"),
+    steps: str = typer.Option("full", "--steps", metavar="full|thin|none", help=STEPS_HELP),
+    steps_format: str = typer.Option(
+        "csv", "--steps-format", metavar="csv|parquet", help=STEPS_FORMAT_HELP
+    ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Capacity search: highest rate, fewest replicas or smallest KV budget meeting SLOs.

@@ -65,6 +65,10 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
         "--constant-step-s",
         "seconds per engine step with --latency-model constant",
     ),
+    "async_scheduling": (
+        "--async-scheduling/--no-async-scheduling",
+        "schedule step N+1 while step N runs (AsyncScheduler, a batch queue of 2)",
+    ),
 }
 """Each engine flag (an ``EngineConfig`` field): its option declaration and a one-line
 help in vLLM's meaning (``latency_model`` and ``constant_step_s`` are kvsim's own)."""
@@ -80,6 +84,7 @@ DERIVED_DEFAULTS = {
         "vLLM's for the GPU: 8192; 16384 from 160 GiB; 2048 under 70 GiB and on A100"
     ),
     "max_model_len": "the model's maximum",
+    "async_scheduling": "on, as vLLM 0.33.0 (no option kvsim models turns it off)",
 }
 """What a ``None`` engine field resolves to (vLLM 0.33.0's defaults for the OpenAI
 server), as ``--help`` shows it."""

@@ -15,10 +15,12 @@ from typing import IO, Any
 
 import simpy
 
+from kvcore.async_scheduler import AsyncScheduler
 from kvcore.block_hashing import FastBlockHasher
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from sim.engine import ReplicaEngine, kvcore_request
+from sim.engine_config import uses_async_scheduling
 from sim.input_limits import InputLimits
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router
@@ -30,9 +32,12 @@ never hashed (vLLM rejects it before any cache lookup)."""
 
 
 def build_scheduler(resolved: Any) -> Scheduler:
-    """A fresh kvcore Scheduler for one replica of a resolved run."""
+    """A fresh kvcore scheduler for one replica of a resolved run: an
+    :class:`AsyncScheduler` with async scheduling (vLLM 0.33.0's default,
+    :func:`sim.engine_config.uses_async_scheduling`), else a :class:`Scheduler`."""
     engine_cfg = resolved.engine
-    return Scheduler(
+    cls = AsyncScheduler if uses_async_scheduling(engine_cfg) else Scheduler
+    return cls(
         SchedulerConfig(
             max_model_len=resolved.max_model_len,
             max_num_batched_tokens=resolved.max_num_batched_tokens,

@@ -1,9 +1,22 @@
 """One vLLM replica as a SimPy process: schedule, time the step, apply the output.
 
-The loop mirrors vLLM's engine core in synchronous mode: requests that arrived while
-a step ran are added before the next ``schedule()``; the step's duration comes from
-the latency model; sampled tokens (a fixed id, EOS ignored) are applied with
-``update_from_output`` at the end of the step.
+Two loops, as vLLM 0.33.0's engine core has:
+
+- **synchronous** (``EngineCore.step``, a :class:`kvcore.scheduler.Scheduler`):
+  requests that arrived while a step ran are added before the next ``schedule()``;
+  the step's duration comes from the latency model; sampled tokens (a fixed id, EOS
+  ignored) are applied with ``update_from_output`` at the end of the step.
+- **async scheduling**, vLLM 0.33.0's default (``EngineCore.step_with_batch_queue``,
+  a :class:`kvcore.async_scheduler.AsyncScheduler` behind a
+  :class:`kvcore.batch_queue.BatchQueue` of 2 batches): step N+1 is scheduled, with
+  output placeholders, as soon as step N is launched; the GPU runs batches one after
+  another; the engine then waits for the oldest batch, applies its output at its end
+  and schedules the next. A request that arrives while step N runs is added when N's
+  output is applied and scheduled in N+2, one step later than the synchronous loop
+  would run it. Host time (scheduling, input preparation, output processing) is not
+  charged separately: it overlaps the GPU's in this loop and is part of the latency
+  model's per-step overhead in both. Fast-forward does not apply (requests carry
+  placeholders): every step is simulated one by one.
 """
 
 from __future__ import annotations
@@ -15,9 +28,11 @@ from typing import IO, Any
 import numpy as np
 import simpy
 
+from kvcore.async_scheduler import AsyncScheduler
+from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.request import LoRARequest, Request
-from kvcore.sched_output import SchedulerOutput
+from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.errors import SimulationStuck
@@ -91,7 +106,13 @@ class ReplicaEngine(FastForwardSteps):
         self._vector_decode = (
             not windows and scheduler.kv_cache_manager.full_attention_managers is not None
         )
-        self.fast_forward = fast_forward and self._vector_decode
+        # vLLM 0.33.0's default loop when the scheduler is an AsyncScheduler.
+        self.batch_queue: BatchQueue | None = (
+            BatchQueue(scheduler, sample_fixed_token(SAMPLE_TOKEN_ID))
+            if isinstance(scheduler, AsyncScheduler)
+            else None
+        )
+        self.fast_forward = fast_forward and self._vector_decode and self.batch_queue is None
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
         self._step_time = make_step_timer(latency_model)
         self._stretch = make_stretch_timer(latency_model, self._decode_time)
@@ -145,6 +166,9 @@ class ReplicaEngine(FastForwardSteps):
         return self._wake
 
     def run(self) -> Generator[simpy.Event, Any, None]:
+        if self.batch_queue is not None:
+            yield from self._run_batch_queue(self.batch_queue)
+            return
         scheduler = self.scheduler
         while True:
             if self._pending:
@@ -169,6 +193,68 @@ class ReplicaEngine(FastForwardSteps):
                         yield self._idle()
                 continue
             yield from self._execute(out)
+
+    def _run_batch_queue(self, queue: BatchQueue) -> Generator[simpy.Event, Any, None]:
+        """vLLM 0.33.0's async-scheduling loop (``EngineCore.step_with_batch_queue``)
+        in simulated time; see the module docstring.
+
+        Each batch starts on the GPU when the one before it ends (or when it is
+        scheduled, if the GPU is idle) and runs for the latency model's step time; a
+        batch that schedules no tokens takes no GPU time. Arrivals join before every
+        ``schedule()``; an engine that can schedule nothing with nothing in flight
+        waits for an arrival (or is stuck, as in the synchronous loop)."""
+        env = self.env
+        scheduler = self.scheduler
+        gpu_free = env.now  # when the last batch launched ends
+        timing: list[tuple[float, float, int, int]] = []  # oldest first
+        while True:
+            if self._pending:
+                self._admit_pending()
+            if not queue.has_work():
+                if self.arrivals_done() and not self._pending:
+                    return
+                yield self._idle()
+                continue
+            batch, must_wait = queue.schedule_next()
+            if batch is not None:
+                out = batch.scheduler_output
+                if out.total_num_scheduled_tokens:
+                    duration, prefill, decode, _ = self._step_cost(out)
+                else:
+                    duration, prefill, decode = 0.0, 0, 0
+                start = max(env.now, gpu_free)
+                gpu_free = start + duration
+                timing.append((start, duration, prefill, decode))
+            if not must_wait:
+                continue
+            start, duration, prefill, decode = timing.pop(0)
+            end = start + duration
+            if end > env.now:
+                yield StepTimeout(env, end - env.now)
+            if env.peek() <= env.now:
+                # Arrivals due at this instant join before the next schedule().
+                yield env.timeout(0)
+            applied, result = queue.apply_oldest()
+            now = env.now
+            out = applied.scheduler_output
+            if out.total_num_scheduled_tokens == 0:
+                for req in result.finished_requests:  # earlier finishes only
+                    self._finish(req, now)
+                if not queue.queue and not scheduler.running and scheduler.waiting:
+                    if self._pending:
+                        continue
+                    if self.arrivals_done():
+                        raise SimulationStuck(
+                            f"replica {self.replica_id}: {len(scheduler.waiting)} requests "
+                            "wait but none fits in the KV cache"
+                        )
+                    yield self._idle()
+                continue
+            finished = self._record_step(out, result, start, duration, prefill, decode, now)
+            if self.check:
+                scheduler.check_invariants()
+            for req in finished:
+                self._finish(req, now)
 
     def _decode_duration(self, batch: int, context: int) -> float:
         """Seconds of one decode-only step (the same value fast-forward computes)."""
@@ -221,12 +307,15 @@ class ReplicaEngine(FastForwardSteps):
         context_sum = 0
         contexts = []
         sampled: dict[str, tuple[int]] = {}
+        # With async scheduling a request's tokens in flight (output placeholders,
+        # this step's own included) count as known: a decode computes the last one.
+        lag = 2 if self.batch_queue is not None else 1
         for rid, n in n_sched.items():
             req = reqs[rid]
             ctx = req.num_computed_tokens - n
             contexts.append(ctx)
             context_sum += ctx
-            if n == 1 and ctx == req.num_tokens - 1:
+            if n == 1 and ctx == req.num_tokens + req.num_output_placeholders - lag:
                 decode += 1
             else:
                 prefill += n
@@ -259,8 +348,22 @@ class ReplicaEngine(FastForwardSteps):
     ) -> list[Request]:
         """Apply a step's output at its end ``now`` and write its records; return the
         requests that finished in it (not yet recorded)."""
+        result = self.scheduler.update_from_output(out, sampled)
+        return self._record_step(out, result, start, duration, prefill, decode, now)
+
+    def _record_step(
+        self,
+        out: SchedulerOutput,
+        result: EngineStepOutput,
+        start: float,
+        duration: float,
+        prefill: int,
+        decode: int,
+        now: float,
+    ) -> list[Request]:
+        """Write the records of a step whose output ``result`` was applied at ``now``;
+        return the requests that finished in it (not yet recorded)."""
         scheduler = self.scheduler
-        result = scheduler.update_from_output(out, sampled)
         meta = self._meta
         for rid in result.new_token_ids:
             m = meta[rid]

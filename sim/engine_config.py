@@ -44,6 +44,10 @@ class EngineConfig(BaseModel):
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     latency_model: Literal["roofline", "constant"] = "roofline"
     constant_step_s: float = Field(0.01, gt=0.0)
+    async_scheduling: bool | None = None
+    """vLLM's ``--async-scheduling``: None is vLLM 0.33.0's default (on unless an
+    incompatible option is set; kvsim models none of them), see
+    :func:`uses_async_scheduling`."""
 
     @field_validator("block_size")
     @classmethod
@@ -71,3 +75,21 @@ class EngineConfig(BaseModel):
                 {"seqs": seqs, "got": value},
             )
         return value
+
+
+def uses_async_scheduling(engine: EngineConfig) -> bool:
+    """Whether the engine runs vLLM 0.33.0's async-scheduling loop.
+
+    vLLM 0.33.0 (``VllmConfig``, async_scheduling unset) turns it on unless the model is
+    a pooling model, pipeline parallelism is used, the speculative method does not
+    support it, or the executor backend does not: none of these exists in kvsim, so it
+    is on unless ``async_scheduling`` is False (``--no-async-scheduling``).
+    """
+    return engine.async_scheduling is not False
+
+
+def engine_loop(engine: EngineConfig) -> str:
+    """The engine-core loop a run uses, as ``config.yaml`` records it."""
+    if uses_async_scheduling(engine):
+        return "async scheduling: AsyncScheduler, batch queue of 2 (step_with_batch_queue)"
+    return "synchronous: Scheduler (EngineCore.step)"

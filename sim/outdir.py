@@ -43,10 +43,13 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
             "summary.json",
             "requests.csv",
             "steps.csv",
+            "steps.parquet",
             "decisions.jsonl",
             "plots",
             "report.html",
             "error.json",
+            "vllm-bench.json",
+            "guidellm-benchmarks.json",
         }
     ),
     "sweep": frozenset({"sweep.yaml", "sweep.csv", "inputs", "points", "plots", "report.html"}),

@@ -11,10 +11,11 @@ import csv
 from array import array
 from itertools import accumulate
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sim.offload import ChunkWriter
 from sim.step_rows import DECODE, StepChunk, StepRowWriter, fmt
+from sim.step_thin import NullStepWriter, ThinStepWriter, check_mode
 
 STEP_COLUMNS = (
     "replica",
@@ -111,9 +112,29 @@ class StepRecorder:
     rows in bulk only when it is the sole writer, so row order never changes).
     """
 
-    def __init__(self, path: Path, helper: bool = False) -> None:
-        """``helper``: format and write the rows in a helper process (:mod:`sim.offload`)."""
-        self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
+    def __init__(
+        self, path: Path, helper: bool = False, mode: str = "full", fmt: str = "csv"
+    ) -> None:
+        """``helper``: format and write the rows in a helper process (:mod:`sim.offload`;
+        full CSV rows only). ``mode``: ``full``, ``thin`` or ``none``
+        (:mod:`sim.step_thin`); ``fmt``: ``csv`` or ``parquet`` (:mod:`sim.step_parquet`)."""
+        self.mode = check_mode(mode)
+        self.fmt = fmt
+        self.file_name = path.name
+        self._thin: ThinStepWriter | None = None
+        self._no_rows: NullStepWriter | None = None
+        if mode == "thin":
+            self._thin = ThinStepWriter(path, STEP_COLUMNS, fmt=fmt)
+            self._out = ChunkWriter(self._thin, False, "steps writer")
+        elif mode == "none":
+            self._no_rows = NullStepWriter()
+            self._out = ChunkWriter(self._no_rows, False, "steps writer")
+        elif fmt == "parquet":
+            from sim.step_parquet import ParquetStepWriter
+
+            self._out = ChunkWriter(ParquetStepWriter(path, STEP_COLUMNS), False, "steps writer")
+        else:
+            self._out = ChunkWriter(StepRowWriter(path, STEP_COLUMNS), helper, "steps.csv writer")
         self._chunk = StepChunk()
         self._chunk_rows = 0
         self.start_s = array("d")
@@ -269,6 +290,20 @@ class StepRecorder:
             self._flush()
         finally:
             self._out.close()
+
+    def file_info(self) -> dict[str, Any]:
+        """What the steps file holds (``summary.json``'s ``steps_file``; after
+        :meth:`close`): ``mode`` and ``rows``, for ``thin`` also ``bucket_s`` and
+        ``max_rows`` (:mod:`sim.step_thin`); ``file`` (its name) unless ``none``."""
+        if self._no_rows is not None:
+            return self._no_rows.info()
+        info = (
+            self._thin.info()
+            if self._thin is not None
+            else {"mode": "full", "rows": self.num_steps}
+        )
+        info["file"] = self.file_name
+        return info
 
 
 class RequestRecorder:

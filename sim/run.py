@@ -22,7 +22,7 @@ from kvcore import VLLM_VERSION, __version__
 from sim import offload
 from sim.cluster import Cluster
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
-from sim.engine_config import EngineConfig
+from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
 from sim.input_limits import nothing_served_message
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.records import RequestRecorder, StepRecorder
@@ -59,6 +59,12 @@ class RunSpec:
     workload_overrides: WorkloadOverrides | None = None
     """The workload's rate and length as ``kvsim run --rate/--num-requests/--duration``
     set them (:mod:`workloads.overrides`); None keeps the workload's own."""
+    steps: str = "full"
+    """``steps.csv``: ``full`` (a row per step), ``thin`` (bounded rows) or ``none``
+    (:mod:`sim.step_thin`)."""
+    steps_format: str = "csv"
+    """``csv`` (``steps.csv``, the default) or ``parquet`` (``steps.parquet``, needs
+    pyarrow; :mod:`sim.step_parquet`)."""
 
 
 @contextmanager
@@ -92,21 +98,26 @@ def simulate(
     router: str = "round_robin",
     helpers: bool | None = None,
     goodput: dict[str, float] | None = None,
+    steps_mode: str = "full",
+    steps_format: str = "csv",
 ) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
-    verdict and one entry per replica).
+    verdict, one entry per replica and ``steps_file``: what ``steps.csv`` holds).
 
     ``helpers``: format ``steps.csv`` and draw an open-loop workload in helper
     processes (:mod:`sim.offload`; same bytes either way); None: when
-    ``sim.offload.allowed()``.
+    ``sim.offload.allowed()``. ``steps_mode``: ``full``, ``thin`` or ``none``
+    (:mod:`sim.step_thin`); ``steps_format``: ``csv`` or ``parquet``
+    (``steps.parquet``, :mod:`sim.step_parquet`).
     """
     wall0 = time.perf_counter()
     if helpers is None:
         helpers = offload.allowed()
     env = simpy.Environment()
     with ExitStack() as stack:  # closes whatever was opened, also on errors
-        steps = StepRecorder(out_dir / "steps.csv", helper=helpers)
+        name = "steps.parquet" if steps_format == "parquet" else "steps.csv"
+        steps = StepRecorder(out_dir / name, helper=helpers, mode=steps_mode, fmt=steps_format)
         stack.callback(steps.close)
         requests = RequestRecorder(out_dir / "requests.csv")
         stack.callback(requests.close)
@@ -152,6 +163,7 @@ def simulate(
         {**r, "num_routed": cluster.num_routed[r["replica"]]}
         for r in replica_summaries_from_recorders(steps, requests, num_replicas)
     ]
+    summary["steps_file"] = steps.file_info()
     summary["wall_s"] = time.perf_counter() - wall0
     return summary
 
@@ -171,7 +183,11 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
             "max_model_len": resolved.max_model_len,
             "max_num_batched_tokens": resolved.max_num_batched_tokens,
             "max_num_seqs": resolved.max_num_seqs,
+            "async_scheduling": uses_async_scheduling(resolved.engine),
         },
+        "engine_loop": engine_loop(resolved.engine),
+        "steps": spec.steps,
+        "steps_format": spec.steps_format,
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
         **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
@@ -219,6 +235,8 @@ def run(
             router=spec.router,
             helpers=helpers,
             goodput=spec.goodput,
+            steps_mode=spec.steps,
+            steps_format=spec.steps_format,
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(nothing_served_message(spec.workload, summary))
@@ -227,15 +245,9 @@ def run(
         )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if render:
-            from reports.html import render_report
-            from reports.plots import render_run_plots
+            from reports.run_report import render_run
 
-            render_run_plots(tmp, resolved.num_gpu_blocks)
-            render_report(
-                tmp,
-                title=f"kvsim run: {resolved.workload_name} on "
-                f"{resolved.model_name} / {resolved.gpu_name}",
-            )
+            render_run(tmp)
         publish(tmp, target)
     except BaseException:
         discard(tmp)

@@ -19,6 +19,7 @@ from calibrate.use_calibration import calibration_defaults
 from reports.html import plus_minus
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
+from sim.goodput import parse_goodput
 from sim.outdir import OutputError, check_output
 from sim.progress import progress_bar
 from sim.run import (
@@ -31,6 +32,8 @@ from sim.run import (
 )
 from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
+from sim.step_parquet import check_format as check_steps_format
+from sim.step_thin import check_mode as check_steps_mode
 from workloads.overrides import WorkloadOverrides
 
 
@@ -98,6 +101,14 @@ def _window_rows(t: Table, window: dict[str, Any]) -> None:
         f"{plus_minus(thr['value'], thr['ci95'], digits=2)} req/s (offered "
         f"{window['offered_rps']:,.2f}), {window['output_tokens_per_s']:,.0f} output tok/s",
     )
+    good = window.get("goodput_rps")
+    if good:
+        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in good["slo_ms"].items())
+        t.add_row(
+            "goodput (window)",
+            f"{plus_minus(good['value'], good['ci95'], digits=2)} req/s "
+            f"({good['good_fraction']:.1%} of requests meet {slo})",
+        )
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         d = window[key]
         parts = [plus_minus(d[q], d["ci95"][q], 1e3) for q in ("mean", "p50", "p90", "p99")]
@@ -189,13 +200,27 @@ def run_command(
     fast_forward: bool = True,
     force: bool = False,
     workload_overrides: WorkloadOverrides | None = None,
+    goodput: list[str] | None = None,
+    steps: str = "full",
+    steps_format: str = "csv",
+    export: list[str] | None = None,
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
     ``model``, ``gpu`` and the engine's ``tensor_parallel_size`` left out (None) are
     the calibration file's when there is one, else the defaults.
-    ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``."""
+    ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``;
+    ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`);
+    ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
+    the run directory once it is complete."""
+    from sim.interop.cli import check_format, export_run
+
     try:
+        for fmt in export or []:
+            check_format(fmt, "--export")
+        goodput_slo = parse_goodput(goodput)
+        check_steps_mode(steps, "--steps")
+        check_steps_format(steps_format, "--steps-format")
         from_file = calibration_defaults(calibration) if calibration else {}
         tp = from_file.get("tensor_parallel_size")
         engine = load_engine_config(
@@ -214,6 +239,9 @@ def run_command(
             router=router or "round_robin",
             fast_forward=fast_forward,
             workload_overrides=workload_overrides,
+            goodput=goodput_slo,
+            steps=steps,
+            steps_format=steps_format,
         )
         resolved = resolve_run(spec)
     except ValueError as e:
@@ -257,4 +285,10 @@ def run_command(
             "--num-gpu-blocks-override) or lower --max-model-len"
         )
     Console().print(_summary_table(summary, out_dir))
+    if export:
+        try:
+            for path in export_run(target.path, list(dict.fromkeys(export))):
+                print(f"kvsim: wrote {path}", file=sys.stderr)
+        except (ValueError, OSError) as e:
+            return _fail(f"the run is complete, but its export failed: {e}")
     return 0

@@ -16,6 +16,8 @@ from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig
 from sim.router import make_router
+from sim.step_parquet import check_format
+from sim.step_thin import check_mode
 from sim.work_bounds import check_work_bounds
 from workloads import load_workload
 
@@ -74,6 +76,8 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
     can simulate (:func:`sim.work_bounds.check_work_bounds`; ``allow_large=True`` or
     ``KVSIM_ALLOW_LARGE=1`` in the environment skips that check)."""
     check_cluster(spec)
+    check_mode(spec.steps, "steps")
+    check_format(spec.steps_format, "steps_format")
     engine = spec.engine
     cal, model, gpu, budget_fn = budget_inputs(
         spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size

@@ -100,6 +100,10 @@ def _case(i: int) -> tuple[dict[str, Any], dict[str, Any], str, int]:
         blocks = rng.randint(1100, 2500) // eng.get("block_size", 16) + 2
         eng["num_gpu_blocks_override"] = blocks * groups
     replicas = rng.choice([1, 1, 2, 3]) if _HAS_REPLICAS else 1
+    # Drawn last, so every other choice is what it was before async scheduling existed.
+    # Fast-forward applies to the synchronous loop; async cases step one by one and
+    # must not be changed by the switch either.
+    eng["async_scheduling"] = rng.random() < 0.25
     return wl, eng, model, replicas
 
 
@@ -167,6 +171,8 @@ def test_cases_cover_the_space() -> None:
     assert any(not e["enable_prefix_caching"] for _, e, *_ in cases)
     assert any(e.get("latency_model") == "constant" for _, e, *_ in cases)
     assert any(m == "Gemma-3-27B" for *_, m, _ in cases)
+    assert any(e["async_scheduling"] for _, e, *_ in cases)
+    assert sum(not e["async_scheduling"] for _, e, *_ in cases) > CASES // 2
 
 
 def _light_engines(
@@ -183,7 +189,9 @@ def _light_engines(
     }
     path = tmp_path / "light.yaml"
     path.write_text(yaml.safe_dump(wl))
-    resolved = resolve_run(RunSpec(workload=str(path)))
+    # Fast-forward applies to the synchronous loop only.
+    sync = EngineConfig(async_scheduling=False)
+    resolved = resolve_run(RunSpec(workload=str(path), engine=sync))
     engines: list[ReplicaEngine] = []
     original = ReplicaEngine.__init__
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,29 @@ def test_no_goodput_without_slos(tmp_path: Path) -> None:
     summary = run(RunSpec(workload=str(workload)), tmp_path / "r")
     assert "goodput_rps" not in summary["window"]
     assert "goodput_slo_ms" not in (tmp_path / "r" / "config.yaml").read_text()
+
+
+def test_kvsim_run_goodput_flag(tmp_path: Path) -> None:
+    from sim_run_helpers import kvsim_cli
+
+    bad = kvsim_cli("run", "--goodput", "itl:5", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2
+    assert "--goodput" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad").exists()
+    workload = write_yaml(
+        tmp_path / "w.yaml",
+        {
+            "name": "g",
+            "arrival": {"type": "poisson", "rate": 5.0},
+            "prompt_len": 64,
+            "output_len": 16,
+            "num_requests": 200,
+        },
+    )
+    ok = kvsim_cli("run", str(workload), "--goodput", "ttft:1000", "--out", str(tmp_path / "r"))
+    assert ok.returncode == 0, ok.stderr
+    assert "goodput (window)" in ok.stdout
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    good = summary["window"]["goodput_rps"]
+    assert good["slo_ms"] == {"ttft": 1000.0}
+    assert good["good_fraction"] == 1.0  # a light load: every TTFT is far below 1 s

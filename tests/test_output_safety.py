@@ -90,7 +90,7 @@ def test_force_writes_beside_the_users_files(small: Path, tmp_path: Path) -> Non
             _user_file(target / "plots" / "sketch.txt")
     assert (target / "notes.txt").read_bytes() == USER_BYTES
     assert (target / "plots" / "sketch.txt").read_bytes() == USER_BYTES
-    assert (target / "summary.json").is_file() and (target / "plots" / "kv_usage.png").is_file()
+    assert (target / "summary.json").is_file() and (target / "plots" / "timeline.png").is_file()
     assert not (target / "decisions.jsonl").exists(), "a stale kvsim file was kept"
     assert read_kind(target) == "run"
     assert not [n for n in _entries(target) if ".tmp-" in n or ".old-" in n]

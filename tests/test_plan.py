@@ -242,7 +242,9 @@ def test_probe_intervals_are_kept_and_shown(tmp_path: Path) -> None:
             shown += 1
             text = f"ttft_p90_s {window['ttft_s']['p90']:.4g} [{ci[0]:.4g}, {ci[1]:.4g}]"
             assert text in describe(doc)
-            assert text in (tmp_path / "plan" / "report.html").read_text()
+            p90, lo, hi = (1e3 * v for v in (window["ttft_s"]["p90"], *ci))
+            in_ms = f"{p90:,.1f} [{lo:,.1f}, {hi:,.1f}]"  # the report shows ms
+            assert in_ms in (tmp_path / "plan" / "report.html").read_text()
     assert shown, "800 requests give a p90 interval"
 
 

@@ -118,7 +118,7 @@ def test_kvsim_report_rerenders_run_and_sweep_dirs(tmp_path: Path) -> None:
         proc = kvsim_cli("report", str(target))
         assert proc.returncode == 0, proc.stderr
         assert (target / "report.html").is_file()
-    assert {p.name for p in (run_dir / "plots").glob("*.png")} >= {"kv_usage.png", "latency.png"}
+    assert {p.name for p in (run_dir / "plots").glob("*.png")} == {"timeline.png", "latency.png"}
     assert json.loads((run_dir / "summary.json").read_text()) == before
     assert "kvsim run: w on" in (run_dir / "report.html").read_text()
 
@@ -145,6 +145,56 @@ def test_headline_says_where_saturation_starts(tmp_path: Path) -> None:
         ],
     )
     assert headline(frame) == (
-        "router=pa: steady at every workload.arrival.rate up to 32 req/s; "
-        "router=rr: steady up to 8 req/s; first not shown steady: 16 req/s"
+        "router=pa: steady at every arrival rate tried (8 req/s to 32 req/s); "
+        "router=rr: steady up to 8 req/s; not shown steady from 16 req/s"
     )
+
+
+def _metrics_frame(tmp_path: Path, slo: dict | None) -> SweepFrame:
+    """KV blocks x 2 seeds: more blocks, more throughput; 400 blocks saturates on seed 1."""
+    cols = "point,point_id,engine.num_gpu_blocks_override,seed,status,verdict"
+    cols += ",window_throughput_rps,window_ttft_s_p90,window_tpot_s_p90"
+    rows = [
+        (100, 0, "steady", 2.0, 0.1, 0.01),
+        (100, 1, "steady", 2.2, 0.12, 0.01),
+        (400, 0, "steady", 6.0, 0.3, 0.02),
+        (400, 1, "saturated", 5.0, 9.0, 0.5),
+        (1600, 0, "steady", 5.5, 0.8, 0.02),
+        (1600, 1, "steady", 5.7, 0.9, 0.02),
+    ]
+    lines = [cols] + [
+        ",".join(map(str, (i, f"id{i}", b, seed, "ok", v, *m)))
+        for i, (b, seed, v, *m) in enumerate(rows)
+    ]
+    (tmp_path / "sweep.csv").write_text("\n".join(lines) + "\n")
+    spec = {"axes": [{"path": "engine.num_gpu_blocks_override", "values": [100, 400, 1600]}]}
+    if slo:
+        spec["slo"] = slo
+    write_yaml(tmp_path / "sweep.yaml", {"spec": spec})
+    return load_sweep_frame(tmp_path)
+
+
+def test_headline_names_the_best_point(tmp_path: Path) -> None:
+    """The best cell is the highest finished rate among cells steady on every seed (or
+    meeting the SLOs on every seed); a readable name, units, and the range in words."""
+    from reports.sweep_table import point_rows
+
+    frame = _metrics_frame(tmp_path, None)
+    assert headline(frame) == (
+        "steady at 100, 1600 blocks; not at the others; "
+        "highest steady throughput: blocks=1600 (5.60 req/s finished; worst seed: "
+        "TTFT p90 900.0 ms, TPOT p90 20.0 ms)"
+    )
+    frame = _metrics_frame(tmp_path, {"ttft_p90_s": 0.5})
+    assert headline(frame).endswith(
+        "best point meeting the SLOs (TTFT p90 <= 500 ms): blocks=100 (2.10 req/s finished; "
+        "worst seed: TTFT p90 120.0 ms, TPOT p90 10.0 ms)"
+    )
+    rows = point_rows(frame)
+    assert [r.name for r in rows[:2]] == ["blocks=100, seed 0", "blocks=100, seed 1"]
+    assert [r.slo for r in rows[3:5]] == [
+        "misses: saturated",
+        "misses: TTFT p90 800.0 ms > 500.0 ms",
+    ]
+    assert rows[3].cells[2] == "-"  # a saturated point's latency is left out
+    assert rows[4].cells[2] == "800.0"

@@ -1,4 +1,5 @@
-"""``kvsim run --decisions`` with a constant step time equals ``kvsim replay``.
+"""``kvsim run --decisions --no-async-scheduling`` with a constant step time equals
+``kvsim replay`` (both the synchronous engine loop).
 
 One random set of 40 requests (explicit token ids, some sharing 48- or 80-token
 prefixes, bursts of arrivals and idle gaps) is written twice: as a kvsim JSONL trace
@@ -96,6 +97,7 @@ def both_runs(tmp_path_factory):
         "--out",
         str(tmp / "run"),
         "--decisions",
+        "--no-async-scheduling",  # the synchronous loop (kvsim replay's default)
         "--latency-model",
         "constant",
         "--constant-step-s",

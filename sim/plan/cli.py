@@ -73,8 +73,23 @@ def plan_command(
         print(f"kvsim: {interrupted(e)}; no plan.json written{where}", file=sys.stderr)
         return exit_status(e)
     if doc["status"] == "infeasible":
+        _print_results(doc)
         print(f"kvsim: error: {_infeasible_message(doc, out_dir)}", file=sys.stderr)
         return 2
-    print(describe(doc))
+    _print_results(doc)
+    print(describe(doc, probes=False))
     print(f"plan: {out_dir / 'plan.json'}, report: {out_dir / 'report.html'}")
     return 0
+
+
+def _print_results(doc: dict[str, Any]) -> None:
+    """The probe table (one row per probe seed, ms) and the answer in sentences, as in
+    the plan report."""
+    from rich.console import Console
+
+    from reports.plan_table import headline_lines, terminal_table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)  # files: no wrapping
+    console.print(terminal_table(doc))
+    for line in headline_lines(doc):
+        console.print(f"kvsim plan: {line}", markup=False, highlight=False)

@@ -137,6 +137,8 @@ class ProbeRunner:
             seed=seed,
             num_replicas=replicas,
             router=plan.router,
+            steps=plan.steps,
+            steps_format=plan.steps_format,
         )
 
     def probe(self, value: float) -> bool:

@@ -33,6 +33,7 @@ from sim.plan.search import Bisection, seed_answers, within_tolerance
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import RunSpec
 from sim.setup import ResolvedRun, resolve_run
+from sim.step_parquet import check_format
 from sim.sweep.table import write_atomic
 
 WANT = {
@@ -69,6 +70,7 @@ def check_plan(plan: PlanSpec, source: str) -> tuple[Any, ResolvedRun]:
     before any probe runs; returns both."""
     base = load_base_workload(plan, source)
     try:
+        check_format(plan.steps_format, "steps_format")
         resolved = resolve_run(
             RunSpec(workload=plan.workload, model=plan.model, gpu=plan.gpu, engine=plan.engine)
         )
@@ -268,11 +270,11 @@ def _probe_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def describe(doc: dict[str, Any]) -> str:
+def describe(doc: dict[str, Any], probes: bool = True) -> str:
     """The answer for the terminal: a line with the bracket, a line on what bound it
-    (search limit, probe budget, configuration bound) where one applies, then one line
-    per probe (worst seed per SLO, with its 95% interval ``[lo, hi]`` where the
-    measurement window gives one)."""
+    (search limit, probe budget, configuration bound) where one applies, then (with
+    ``probes``) one line per probe (worst seed per SLO, with its 95% interval
+    ``[lo, hi]`` where the measurement window gives one)."""
     param, unit = doc["param"], doc["unit"]
     b = doc["bracket"]
     if doc["status"] == "infeasible":
@@ -318,7 +320,7 @@ def describe(doc: dict[str, Any]) -> str:
             f"\nsimulated {sim['num_requests']:,} requests in {sim['runs']:,} runs "
             "(probe runs lengthen until they decide)"
         )
-    lines = _probe_lines(doc)
+    lines = _probe_lines(doc) if probes else []
     if lines:
         text += "\nprobes (worst seed per SLO, window figures, [95% interval]):\n"
         text += "\n".join(lines)

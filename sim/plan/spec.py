@@ -22,6 +22,8 @@ Schema (every key optional unless said otherwise)::
     knob: num_gpu_blocks      # min_kv: num_gpu_blocks | gpu_memory_utilization | max_num_seqs
     search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
     length: {precision: 0.05, max_factor: 16, fixed: false, confirm_sojourns: 50}
+    steps: full               # probe runs' steps.csv: full | thin | none (sim.step_thin)
+    steps_format: csv         # csv | parquet (steps.parquet; needs pyarrow)
 
 ``search.high`` may be left out: for max_rate and min_replicas the search then doubles
 from ``low`` until a probe fails (max_rate) or passes (min_replicas); for min_kv it
@@ -47,18 +49,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sim.engine_config import EngineConfig
 from sim.router import ROUTERS
 from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
+from sim.slo import SLO, SLO_KEYS  # noqa: F401 (SLO_KEYS: the names, re-exported)
 from workloads.errors import from_validation_error
 
 QUESTIONS = ("max_rate", "min_replicas", "min_kv")
 KNOBS = ("num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs")
-SLO_KEYS = (
-    "ttft_mean_s",
-    "ttft_p90_s",
-    "tpot_mean_s",
-    "tpot_p99_s",
-    "e2e_p99_s",
-    "max_preemptions_per_request",
-)
 
 
 class PlanError(ValueError):
@@ -70,27 +65,6 @@ class _Strict(BaseModel):
     wanted (not ``"2"`` or ``2.0``), numbers (finite) where a float is."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class SLO(_Strict):
-    """Service-level objectives; a run meets them when every given bound holds."""
-
-    ttft_mean_s: float | None = Field(default=None, gt=0)
-    ttft_p90_s: float | None = Field(default=None, gt=0)
-    tpot_mean_s: float | None = Field(default=None, gt=0)
-    tpot_p99_s: float | None = Field(default=None, gt=0)
-    e2e_p99_s: float | None = Field(default=None, gt=0)
-    max_preemptions_per_request: float | None = Field(default=None, ge=0)
-
-    @model_validator(mode="after")
-    def _some(self) -> SLO:
-        if all(getattr(self, k) is None for k in SLO_KEYS):
-            raise ValueError(f"give at least one of {', '.join(SLO_KEYS)}")
-        return self
-
-    def bounds(self) -> dict[str, float]:
-        """The SLOs that were given, by name."""
-        return {k: getattr(self, k) for k in SLO_KEYS if getattr(self, k) is not None}
 
 
 class Search(_Strict):
@@ -144,6 +118,11 @@ class PlanSpec(_Strict):
     knob: Literal["num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs"] = "num_gpu_blocks"
     search: Search = Field(default_factory=Search)
     length: Length = Field(default_factory=Length)
+    steps: Literal["full", "thin", "none"] = "full"
+    """Each probe run's ``steps.csv`` (``sim.step_thin``): a full row per step, thinned
+    to bounded rows, or none."""
+    steps_format: Literal["csv", "parquet"] = "csv"
+    """``parquet``: the probe runs write ``steps.parquet`` (needs pyarrow)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanSpec:

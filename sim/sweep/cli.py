@@ -6,11 +6,9 @@ with an internal error: the other points still run, the error is printed, exit 1
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from sim.outdir import OutputError
@@ -83,24 +81,30 @@ def _report_result(result: SweepResult) -> int:
         + (f" ({', '.join(parts)})" if parts else "")
         + f" -> {result.out / 'sweep.csv'}, {result.out / 'report.html'}"
     )
-    head = _headline(result.out)
-    if head:
-        print(f"kvsim sweep: {head}")
+    _print_results(result.out)
     for index, err in sorted(result.errors.items()):
         first = (str(err).strip().splitlines() or [type(err).__name__])[-1]
         print(f"kvsim: error: point {index}: {first}", file=sys.stderr)
     return 1 if result.errors else 0
 
 
-def _headline(out: Path) -> str:
-    """The sweep report's headline (where saturation starts), or "" without one."""
+def _print_results(out: Path) -> None:
+    """The results table (one row per point) and the headline (where each line stops
+    being steady, the best point), as in the sweep report; nothing when sweep.csv
+    cannot be read."""
     from reports.sweep_data import load_sweep_frame
-    from reports.sweep_html import headline
+    from reports.sweep_table import headline_lines, terminal_table
 
     try:
-        return headline(load_sweep_frame(out))
+        frame = load_sweep_frame(out)
+        table = terminal_table(frame)
+        lines = headline_lines(frame)
     except (OSError, ValueError, KeyError):
-        return ""
+        return
+    console = Console(width=None if sys.stdout.isatty() else 200)  # files: no wrapping
+    console.print(table)
+    for line in lines:
+        console.print(f"kvsim sweep: {line}", markup=False, highlight=False)
 
 
 def report_command(directory: str) -> int:
@@ -132,24 +136,9 @@ def _render_run(path: Path) -> Path:
     """Re-render a run directory's plots and report.html; a truncated or damaged
     ``steps.csv`` / ``requests.csv`` is one ``kvsim: warning:`` line per problem on
     stderr and in the report (ValueError when a file cannot be read at all)."""
-    from reports.html import render_report
-    from reports.plots import render_run_plots
-    from reports.run_records import read_run_records
+    from reports.run_report import render_run
 
-    summary = json.loads((path / "summary.json").read_text())
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path / 'summary.json'}: expected a JSON object")
-    records = read_run_records(path, summary)
-    for note in records.notes:
+    rendered = render_run(path)
+    for note in rendered.notes:
         print(f"kvsim: warning: {path}/{note}", file=sys.stderr)
-    config_file = path / "config.yaml"
-    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
-    config = config if isinstance(config, dict) else {}
-    workload = config.get("workload") or {}
-    name = workload.get("name", "?") if isinstance(workload, dict) else "?"
-    render_run_plots(path, int(summary["num_gpu_blocks"]), records.steps, records.requests)
-    return render_report(
-        path,
-        title=f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}",
-        notes=records.notes,
-    )
+    return rendered.page

@@ -8,6 +8,7 @@ Example::
       model: Llama-3.1-8B
       gpu: H100-SXM
       engine: {max_model_len: 4096}
+      steps: thin                   # each point's steps.csv: full | thin | none (sim.step_thin)
     axes:                           # a grid: every combination, first axis outermost
       - {path: workload.arrival.rate, values: [2, 4, 8]}
     zip:                            # optional: each group is one more grid dimension whose
@@ -15,9 +16,10 @@ Example::
         - {path: engine.max_num_seqs, values: [32, 64]}
     seeds: [0, 1]                   # replications (innermost); omitted: the base seed
     length: {max_factor: 8}         # an undecided point runs again, 2x, up to 8x its length
+    slo: {ttft_p90_s: 0.5}          # optional: the report names the best point meeting them
 
 Paths are dotted: ``workload.<field...>``, ``engine.<EngineConfig field>`` or a top-level
-run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``).
+run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``, ``steps``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pydantic import (
 )
 
 from sim.run import RunSpec
+from sim.slo import SLO
 from workloads.errors import from_validation_error
 
 Scalar = bool | int | float | str | None
@@ -112,6 +115,9 @@ class SweepSpec(_Strict):
     zip: list[list[Axis]] = Field(default_factory=list)
     seeds: list[int] | None = None
     length: Length = Field(default_factory=Length)
+    slo: SLO | None = None
+    """Optional SLOs (``kvsim plan``'s names): the report marks the points that meet
+    them and names the best one. They do not change what runs (nor the point ids)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:

@@ -1,4 +1,7 @@
-"""Fast-forward benchmarks (issue 7), each printed with fast-forward on and off.
+"""Fast-forward benchmarks (issue 7), each printed with fast-forward on and off (the
+synchronous engine loop, where fast-forward applies) and with async scheduling, vLLM
+0.33.0's default loop, which steps one by one (``--loops``: ``sync``, ``async`` or
+``both``, the default; the async line's ratio is against the synchronous FF-on run).
 
 (a) 20,000 requests, Poisson 4 req/s, prompt 512, output 128, Llama-3.1-8B on
     A100-80GB: process wall time including start-up (imports, configuration), the
@@ -46,7 +49,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _child(
-    workload: str, model: str, gpu: str, ff: bool, max_num_seqs: int | None, replicas: int = 1
+    workload: str,
+    model: str,
+    gpu: str,
+    ff: bool,
+    max_num_seqs: int | None,
+    replicas: int = 1,
+    async_scheduling: bool = False,
 ) -> None:
     """Simulate once in this process; print one JSON line of figures."""
     t0 = time.perf_counter()
@@ -58,7 +67,7 @@ def _child(
     from sim.run import RunSpec, simulate
     from sim.setup import resolve_run
 
-    engine = EngineConfig(max_num_seqs=max_num_seqs) if max_num_seqs else EngineConfig()
+    engine = EngineConfig(max_num_seqs=max_num_seqs, async_scheduling=async_scheduling)
     resolved = resolve_run(RunSpec(workload=workload, model=model, gpu=gpu, engine=engine))
     t1 = time.perf_counter()
     cpu1 = time.process_time()
@@ -90,10 +99,11 @@ def _run(
     gpu: str,
     max_num_seqs: int | None = None,
     replicas: int = 1,
+    async_scheduling: bool = False,
 ) -> dict:
     """One child process; its figures plus the process wall time (start-up included)."""
     cmd = [sys.executable, __file__, "--child", workload, model, gpu, "1" if ff else "0"]
-    cmd += [str(max_num_seqs or 0), str(replicas)]
+    cmd += [str(max_num_seqs or 0), str(replicas), "1" if async_scheduling else "0"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO)
     wall = time.perf_counter() - t0
@@ -118,12 +128,16 @@ def _median_run(
     args: argparse.Namespace,
     seqs: int | None,
     replicas: int,
+    async_scheduling: bool = False,
 ) -> dict:
     """The run with the median wall time of ``args.repeat`` runs (its figures), with
     the fastest and slowest walls added."""
     model, gpu = "Llama-3.1-8B", "A100-80GB"
     runs = sorted(
-        (_run(workload, ff, model, gpu, seqs, replicas) for _ in range(args.repeat)),
+        (
+            _run(workload, ff, model, gpu, seqs, replicas, async_scheduling)
+            for _ in range(args.repeat)
+        ),
         key=lambda r: r["wall_s"],
     )
     median = dict(runs[(len(runs) - 1) // 2])
@@ -150,28 +164,41 @@ def _both(
     seqs: int | None = None,
     replicas: int = 1,
 ) -> None:
-    on = _median_run(workload, True, args, seqs, replicas)
-    print(_line(f"{label} FF on ", on), flush=True)
-    if args.no_off:
-        return
-    off = _median_run(workload, False, args, seqs, replicas)
-    print(_line(f"{label} FF off", off), flush=True)
-    print(
-        f"{label} ratio off/on: wall {off['wall_s'] / on['wall_s']:.2f}x, "
-        f"sim {off['sim_s'] / on['sim_s']:.2f}x",
-        flush=True,
-    )
+    on = None
+    if args.loops in ("sync", "both"):
+        on = _median_run(workload, True, args, seqs, replicas)
+        print(_line(f"{label} sync, FF on ", on), flush=True)
+        if not args.no_off:
+            off = _median_run(workload, False, args, seqs, replicas)
+            print(_line(f"{label} sync, FF off", off), flush=True)
+            print(
+                f"{label} ratio off/on: wall {off['wall_s'] / on['wall_s']:.2f}x, "
+                f"sim {off['sim_s'] / on['sim_s']:.2f}x",
+                flush=True,
+            )
+    if args.loops in ("async", "both"):
+        asy = _median_run(workload, True, args, seqs, replicas, async_scheduling=True)
+        print(_line(f"{label} async (step by step)", asy), flush=True)
+        if on is not None:
+            print(
+                f"{label} ratio async/sync FF on: wall {asy['wall_s'] / on['wall_s']:.2f}x, "
+                f"sim {asy['sim_s'] / on['sim_s']:.2f}x",
+                flush=True,
+            )
 
 
 def main() -> int:
     """Run the selected benchmarks; print each figure with fast-forward on and off."""
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        wl, model, gpu, ff, seqs, replicas = sys.argv[2:8]
-        _child(wl, model, gpu, ff == "1", int(seqs) or None, int(replicas))
+        wl, model, gpu, ff, seqs, replicas, asy = sys.argv[2:9]
+        _child(wl, model, gpu, ff == "1", int(seqs) or None, int(replicas), asy == "1")
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="abce", help="which of a, b, c, e to run (e.g. 'ac')")
     p.add_argument("--no-off", action="store_true", help="skip the fast-forward-off runs")
+    p.add_argument(
+        "--loops", choices=("sync", "async", "both"), default="both", help="engine loops to run"
+    )
     p.add_argument("--million", action="store_true", help="also run (d): 1,000,000 chat")
     p.add_argument("--heavy-requests", type=int, default=2000, help="requests in (c)")
     p.add_argument(

@@ -14,6 +14,7 @@ from workloads.traces.csv_traces import (
 )
 from workloads.traces.jsonl import iter_json_lines
 from workloads.traces.kvsim_jsonl import read_kvsim
+from workloads.traces.llmservingsim import read_llmservingsim
 from workloads.traces.mooncake import read_mooncake
 from workloads.traces.table import TraceTable
 
@@ -23,6 +24,7 @@ TRACE_SUFFIXES = JSONL_SUFFIXES + CSV_SUFFIXES
 
 _READERS = {
     "kvsim": read_kvsim,
+    "llmservingsim": read_llmservingsim,
     "mooncake": read_mooncake,
     "azure": read_azure,
     "burstgpt": read_burstgpt,
@@ -30,16 +32,18 @@ _READERS = {
 
 
 def detect_format(path: Path, file: str) -> str:
-    """``kvsim``, ``mooncake``, ``azure`` or ``burstgpt``.
+    """``kvsim``, ``llmservingsim``, ``mooncake``, ``azure`` or ``burstgpt``.
 
-    JSONL: ``arrival_s`` in the first record means kvsim, ``timestamp`` or
-    ``input_length`` means Mooncake. CSV: a ``TIMESTAMP`` or ``ContextTokens`` column
-    means Azure, ``Timestamp`` or ``Request tokens`` means BurstGPT (the reader then
-    reports any other missing column).
+    JSONL: ``input_toks`` in the first record means an LLMServingSim request log,
+    ``arrival_s`` (or ``request_id``) kvsim, ``timestamp`` or ``input_length`` Mooncake.
+    CSV: a ``TIMESTAMP`` or ``ContextTokens`` column means Azure, ``Timestamp`` or
+    ``Request tokens`` means BurstGPT (the reader then reports any other missing column).
     """
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
         for number, obj in iter_json_lines(path, file):
+            if "input_toks" in obj:
+                return "llmservingsim"
             if "arrival_s" in obj or "request_id" in obj:
                 return "kvsim"
             if "timestamp" in obj or "input_length" in obj:
@@ -48,7 +52,8 @@ def detect_format(path: Path, file: str) -> str:
                 file,
                 f"line {number}",
                 "unrecognised JSONL trace: expected kvsim fields (request_id, arrival_s, ...) "
-                "or Mooncake fields (timestamp, input_length, output_length, hash_ids)",
+                "or Mooncake fields (timestamp, input_length, output_length, hash_ids) or "
+                "LLMServingSim fields (request_id, input_toks, output_toks, arrival_time)",
             )
         raise WorkloadError(file, "", "trace holds no requests")
     if suffix in CSV_SUFFIXES:

@@ -18,7 +18,7 @@ class TraceTable:
     """A trace, row ``i`` being the ``i``-th request in arrival order.
 
     Attributes:
-        format: ``kvsim``, ``mooncake``, ``azure`` or ``burstgpt``.
+        format: ``kvsim``, ``llmservingsim``, ``mooncake``, ``azure`` or ``burstgpt``.
         arrival_s: arrival times in seconds (float64).
         prompt_tokens: prompt lengths in tokens (int64).
         output_tokens: output lengths in tokens (int64).

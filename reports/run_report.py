@@ -1,0 +1,58 @@
+"""Render a run directory's plots and ``report.html`` from its files alone.
+
+Used right after a run (``kvsim run``) and again by ``kvsim report RUN`` on any run
+directory, also older ones and ones written with ``--steps thin`` or ``none``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from reports.html import render_report
+from reports.plots import render_run_plots
+from reports.run_records import read_run_records
+
+
+@dataclass
+class RenderedRun:
+    """The page written and one line per problem found in the records (empty: none)."""
+
+    page: Path
+    notes: list[str]
+
+
+def run_title(config: dict[str, Any]) -> str:
+    """``kvsim run: <workload> on <model> / <gpu>`` from a run's ``config.yaml``."""
+    workload = config.get("workload") or {}
+    name = workload.get("name", "?") if isinstance(workload, dict) else "?"
+    return f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}"
+
+
+def render_run(run_dir: Path) -> RenderedRun:
+    """Re-render ``plots/`` and ``report.html`` of ``run_dir``. ValueError (or
+    :class:`reports.run_records.RunRecordsError`) when ``summary.json`` is not an
+    object or a records file cannot be read at all."""
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if not isinstance(summary, dict):
+        raise ValueError(f"{run_dir / 'summary.json'}: expected a JSON object")
+    records = read_run_records(run_dir, summary)
+    config_file = run_dir / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    config = config if isinstance(config, dict) else {}
+    note = " - steps thinned" if records.steps_mode == "thin" else ""
+    render_run_plots(
+        run_dir,
+        int(summary["num_gpu_blocks"]),
+        records.steps,
+        records.requests,
+        summary=summary,
+        note=note,
+    )
+    page = render_report(run_dir, title=run_title(config), notes=records.notes)
+    return RenderedRun(page, records.notes)
