@@ -99,8 +99,6 @@ def counts_line(doc: dict[str, Any]) -> str:
     )
     if c["no_rate"]:
         text += f"; {c['no_rate']} simulated with no rate meeting the SLOs"
-    if c["ran_ahead"]:
-        text += f"; {c['ran_ahead']} searched ahead, then bounded out (cached)"
     if c["errors"]:
         text += f"; {c['errors']} internal errors"
     return text + f"; {c['cluster_checks']} cluster checks"

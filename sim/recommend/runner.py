@@ -372,7 +372,6 @@ def _counts(prep: Prepared, extra: dict[str, Any]) -> dict[str, int]:
         "simulated": statuses.count("searched") + statuses.count("no_rate"),
         "no_rate": statuses.count("no_rate"),
         "errors": statuses.count("error"),
-        "ran_ahead": len(extra["ran_ahead"]),
         "cluster_checks": checks,
     }
 
