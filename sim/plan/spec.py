@@ -40,16 +40,15 @@ sets ``engine.max_model_len``), validated as in an engine file.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.engine_config import EngineConfig
 from sim.router import ROUTERS
 from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.slo import SLO, SLO_KEYS  # noqa: F401 (SLO_KEYS: the names, re-exported)
+from sim.spec_file import spec_data
 from workloads.errors import from_validation_error
 
 QUESTIONS = ("max_rate", "min_replicas", "min_kv")
@@ -141,30 +140,8 @@ class PlanSpec(_Strict):
 
 def load_plan(path: str | None, overrides: dict[str, Any]) -> PlanSpec:
     """A plan from a YAML file (safe loading), then flags (flags win). PlanError if bad."""
-    data: dict[str, Any] = {}
     source = path or "plan flags"
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise PlanError(f"{path}: cannot read plan file: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}: " if mark is not None else ""
-            raise PlanError(f"{path}: {where}YAML syntax error") from None
-        if not isinstance(loaded, dict):
-            raise PlanError(f"{path}: (top level): a plan must be a YAML mapping")
-        data = loaded
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        parts = key.split(".")
-        target = data
-        for part in parts[:-1]:
-            sub = target.get(part)
-            target[part] = sub = dict(sub) if isinstance(sub, dict) else {}
-            target = sub
-        target[parts[-1]] = value
+    data = spec_data(path, overrides, "plan", PlanError)
     try:
         return PlanSpec.model_validate(data)
     except ValidationError as e:

@@ -31,10 +31,8 @@ settings; ``length`` is the plan's), so the same SLO names and judging apply.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
@@ -42,6 +40,7 @@ from sim.engine_config import EngineConfig
 from sim.plan.spec import SLO
 from sim.plan.spec import Length as PlanLength
 from sim.router import ROUTERS
+from sim.spec_file import spec_data
 from workloads.errors import from_validation_error
 
 OBJECTIVES = ("cost", "goodput_per_gpu")
@@ -164,36 +163,11 @@ class RecommendSpec(_Strict):
         return "cost" if self.target_rate is not None else "goodput_per_gpu"
 
 
-def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    target = data
-    for part in parts[:-1]:
-        sub = target.get(part)
-        target[part] = sub = dict(sub) if isinstance(sub, dict) else {}
-        target = sub
-    target[parts[-1]] = value
-
-
 def load_recommend(path: str | None, overrides: dict[str, Any]) -> RecommendSpec:
     """A spec from a YAML file (safe loading), then flags (dotted keys; flags win).
     RecommendError if bad."""
-    data: dict[str, Any] = {}
     source = path or "recommend flags"
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise RecommendError(f"{path}: cannot read recommend file: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}: " if mark is not None else ""
-            raise RecommendError(f"{path}: {where}YAML syntax error") from None
-        if not isinstance(loaded, dict):
-            raise RecommendError(f"{path}: (top level): a recommend spec must be a YAML mapping")
-        data = loaded
-    for key, value in overrides.items():
-        if value is not None:
-            _set_path(data, key, value)
+    data = spec_data(path, overrides, "recommend", RecommendError)
     try:
         return RecommendSpec.model_validate(data)
     except ValidationError as e:
