@@ -28,6 +28,7 @@ from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import make_router
 from sim.setup import ResolvedRun, resolve_run
+from sim.signals import raise_pending
 from sim.summary import build_summary
 from sim.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
 from workloads.overrides import WorkloadOverrides
@@ -65,6 +66,19 @@ class RunSpec:
     steps_format: str = "csv"
     """``csv`` (``steps.csv``, the default) or ``parquet`` (``steps.parquet``, needs
     pyarrow; :mod:`sim.step_parquet`)."""
+
+
+def _checking_signals(on_progress: Callable[[int], None] | None) -> Callable[[int], None]:
+    """``on_progress`` (called per finished request) that first re-raises a SIGTERM or
+    SIGHUP whose exception was swallowed (:func:`sim.signals.raise_pending`)."""
+    if on_progress is None:
+        return lambda n: raise_pending()
+
+    def checked(n: int) -> None:
+        raise_pending()
+        on_progress(n)
+
+    return checked
 
 
 @contextmanager
@@ -114,6 +128,7 @@ def simulate(
     wall0 = time.perf_counter()
     if helpers is None:
         helpers = offload.allowed()
+    on_progress = _checking_signals(on_progress)
     env = simpy.Environment()
     with ExitStack() as stack:  # closes whatever was opened, also on errors
         name = "steps.parquet" if steps_format == "parquet" else "steps.csv"

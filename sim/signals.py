@@ -27,6 +27,8 @@ T = TypeVar("T")
 _PR_SET_PDEATHSIG = 1
 _HANDLED = (signal.SIGTERM, signal.SIGHUP)
 _busy = False
+_pending: int | None = None
+"""The signal whose :class:`Terminated` was last raised, until :func:`raise_pending`."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -38,9 +40,27 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
+    global _pending
     for sig in _HANDLED:  # cleanup runs once: a second SIGTERM does not cut it short
         signal.signal(sig, signal.SIG_IGN)
+    _pending = signum
     raise Terminated(signum)
+
+
+def raise_pending() -> None:
+    """Raise :class:`Terminated` again for a signal whose first one was swallowed.
+
+    Python ignores (prints and drops) an exception raised where it cannot propagate:
+    a ``__del__``, a weakref callback, an at-fork hook such as logging's. A SIGTERM
+    that lands there would be lost, and with the handlers now ignoring SIGTERM the run
+    would go on to its end. Long loops call this at points they pass often (each
+    finished request): it raises once, then clears. When the first exception did
+    propagate, nothing calls this again before the process ends.
+    """
+    global _pending
+    if _pending is not None:
+        signum, _pending = _pending, None
+        raise Terminated(signum)
 
 
 def install() -> None:
