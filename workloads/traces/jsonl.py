@@ -54,3 +54,29 @@ def validate_record(model: type[M], obj: dict, file: str, number: int) -> M:
         return model.model_validate(obj)
     except ValidationError as exc:
         raise from_validation_error(exc, file, model, prefix=f"line {number}") from None
+
+
+def read_records(path: Path, file: str, model: type[M]) -> tuple[list[M], list[str], list[int]]:
+    """Every line of a JSONL trace validated as ``model`` (which has a ``request_id``),
+    with each row's ``"line N"`` label and line number; a request id used twice is
+    refused naming both lines, an empty file too."""
+    from workloads.errors import WorkloadError
+    from workloads.traces.table import require_nonempty
+
+    rows: list[M] = []
+    lines: list[str] = []
+    numbers: list[int] = []
+    seen: dict[str, int] = {}
+    for number, obj in iter_json_lines(path, file):
+        row = validate_record(model, obj, file, number)
+        rid = row.request_id  # type: ignore[attr-defined]
+        if rid in seen:
+            raise WorkloadError(
+                file, f"line {number}: request_id", f"{rid!r} already used on line {seen[rid]}"
+            )
+        seen[rid] = number
+        rows.append(row)
+        lines.append(f"line {number}")
+        numbers.append(number)
+    require_nonempty(file, len(rows))
+    return rows, lines, numbers

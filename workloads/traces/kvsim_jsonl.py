@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from workloads.errors import WorkloadError
-from workloads.traces.jsonl import iter_json_lines, validate_record
-from workloads.traces.table import TraceTable, check_arrivals, require_nonempty
+from workloads.traces.jsonl import read_records
+from workloads.traces.table import TraceTable, check_arrivals
 
 MOONCAKE_BLOCK = 512
 """Tokens per hash block in Mooncake traces (the default ``hash_block_size``)."""
@@ -68,23 +67,7 @@ def check_hash_cover(hash_ids: list[int], block_size: int, num_tokens: int) -> N
 
 def read_kvsim(path: Path, file: str) -> TraceTable:
     """Read a kvsim JSONL trace (see the module docstring)."""
-    rows: list[KvsimLine] = []
-    lines: list[str] = []
-    numbers: list[int] = []
-    seen: dict[str, int] = {}
-    for number, obj in iter_json_lines(path, file):
-        row = validate_record(KvsimLine, obj, file, number)
-        if row.request_id in seen:
-            raise WorkloadError(
-                file,
-                f"line {number}: request_id",
-                f"{row.request_id!r} already used on line {seen[row.request_id]}",
-            )
-        seen[row.request_id] = number
-        rows.append(row)
-        lines.append(f"line {number}")
-        numbers.append(number)
-    require_nonempty(file, len(rows))
+    rows, lines, numbers = read_records(path, file, KvsimLine)
     check_arrivals(file, [r.arrival_s for r in rows], lines, "arrival_s")
     return TraceTable(
         format="kvsim",

@@ -18,9 +18,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from workloads.errors import WorkloadError
-from workloads.traces.jsonl import iter_json_lines, validate_record
-from workloads.traces.table import TraceTable, check_arrivals, require_nonempty
+from workloads.traces.jsonl import read_records
+from workloads.traces.table import TraceTable, check_arrivals
 
 
 class LLMServingSimLine(BaseModel):
@@ -36,23 +35,7 @@ class LLMServingSimLine(BaseModel):
 
 def read_llmservingsim(path: Path, file: str) -> TraceTable:
     """Read an LLMServingSim ``requests.jsonl`` (see the module docstring)."""
-    rows: list[LLMServingSimLine] = []
-    lines: list[str] = []
-    numbers: list[int] = []
-    seen: dict[str, int] = {}
-    for number, obj in iter_json_lines(path, file):
-        row = validate_record(LLMServingSimLine, obj, file, number)
-        if row.request_id in seen:
-            raise WorkloadError(
-                file,
-                f"line {number}: request_id",
-                f"{row.request_id!r} already used on line {seen[row.request_id]}",
-            )
-        seen[row.request_id] = number
-        rows.append(row)
-        lines.append(f"line {number}")
-        numbers.append(number)
-    require_nonempty(file, len(rows))
+    rows, lines, numbers = read_records(path, file, LLMServingSimLine)
     stamps = [r.arrival_time - rows[0].arrival_time for r in rows]
     check_arrivals(file, stamps, lines, "arrival_time")
     return TraceTable(
