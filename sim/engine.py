@@ -113,6 +113,9 @@ class ReplicaEngine(FastForwardSteps):
             else None
         )
         self.fast_forward = fast_forward and self._vector_decode and self.batch_queue is None
+        # A decode computes the last known token; with async scheduling the tokens in
+        # flight (output placeholders, the step's own included) count as known.
+        self._decode_lag = 2 if self.batch_queue is not None else 1
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
         self._step_time = make_step_timer(latency_model)
         self._stretch = make_stretch_timer(latency_model, self._decode_time)
@@ -307,9 +310,7 @@ class ReplicaEngine(FastForwardSteps):
         context_sum = 0
         contexts = []
         sampled: dict[str, tuple[int]] = {}
-        # With async scheduling a request's tokens in flight (output placeholders,
-        # this step's own included) count as known: a decode computes the last one.
-        lag = 2 if self.batch_queue is not None else 1
+        lag = self._decode_lag
         for rid, n in n_sched.items():
             req = reqs[rid]
             ctx = req.num_computed_tokens - n

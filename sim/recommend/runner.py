@@ -43,9 +43,8 @@ def _dir_of(out: Path, entry: dict[str, Any]) -> Path:
     return out / "candidates" / entry["hash"]
 
 
-def _search(prep: Prepared, out: Path, jobs: int, on_event: OnEvent | None) -> dict[str, Any]:
-    """Branch and bound over the open candidates; fills each entry's search fields and
-    returns the outcome's counts."""
+def _search(prep: Prepared, out: Path, jobs: int, on_event: OnEvent | None) -> None:
+    """Branch and bound over the open candidates; fills each entry's search fields."""
     spec = prep.spec
     open_entries = [e for e in prep.entries if e["status"] == "open"]
     order = sorted(open_entries, key=lambda e: (e["optimistic_score"], e["key"]))
@@ -82,7 +81,6 @@ def _search(prep: Prepared, out: Path, jobs: int, on_event: OnEvent | None) -> d
         by_key[key].update(status="pruned", reason=f"its bound cannot reach the top {spec.top}")
     for key, err in outcome.errors.items():
         by_key[key].update(status="error", reason=f"internal error: {err!r}")
-    return {"ran_ahead": sorted(outcome.ran_ahead)}
 
 
 def _run_bb(
@@ -341,7 +339,7 @@ def run_recommend(
         "spec": spec.model_dump(mode="json"),
     }
     write_atomic(out / "recommend.yaml", yaml.safe_dump(meta, sort_keys=False))
-    extra = _search(prep, out, jobs, on_event)
+    _search(prep, out, jobs, on_event)
     _verify(prep, out, jobs, on_event)
     ranked = _ranked(prep.entries)
     for i, entry in enumerate(ranked, start=1):
@@ -354,14 +352,14 @@ def run_recommend(
     ]
     front = frontier(points)
     chosen = _chosen_point(ranked[0] if ranked else None)
-    doc = _document(prep, ranked, points, front, chosen, extra)
+    doc = _document(prep, ranked, points, front, chosen)
     from sim.recommend.outputs import write_outputs
 
     write_outputs(out, doc)
     return doc
 
 
-def _counts(prep: Prepared, extra: dict[str, Any]) -> dict[str, int]:
+def _counts(prep: Prepared) -> dict[str, int]:
     statuses = [e["status"] for e in prep.entries]
     checks = sum(len(e.get("checks", [])) + (1 if "fewer_check" in e else 0) for e in prep.entries)
     return {
@@ -382,7 +380,6 @@ def _document(
     points: list[dict[str, Any]],
     front: list[dict[str, Any]],
     chosen: dict[str, Any] | None,
-    extra: dict[str, Any],
 ) -> dict[str, Any]:
     spec = prep.spec
     prices_known = prep.scoring.by_price
@@ -398,7 +395,7 @@ def _document(
         else "goodput_per_gpu",
         "router": spec.router,
         "top": spec.top,
-        "counts": _counts(prep, extra),
+        "counts": _counts(prep),
         "ranking": [e["key"] for e in ranked],
         "chosen": ranked[0]["key"] if ranked else None,
         "chosen_point": chosen,

@@ -41,12 +41,10 @@ class Job:
 @dataclass
 class Outcome:
     """What branch and bound decided: ``results`` of searched candidates (by key),
-    ``pruned`` keys in candidate order, ``ran_ahead`` keys that were searched but then
-    pruned, ``errors`` internal errors by key."""
+    ``pruned`` keys in candidate order, ``errors`` internal errors by key."""
 
     results: dict[str, Result]
     pruned: list[str]
-    ran_ahead: list[str]
     errors: dict[str, BaseException]
 
 
@@ -146,8 +144,7 @@ def branch_and_bound(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     results = {k: done[k] for k, v in decided.items() if v == "kept"}
-    ran_ahead = [k for k in pruned if k in done and not any(j.key == k and j.cached for j in order)]
-    return Outcome(results=results, pruned=pruned, ran_ahead=ran_ahead, errors=errors)
+    return Outcome(results=results, pruned=pruned, errors=errors)
 
 
 def map_parallel(
