@@ -93,7 +93,8 @@ class Calibration(_Strict):
     kv_budget: dict[str, Any]
 
 
-def _fmt(exc: ValidationError, source: str) -> str:
+def validation_message(exc: ValidationError, source: str) -> str:
+    """The first five errors of ``exc`` as one line, each naming its field."""
     parts = [
         f"field '{'.'.join(str(p) for p in e['loc']) or '(top level)'}': {e['msg']}"
         for e in exc.errors()
@@ -120,7 +121,7 @@ def load_calibration(path: str | Path) -> Calibration:
     try:
         cal = Calibration.model_validate(raw)
     except ValidationError as exc:
-        raise CalibrationError(_fmt(exc, f"--calibration {path}")) from None
+        raise CalibrationError(validation_message(exc, f"--calibration {path}")) from None
     missing = set(FEATURES) - set(cal.latency.coefficients)
     if missing:
         raise CalibrationError(

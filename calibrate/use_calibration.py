@@ -25,6 +25,7 @@ from calibrate.calibration_file import (
     norm_name,
 )
 from calibrate.catalog import load_gpu, load_model
+from calibrate.efficiency_file import EfficiencyCalibration, is_efficiency_file, load_efficiency
 from calibrate.gpu_spec import GPUSpec
 from calibrate.model_spec import ModelSpec
 
@@ -49,6 +50,8 @@ def calibration_defaults(path: str | Path) -> dict[str, Any]:
     """``{"model", "gpu", "tensor_parallel_size"}`` a calibration file is for, as
     ``kvsim run`` / ``kvsim budget`` take them when ``--model``, ``--gpu`` or
     ``--tensor-parallel-size`` is not given. ``CalibrationError`` on a bad file."""
+    if is_efficiency_file(path):
+        return {"gpu": load_efficiency(path).gpu.name}
     cal = load_calibration(path)
     return {
         "model": cal.model.name,
@@ -63,14 +66,34 @@ def calibrated_budget(cal: Calibration, model: ModelSpec, gpu: GPUSpec, **kwargs
     return compute_kv_budget(model, gpu, measured=measured, **kwargs)
 
 
+def resolve_efficiency(path: str | Path, gpu: str) -> tuple[EfficiencyCalibration, GPUSpec]:
+    """(efficiency calibration, its GPU) for a run that asks for ``gpu`` (a name, or a
+    GPU YAML whose ``name`` is the file's GPU)."""
+    cal = load_efficiency(path)
+    asked = gpu
+    if norm_name(gpu) != norm_name(cal.gpu.name) and Path(gpu).suffix in (".yaml", ".yml"):
+        asked = load_gpu(gpu).name
+    if norm_name(asked) != norm_name(cal.gpu.name):
+        raise CalibrationError(
+            f"--calibration {path}: the file is for GPU {cal.gpu.name!r}, not {gpu!r}; "
+            f"pass --gpu {cal.gpu.name} or fit a trace of this GPU"
+        )
+    return cal, cal.gpu
+
+
 def budget_inputs(
     calibration: str | Path | None, model: str, gpu: str, tensor_parallel_size: int
-) -> tuple[Calibration | None, ModelSpec, GPUSpec, Callable[..., KVBudget]]:
+) -> tuple[Calibration | EfficiencyCalibration | None, ModelSpec, GPUSpec, Callable[..., KVBudget]]:
     """``(calibration or None, model spec, GPU spec, budget function)`` of a run: the
-    catalog's specs and ``compute_kv_budget``, or, with a calibration file, its specs
-    and :func:`calibrated_budget` on its measured memory terms."""
+    catalog's specs and ``compute_kv_budget``; with a calibration file, its specs and
+    :func:`calibrated_budget` on its measured memory terms; with an efficiency file
+    (``kvsim calibrate --from-trace``), the catalog's model, the file's GPU and
+    ``compute_kv_budget`` (the file holds step-time factors only)."""
     if calibration is None:
         return None, load_model(model), load_gpu(gpu), compute_kv_budget
+    if is_efficiency_file(calibration):
+        eff, hw = resolve_efficiency(calibration, gpu)
+        return eff, load_model(model), hw, compute_kv_budget
     cal, spec, hw = resolve_calibrated(calibration, model, gpu, tensor_parallel_size)
     return cal, spec, hw, partial(calibrated_budget, cal)
 

@@ -76,6 +76,7 @@ help in vLLM's meaning (``latency_model`` and ``constant_step_s`` are kvsim's ow
 ENGINE_PANEL = "Engine (vLLM's engine arguments and defaults)"
 WORKLOAD_PANEL = "Workload"
 OUTPUT_PANEL = "Output"
+TRACE_FIT_PANEL = "Fit to a real run (--from-trace)"
 
 DERIVED_DEFAULTS = {
     "num_gpu_blocks_override": "none: the memory budget's",

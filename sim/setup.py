@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from calibrate.efficiency_file import EfficiencyCalibration
 from calibrate.latency import make_latency_model
 from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
@@ -83,7 +84,16 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
     )
     budget = engine_budget(budget_fn, model, gpu, engine)
-    if cal is not None and engine.latency_model != "constant":
+    if isinstance(cal, EfficiencyCalibration) and engine.latency_model != "constant":
+        latency = make_latency_model(
+            "roofline",
+            model=model,
+            gpu=gpu,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            kv_cache_dtype=engine.kv_cache_dtype,
+            efficiency=cal.factors(),
+        )
+    elif cal is not None and engine.latency_model != "constant":
         latency = calibrated_latency(cal, str(spec.calibration))
     elif engine.latency_model == "constant":
         latency = make_latency_model("constant", step_s=engine.constant_step_s)

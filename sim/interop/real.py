@@ -28,8 +28,9 @@ KINDS = ("vllm-bench", "guidellm", "llmservingsim")
 class RealResult:
     """One real result: its kind, the file it came from, and either the result object
     (``vllm-bench``, ``guidellm``: one benchmark) or per-request arrays
-    (``llmservingsim``: ``start_s``, ``first_token_s``, ``finish_s`` on the engine's
-    clock, ``prompt_tokens``, ``output_tokens``)."""
+    (``llmservingsim``: ``request_id`` (the file's, else the line's index),
+    ``start_s``, ``first_token_s``, ``finish_s`` on the engine's clock,
+    ``prompt_tokens``, ``output_tokens``)."""
 
     kind: str
     path: Path
@@ -70,12 +71,13 @@ def _json_objects(path: Path) -> list[Any]:
 
 
 def _llmservingsim(path: Path) -> RealResult:
-    rows = []
+    rows, ids = [], []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
+            ids.append(str(obj.get("request_id", number - 1)))
             rows.append(
                 (
                     float(obj["queued_ts"]),
@@ -94,6 +96,7 @@ def _llmservingsim(path: Path) -> RealResult:
         raise ValueError(f"{path}: holds no requests")
     a = np.asarray(rows, dtype=np.float64)
     data = {
+        "request_id": ids,
         "start_s": a[:, 0],
         "first_token_s": a[:, 1],
         "finish_s": a[:, 2],

@@ -1,0 +1,155 @@
+"""Body of ``kvsim calibrate --from-trace``: fit, print, write (exit 0/2)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from calibrate.efficiency_file import (
+    EfficiencyCalibration,
+    FittedOn,
+    is_efficiency_file,
+    sha256_of,
+    write_efficiency,
+)
+from calibrate.output_files import write_atomically
+from calibrate.roofline_terms import PARAMETERS
+from calibrate.trace_fit.fit import Measured, TraceFit, fit_trace
+from calibrate.trace_fit.runs_file import FitRun, is_runs_file, load_runs
+from sim.interop.real import read_real
+from sim.run import RunSpec
+from sim.run_cli import load_engine_config
+from sim.setup import resolve_run
+
+ERROR_ROWS = (("ttft_mean", "TTFT mean"), ("tpot_mean", "TPOT mean"), ("e2e_mean", "E2E mean"))
+
+
+def _fail(message: str) -> int:
+    print(f"kvsim: error: {message}", file=sys.stderr)
+    return 2
+
+
+def measured_requests(path: str) -> Measured:
+    """Per-request engine-side times of a real run (an LLMServingSim run directory or
+    ``requests.jsonl``: queued, first-token and last-token timestamps)."""
+    path = str(_trace_file(path))
+    real = read_real(path)
+    if real.kind != "llmservingsim":
+        raise ValueError(
+            f"--from-trace {path}: a {real.kind} result holds no per-request timestamps; "
+            "give a request log with queued_ts, first_token_ts, last_token_ts per request "
+            "(LLMServingSim's requests.jsonl)"
+        )
+    d = real.data
+    return Measured(
+        d["request_id"], d["start_s"], d["first_token_s"], d["finish_s"], d["output_tokens"]
+    )
+
+
+def _trace_file(path: str | Path) -> Path:
+    p = Path(path)
+    return p / "requests.jsonl" if p.is_dir() else p
+
+
+def _tables(fit: TraceFit, runs: list[FitRun]) -> list[Table]:
+    factors = Table(title="roofline efficiency factors (prior: kvsim's defaults)")
+    factors.add_column("factor")
+    factors.add_column("prior", justify="right")
+    factors.add_column("fitted", justify="right")
+    for name in PARAMETERS:
+        factors.add_row(
+            name, f"{getattr(fit.prior, name):.4g}", f"{getattr(fit.efficiency, name):.4g}"
+        )
+    err = Table(title="replay against each measured run (signed error of the mean)")
+    err.add_column("run")
+    err.add_column("metric")
+    err.add_column("prior", justify="right")
+    err.add_column("fitted", justify="right")
+    for run, before, after in zip(runs, fit.prior_errors, fit.errors):
+        for key, label in ERROR_ROWS:
+            err.add_row(
+                run.trace.parent.name if key == "ttft_mean" else "",
+                label,
+                f"{100 * before[key]:+.1f}%",
+                f"{100 * after[key]:+.1f}%",
+            )
+    return [factors, err]
+
+
+def fit_runs(
+    trace: str, model: str, tp: int, engine_file: str | None, engine_overrides: dict[str, Any]
+) -> list[FitRun]:
+    """The runs ``--from-trace`` names: a runs file's, or the one request log with the
+    command line's model and engine."""
+    if is_runs_file(trace):
+        return load_runs(trace)
+    engine = load_engine_config(engine_file, engine_overrides, {"tensor_parallel_size": tp})
+    return [FitRun(_trace_file(trace), model, engine)]
+
+
+def from_trace_command(
+    trace: str,
+    model: str,
+    gpu: str,
+    tp: int,
+    engine_file: str | None,
+    engine_overrides: dict[str, Any],
+    out: str | None,
+    force: bool,
+    version: str,
+) -> int:
+    """Run ``kvsim calibrate --from-trace``; return the exit status."""
+    out_path = Path(out) if out else Path(f"efficiency-{Path(gpu).stem.lower()}.yaml")
+    if out_path.is_dir():
+        return _fail(f"--out {out_path}: is a directory; name a file")
+    if out_path.exists() and not force and not is_efficiency_file(out_path):
+        return _fail(
+            f"--out {out_path}: exists and was not written by kvsim calibrate --from-trace; "
+            "name another file or pass --force to replace it"
+        )
+    try:
+        runs = fit_runs(trace, model, tp, engine_file, engine_overrides)
+        pairs, resolved = [], []
+        for run in runs:
+            measured = measured_requests(str(run.trace))
+            spec = RunSpec(workload=str(run.trace), model=run.model, gpu=gpu, engine=run.engine)
+            resolved.append(resolve_run(spec))
+            pairs.append((spec, measured))
+        fit = fit_trace(pairs)
+    except ValueError as exc:
+        return _fail(str(exc))
+    cal = EfficiencyCalibration(
+        kvsim_version=version,
+        gpu=resolved[0].latency_model.gpu,
+        efficiency={n: float(getattr(fit.efficiency, n)) for n in PARAMETERS},
+        prior={n: float(getattr(fit.prior, n)) for n in PARAMETERS},
+        fitted_on=[
+            FittedOn(
+                trace=str(run.trace),
+                sha256=sha256_of(run.trace),
+                model=res.model_name,
+                tensor_parallel_size=run.engine.tensor_parallel_size,
+                engine=run.engine.model_dump(exclude_none=True),
+                num_requests=len(m.request_id),
+                errors={"prior": before, "fitted": after},
+            )
+            for run, res, (_, m), before, after in zip(
+                runs, resolved, pairs, fit.prior_errors, fit.errors
+            )
+        ],
+        iterations=[
+            {**{n: float(getattr(it.efficiency, n)) for n in PARAMETERS}, "objective": it.objective}
+            for it in fit.iterations
+        ],
+    )
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(out_path, lambda tmp: write_efficiency(cal, tmp))
+    console = Console()
+    for table in _tables(fit, runs):
+        console.print(table)
+    console.print(f"wrote {out_path}")
+    return 0

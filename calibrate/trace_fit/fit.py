@@ -1,0 +1,172 @@
+"""The fit loop: replay, linearize, solve, replay again until the factors settle.
+
+A replay at the current efficiency factors gives the schedule; with it held fixed each
+measured request gives two equations (arrival to first token, first token to finish:
+:mod:`calibrate.trace_fit.solve`). Solving changes the step times, which changes the
+schedule a little, so the loop replays again, up to ``max_iterations`` times or until no
+coefficient moves by more than ``tolerance`` (relative). The replay with the smallest
+error (mean squared relative error of both intervals over all requests) is the answer:
+its factors, and its errors as measured by a replay, not by the linearization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from calibrate.roofline import RooflineEfficiency
+from calibrate.roofline_terms import PARAMETERS, efficiency_of, theta_of
+from calibrate.trace_fit.replay import Replay, replay
+from calibrate.trace_fit.solve import interval_rows, solve
+from sim.run import RunSpec
+
+_INVERSE = 4  # theta's first four entries are 1 / efficiency (at least 1)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A real run's per-request engine-side times (seconds; any common clock)."""
+
+    request_id: list[str]
+    start_s: np.ndarray
+    """When the engine received the request (queued)."""
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    output_tokens: np.ndarray
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "request_id": self.request_id,
+                "ttft_s": self.first_token_s - self.start_s,
+                "decode_s": self.finish_s - self.first_token_s,
+                "output_tokens": self.output_tokens,
+            }
+        )
+
+
+def errors(measured: pd.DataFrame, requests: pd.DataFrame) -> dict[str, float]:
+    """Signed relative errors of a simulation's means (``requests``: its
+    ``requests.csv``) against the measured ones (TTFT, TPOT, E2E; requests matched by
+    id) and the per-request mean squared relative error of both intervals."""
+    sim = requests.assign(
+        ttft_s=requests["first_token_s"] - requests["arrival_s"],
+        decode_s=requests["finish_s"] - requests["first_token_s"],
+    )
+    both = measured.merge(sim, on="request_id", suffixes=("_real", "_sim"))
+    many = both["output_tokens_real"] > 1
+    steps = (both["output_tokens_real"] - 1).clip(lower=1)
+
+    def rel(real: pd.Series, simulated: pd.Series) -> float:
+        return float(simulated.mean() / real.mean() - 1.0)
+
+    ttft_r, ttft_s = both["ttft_s_real"], both["ttft_s_sim"]
+    dec_r, dec_s = both["decode_s_real"], both["decode_s_sim"]
+    sq = ((ttft_s - ttft_r) / ttft_r) ** 2
+    sq_dec = ((dec_s[many] - dec_r[many]) / dec_r[many]) ** 2
+    return {
+        "ttft_mean": rel(ttft_r, ttft_s),
+        "tpot_mean": rel((dec_r / steps)[many], (dec_s / steps)[many]),
+        "e2e_mean": rel(ttft_r + dec_r, ttft_s + dec_s),
+        "mean_sq_rel": float(np.concatenate([sq, sq_dec]).mean()),
+        "num_requests": float(len(both)),
+    }
+
+
+@dataclass
+class Iteration:
+    """One round of the loop: its factors and each run's errors (``errors``)."""
+
+    efficiency: RooflineEfficiency
+    errors: list[dict[str, float]]
+
+    @property
+    def objective(self) -> float:
+        """The mean over runs of their mean squared relative error."""
+        return float(np.mean([e["mean_sq_rel"] for e in self.errors]))
+
+
+@dataclass
+class TraceFit:
+    """The answer (``efficiency``, per-run ``errors``), the prior's and every round."""
+
+    efficiency: RooflineEfficiency
+    errors: list[dict[str, float]]
+    prior: RooflineEfficiency
+    prior_errors: list[dict[str, float]]
+    iterations: list[Iteration] = field(default_factory=list)
+
+
+def _rows(measured: pd.DataFrame, rep: Replay, theta: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(rows, measured seconds, idle seconds)``: both intervals of every request (the
+    decode interval only where more than one token was generated)."""
+    times = ["arrival_s", "first_token_s", "finish_s"]
+    both = measured.merge(rep.requests[["request_id", *times]], on="request_id")
+    arrive, first, finish = (both[c].to_numpy(np.float64) for c in times)
+    args = (rep.starts, rep.durations, rep.terms, theta)
+    r1, i1 = interval_rows(*args, arrive, first)
+    r2, i2 = interval_rows(*args, first, finish)
+    many = both["output_tokens"].to_numpy() > 1
+    rows = np.vstack([r1, r2[many]])
+    idle = np.concatenate([i1, i2[many]])
+    y = np.concatenate([both["ttft_s"].to_numpy(), both["decode_s"].to_numpy()[many]])
+    keep = y > 1e-4
+    return rows[keep], y[keep], idle[keep]
+
+
+def _round(
+    runs: list[tuple[RunSpec, pd.DataFrame]], theta: np.ndarray
+) -> tuple[Iteration, list[tuple[np.ndarray, ...]]]:
+    """Replay every run at ``theta``: the round's errors and each run's equations."""
+    eff = efficiency_of(theta)
+    errs, systems = [], []
+    for spec, real in runs:
+        rep = replay(spec, eff)
+        errs.append(errors(real, rep.requests))
+        rows, y, idle = _rows(real, rep, theta)
+        systems.append((rows, y, idle))
+    return Iteration(eff, errs), systems
+
+
+def fit_trace(
+    runs: list[tuple[RunSpec, Measured]],
+    prior: RooflineEfficiency | None = None,
+    *,
+    prior_weight: float = 0.01,
+    max_iterations: int = 8,
+    tolerance: float = 0.003,
+) -> TraceFit:
+    """Fit ``prior``'s factors (default: the roofline's defaults) so that replaying each
+    run (a ``RunSpec`` with the trace, model, GPU and engine of a measured run; every
+    run on the same GPU) gives its measured request times. Runs of different models
+    and tensor-parallel sizes tell apart factors one run cannot (a one-GPU run says
+    nothing of the all-reduce; one model's steps read the same weights every time)."""
+    if not runs:
+        raise ValueError("--from-trace: no runs to fit")
+    prior = prior or RooflineEfficiency()
+    frames = [(spec, m.frame()) for spec, m in runs]
+    theta_prior = theta_of(prior)
+    lower = np.array([1.0] * _INVERSE + [0.0] * (len(PARAMETERS) - _INVERSE))
+    theta = theta_prior
+    history: list[Iteration] = []
+    for _ in range(max_iterations):
+        it, systems = _round(frames, theta)
+        history.append(it)
+        n = sum(len(y) for _, y, _ in systems)
+        # each run weighs alike: its rows scaled by sqrt(mean rows per run / its rows)
+        weight = np.concatenate(
+            [np.full(len(y), np.sqrt(n / len(runs) / len(y))) for _, y, _ in systems]
+        )
+        rows = np.vstack([r for r, _, _ in systems])
+        y = np.concatenate([y for _, y, _ in systems])
+        idle = np.concatenate([i for _, _, i in systems])
+        new = solve(rows, y, idle, theta_prior, lower, prior_weight, weight)
+        moved = np.max(np.abs(new - theta) / np.maximum(np.abs(theta), 1e-12))
+        theta = new
+        if moved < tolerance:
+            history.append(_round(frames, theta)[0])
+            break
+    best = min(history[1:] or history, key=lambda it: it.objective)
+    return TraceFit(best.efficiency, best.errors, prior, history[0].errors, history)

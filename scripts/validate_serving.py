@@ -1,0 +1,85 @@
+"""Replay the four public real vLLM runs with kvsim's defaults and with step-time factors
+fitted to other runs of the same GPU; print signed errors per run and their medians.
+
+    python scripts/validate_serving.py [--json]
+
+Rows: ``default`` (the catalog's roofline factors); ``fit: all`` (one fit on every
+one-replica run of that GPU, the run itself included: in-sample); ``fit: others`` (a
+fit on the GPU's other one-replica runs: the run is held out). The RTX 4090 has one run
+only, so it has no held-out row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from calibrate.efficiency_file import EfficiencyCalibration, FittedOn, write_efficiency  # noqa: E402
+from calibrate.roofline_terms import PARAMETERS  # noqa: E402
+from calibrate.trace_fit.cli import measured_requests  # noqa: E402
+from calibrate.trace_fit.fit import fit_trace  # noqa: E402
+from sim.run import RunSpec  # noqa: E402
+from sim.validate.serving import DATA, METRICS, RUNS, ServingRun, replay_run  # noqa: E402
+
+
+def _fit_file(runs: list[ServingRun], path: Path) -> None:
+    pairs = []
+    for run in runs:
+        log = DATA / run.name / "requests.jsonl"
+        spec = RunSpec(workload=str(log), model=run.model, gpu=run.gpu, engine=run.engine)
+        pairs.append((spec, measured_requests(str(log))))
+    fit = fit_trace(pairs)
+    from calibrate.catalog import load_gpu
+
+    cal = EfficiencyCalibration(
+        kvsim_version="validation",
+        gpu=load_gpu(runs[0].gpu),
+        efficiency={n: float(getattr(fit.efficiency, n)) for n in PARAMETERS},
+        prior={n: float(getattr(fit.prior, n)) for n in PARAMETERS},
+        fitted_on=[
+            FittedOn(
+                trace=r.name, sha256="-", model=r.model, tensor_parallel_size=1,
+                engine={}, num_requests=1, errors={"prior": b, "fitted": a},
+            )
+            for r, b, a in zip(runs, fit.prior_errors, fit.errors)
+        ],
+    )  # fmt: skip
+    write_efficiency(cal, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = []
+    fittable = [r for r in RUNS if r.num_replicas == 1]
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in RUNS:
+            rows.append({"run": run.name, "row": "default", **replay_run(run, DATA)})
+            same = [r for r in fittable if r.gpu == run.gpu]
+            for label, fit_on in (
+                ("fit: all", same),
+                ("fit: others", [r for r in same if r is not run]),
+            ):
+                if not fit_on or (label == "fit: others" and len(fit_on) == len(same)):
+                    continue
+                path = Path(tmp) / f"{run.name}-{label[5:]}.yaml"
+                _fit_file(fit_on, path)
+                rows.append({"run": run.name, "row": label, **replay_run(run, DATA, str(path))})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'run':40} {'row':12} " + " ".join(f"{m:>10}" for m in METRICS))
+    for r in rows:
+        print(f"{r['run']:40} {r['row']:12} " + " ".join(f"{100 * r[m]:+9.1f}%" for m in METRICS))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

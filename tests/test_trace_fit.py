@@ -1,0 +1,175 @@
+"""Fitting the roofline's efficiency factors to measured request times."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from calibrate.catalog import load_gpu, load_model
+from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel
+from calibrate.roofline_terms import RooflineTerms, efficiency_of, theta_of
+from calibrate.trace_fit.cli import measured_requests
+from calibrate.trace_fit.fit import Measured, fit_trace
+from calibrate.trace_fit.replay import replay
+from calibrate.trace_fit.solve import busy_terms, solve
+from sim.engine_config import EngineConfig
+from sim.run import RunSpec
+
+REPO = Path(__file__).resolve().parents[1]
+RUN = REPO / "tests" / "data" / "llmservingsim" / "RTXPRO6000_Llama-3.1-8B"
+PRO6000 = str(REPO / "scripts" / "ground_truth" / "rtx-pro-6000.yaml")
+ENGINE = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.9}
+
+
+@pytest.mark.parametrize("model", ["Llama-3.1-8B", "Gemma-3-27B", "DeepSeek-V3"])
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_terms_dot_theta_is_the_roofline(model: str, tp: int) -> None:
+    eff = RooflineEfficiency(memory=0.6, attention=0.4, step_overhead_s=1e-3)
+    rf = RooflineLatencyModel(load_model(model), load_gpu("H100-SXM"), tp, eff)
+    terms, theta = RooflineTerms(rf), theta_of(eff)
+    rng = np.random.default_rng(tp)
+    for _ in range(40):
+        n = int(rng.integers(1, 40))
+        new = rng.choice([0, 1, 1, 1, int(rng.integers(2, 3000))], size=n)
+        ctx = rng.integers(0, 50_000, size=n)
+        want = rf.step_time(new, ctx)
+        assert terms.step(new, ctx) @ theta == pytest.approx(want, rel=1e-12, abs=1e-15)
+    b = rng.integers(0, 300, size=64)
+    k = b * rng.integers(0, 5000, size=64)
+    np.testing.assert_allclose(terms.decode(b, k) @ theta, rf.decode_step_times(b, k), rtol=1e-12)
+
+
+def test_theta_round_trips() -> None:
+    eff = RooflineEfficiency(0.5, 0.6, 0.2, 0.3, 1e-5, 2e-5, 3e-4, 4e-6)
+    assert efficiency_of(theta_of(eff)) == pytest.approx(eff)
+
+
+def test_busy_terms_counts_the_started_fraction() -> None:
+    starts, durations = np.array([0.0, 1.0, 5.0]), np.array([1.0, 2.0, 1.0])
+    terms = np.array([[1.0], [10.0], [100.0]])
+    got = busy_terms(starts, durations, terms, np.array([-1.0, 0.5, 2.0, 4.0, 5.5, 9.0]))
+    np.testing.assert_allclose(got[:, 0], [0.0, 0.5, 6.0, 11.0, 61.0, 111.0])
+
+
+def test_solve_recovers_identified_and_keeps_unidentified_at_prior() -> None:
+    rng = np.random.default_rng(0)
+    rows = np.hstack([rng.uniform(0.1, 1.0, (200, 2)), np.zeros((200, 1))])
+    truth = np.array([2.0, 3.0, 7.0])
+    measured = rows @ truth
+    prior = np.array([1.5, 1.5, 5.0])
+    got = solve(rows, measured, np.zeros(200), prior, np.array([1.0, 0.0, 0.0]), 1e-4)
+    np.testing.assert_allclose(got[:2], truth[:2], rtol=1e-3)
+    assert got[2] == pytest.approx(5.0)  # no data: the prior
+    bounded = solve(rows, measured * 0.1, np.zeros(200), prior, np.array([1.0, 1.0, 0.0]), 1e-4)
+    assert bounded[:2].min() >= 1.0 - 1e-12  # an efficiency is at most 1
+
+
+def _spec(trace: Path) -> RunSpec:
+    return RunSpec(
+        workload=str(trace), model="Llama-3.1-8B", gpu=PRO6000, engine=EngineConfig(**ENGINE)
+    )
+
+
+def test_fit_recovers_factors_of_a_simulated_run() -> None:
+    """Measured times made by a replay at known factors: the fit, started from the
+    defaults, finds factors that reproduce them."""
+    spec = _spec(RUN / "requests.jsonl")
+    truth = RooflineEfficiency(memory=0.5, compute=0.6, step_overhead_s=1e-3)
+    req = replay(spec, truth).requests
+    measured = Measured(
+        list(req["request_id"]),
+        req["arrival_s"].to_numpy(),
+        req["first_token_s"].to_numpy(),
+        req["finish_s"].to_numpy(),
+        req["output_tokens"].to_numpy(),
+    )
+    fit = fit_trace([(spec, measured)])
+    assert abs(fit.prior_errors[0]["e2e_mean"]) > 0.1
+    for key in ("ttft_mean", "tpot_mean", "e2e_mean"):
+        assert abs(fit.errors[0][key]) < 0.02, (key, fit.errors[0])
+    assert fit.efficiency.memory == pytest.approx(0.5, rel=0.05)
+
+
+def test_fit_on_a_real_run_reproduces_it() -> None:
+    spec = _spec(RUN / "requests.jsonl")
+    fit = fit_trace([(spec, measured_requests(str(RUN)))])
+    before, after = fit.prior_errors[0], fit.errors[0]
+    assert abs(after["e2e_mean"]) < 0.03 and abs(after["tpot_mean"]) < 0.03
+    assert after["mean_sq_rel"] < before["mean_sq_rel"]
+
+
+def _kvsim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env_path = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "sim.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+    )
+
+
+def test_cli_fits_writes_and_applies_to_another_model(tmp_path: Path) -> None:
+    out = tmp_path / "eff.yaml"
+    flags = ["--max-num-seqs", "128", "--max-num-batched-tokens", "2048"]
+    res = _kvsim(
+        "calibrate", "--from-trace", str(RUN), "--gpu", PRO6000, "--model", "Llama-3.1-8B",
+        "--gpu-memory-utilization", "0.9", *flags, "--out", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    cal = yaml.safe_load(out.read_text())
+    assert cal["kind"] == "kvsim-efficiency" and cal["gpu"]["name"] == "RTX-PRO-6000"
+    run = cal["fitted_on"][0]
+    assert run["model"] == "Llama-3.1-8B" and run["num_requests"] == 300
+    assert abs(run["errors"]["fitted"]["e2e_mean"]) < abs(run["errors"]["prior"]["e2e_mean"])
+    # another model and TP size on the same GPU
+    res = _kvsim(
+        "run", "chat", "--num-requests", "20", "--model", "Qwen2.5-7B",
+        "--tensor-parallel-size", "2", "--calibration", str(out), "--out",
+        str(tmp_path / "run"), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["latency_model"]["memory"] == pytest.approx(cal["efficiency"]["memory"])
+    # another GPU: refused, naming the file's
+    res = _kvsim(
+        "run", "chat", "--num-requests", "5", "--gpu", "H100-SXM", "--calibration", str(out),
+        "--out", str(tmp_path / "run2"), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 2 and "RTX-PRO-6000" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_cli_keeps_a_file_it_did_not_write(tmp_path: Path) -> None:
+    mine = tmp_path / "notes.yaml"
+    mine.write_text("my: notes\n")
+    res = _kvsim(
+        "calibrate", "--from-trace", str(RUN), "--gpu", PRO6000, "--out", str(mine), cwd=tmp_path
+    )
+    assert res.returncode == 2 and "--force" in res.stderr
+    assert mine.read_text() == "my: notes\n"
+
+
+def test_runs_file_errors_name_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "runs.yaml"
+    bad.write_text(yaml.safe_dump({"runs": [{"trace": "x.jsonl", "modle": "Llama-3.1-8B"}]}))
+    res = _kvsim("calibrate", "--from-trace", str(bad), "--gpu", PRO6000, cwd=tmp_path)
+    assert res.returncode == 2
+    assert str(bad) in res.stderr and "runs.0" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_runs_file_fits_two_runs(tmp_path: Path) -> None:
+    runs = tmp_path / "runs.yaml"
+    entry = {"trace": str(RUN / "requests.jsonl"), "model": "Llama-3.1-8B", "engine": ENGINE}
+    runs.write_text(yaml.safe_dump({"runs": [entry, entry]}))
+    out = tmp_path / "eff.yaml"
+    res = _kvsim(
+        "calibrate", "--from-trace", str(runs), "--gpu", PRO6000, "--out", str(out), cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    assert len(yaml.safe_load(out.read_text())["fitted_on"]) == 2
