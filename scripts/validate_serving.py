@@ -63,12 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         for run in RUNS:
             rows.append({"run": run.name, "row": "default", **replay_run(run, DATA)})
             same = [r for r in fittable if r.gpu == run.gpu]
-            for label, fit_on in (
-                ("fit: all", same),
-                ("fit: others", [r for r in same if r is not run]),
-            ):
-                if not fit_on or (label == "fit: others" and len(fit_on) == len(same)):
-                    continue
+            others = [r for r in same if r is not run]
+            fits = [("fit: all", same)] if run in same else []
+            fits += [("fit: others", others)] if others else []
+            for label, fit_on in fits:
                 path = Path(tmp) / f"{run.name}-{label[5:]}.yaml"
                 _fit_file(fit_on, path)
                 rows.append({"run": run.name, "row": label, **replay_run(run, DATA, str(path))})
