@@ -12,6 +12,7 @@ import gc
 import typer
 
 from kvcore import VLLM_VERSION, __version__
+from sim.autoscale.command import autoscale as _autoscale
 from sim.cli_options import (
     OUTPUT_PANEL,
     TRACE_FIT_PANEL,
@@ -734,6 +735,7 @@ def sweep(
 
 
 app.command(name="recommend", cls=KvsimCommand)(_recommend)
+app.command(name="autoscale", cls=KvsimCommand)(_autoscale)
 
 
 @app.command(cls=KvsimCommand)

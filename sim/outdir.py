@@ -4,7 +4,8 @@ The rule (``--help`` of ``run``, ``sweep`` and ``plan`` states it): kvsim never
 deletes, renames or overwrites anything it did not write.
 
 - Every run, sweep, plan and recommend directory carries a marker, :data:`MARKER`,
-  saying that kvsim wrote it: its kind (``run``, ``sweep``, ``plan``, ``recommend``),
+  saying that kvsim wrote it: its kind (``run``, ``sweep``, ``plan``, ``recommend``,
+  ``autoscale``),
   kvsim's version and the command. Directories written before the marker existed
   are recognised by the files only kvsim writes there (:func:`_legacy_kind`).
 - ``--out`` may name a path that does not exist, an empty directory, or a kvsim
@@ -34,7 +35,7 @@ from kvcore import __version__
 MARKER = ".kvsim-dir.json"
 """Hidden file in every directory kvsim writes: ``{"kind", "kvsim_version", "command"}``."""
 
-KINDS = ("run", "sweep", "plan", "recommend")
+KINDS = ("run", "sweep", "plan", "recommend", "autoscale")
 
 OWN_ENTRIES: dict[str, frozenset[str]] = {
     "run": frozenset(
@@ -64,6 +65,9 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
             "plots",
             "report.html",
         }
+    ),
+    "autoscale": frozenset(
+        {"autoscale.json", "replica-plan", "replica-plan-workload.yaml", "autoscaled", "peak"}
     ),
 }
 """Top-level entries kvsim writes in a directory of each kind (besides the marker)."""

@@ -26,7 +26,7 @@ from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
 from sim.input_limits import nothing_served_message
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.records import RequestRecorder, StepRecorder
-from sim.router import make_router
+from sim.router import Router, make_router
 from sim.setup import ResolvedRun, resolve_run
 from sim.signals import raise_pending
 from sim.summary import build_summary
@@ -109,7 +109,7 @@ def simulate(
     fast_forward: bool = True,
     on_progress: Callable[[int], None] | None = None,
     num_replicas: int = 1,
-    router: str = "round_robin",
+    router: str | Router = "round_robin",
     helpers: bool | None = None,
     goodput: dict[str, float] | None = None,
     steps_mode: str = "full",
@@ -119,6 +119,7 @@ def simulate(
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
     verdict, one entry per replica and ``steps_file``: what ``steps.csv`` holds).
 
+    ``router``: a router name (:func:`sim.router.make_router`) or a router.
     ``helpers``: format ``steps.csv`` and draw an open-loop workload in helper
     processes (:mod:`sim.offload`; same bytes either way); None: when
     ``sim.offload.allowed()``. ``steps_mode``: ``full``, ``thin`` or ``none``
@@ -143,7 +144,7 @@ def simulate(
             env,
             resolved,
             num_replicas,
-            make_router(router),
+            make_router(router) if isinstance(router, str) else router,
             steps,
             requests,
             check=check,
@@ -173,7 +174,7 @@ def simulate(
     )
     summary["verdict"] = judge_inputs(VerdictInputs.from_recorders(steps, requests))
     summary["num_replicas"] = num_replicas
-    summary["router"] = router
+    summary["router"] = router if isinstance(router, str) else router.name
     summary["replicas"] = [
         {**r, "num_routed": cluster.num_routed[r["replica"]]}
         for r in replica_summaries_from_recorders(steps, requests, num_replicas)
@@ -224,8 +225,11 @@ def run(
     helpers: bool | None = None,
     force: bool = False,
     target: OutputTarget | None = None,
+    router: Router | None = None,
 ) -> dict[str, Any]:
     """Resolve, simulate and write the whole run directory at ``out``; return the summary.
+
+    ``router``: a router instance to use instead of one made from ``spec.router``.
 
     ``out`` is checked first (:func:`sim.outdir.check_output`; ``force`` as there, or
     a ``target`` the caller checked already): nothing kvsim did not write is deleted or
@@ -247,7 +251,7 @@ def run(
             fast_forward=spec.fast_forward,
             on_progress=on_progress,
             num_replicas=spec.num_replicas,
-            router=spec.router,
+            router=spec.router if router is None else router,
             helpers=helpers,
             goodput=spec.goodput,
             steps_mode=spec.steps,

@@ -25,6 +25,7 @@ def test_every_example_is_covered_here():
         "plan.yaml",
         "recommend.yaml",
         "gpu-prices.yaml",
+        "day.yaml",
     }
     assert {p.name for p in EXAMPLES.iterdir()} == covered
     text = Path(__file__).read_text(encoding="utf-8")
@@ -92,3 +93,19 @@ def test_recommend_example_prunes_before_simulating():
     assert f"{count} candidates: {tp1} do not start, 0 miss an SLO at zero load" in res.stdout
     prices = yaml.safe_load((EXAMPLES / "gpu-prices.yaml").read_text())
     assert all(gpu in prices for gpu in space["gpus"])
+
+
+def test_day_example_autoscales_with_fewer_gpu_hours(tmp_path):
+    """examples/day.yaml as docs/README.md runs it: every window meets the SLOs and the
+    autoscaled cluster costs less than the peak-sized one."""
+    out = tmp_path / "autoscale"
+    res = kvsim_cli(
+        "autoscale", "examples/day.yaml", "--replica-rate", "38", "--window-s", "120",
+        "--lead-s", "120", "--ttft-p90-s", "0.5", "--tpot-p99-s", "0.05", "--out", str(out),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((out / "autoscale.json").read_text())
+    auto, peak = doc["autoscaled"], doc["peak"]
+    assert auto["meets_slo"] and auto["windows_meeting_slo"] == auto["windows_judged"] > 0
+    assert auto["gpu_hours"] < peak["gpu_hours"]
+    assert max(w["replicas"] for w in doc["schedule"]) > min(w["replicas"] for w in doc["schedule"])

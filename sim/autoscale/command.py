@@ -1,0 +1,154 @@
+"""The ``kvsim autoscale`` command's options (typer) and body: replicas over time for a
+time-varying workload (:mod:`sim.autoscale.runner`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from pydantic import ValidationError
+
+from sim.cli_options import engine_option, given
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
+from sim.outdir import FORCE_HELP, OutputError
+
+SCALING = "Scaling"
+
+
+def _slo(flag: str, what: str) -> Any:
+    return typer.Option(None, flag, metavar="BOUND", help="SLO: " + what, show_default="none")
+
+
+def autoscale(
+    ctx: typer.Context,
+    workload: str = typer.Argument(
+        ..., metavar="WORKLOAD", help="open-loop workload YAML (time-varying arrivals) or trace"
+    ),
+    out: str = typer.Option(
+        None,
+        "--out",
+        metavar="DIR",
+        show_default="autoscale/<workload>",
+        help="directory for autoscale.json and the two cluster runs",
+    ),
+    model: str = typer.Option(
+        DEFAULT_MODEL, "--model", metavar="NAME|PATH", help="catalog model or config.json path"
+    ),
+    gpu: str = typer.Option(
+        DEFAULT_GPU, "--gpu", metavar="NAME|PATH", help="catalog GPU or GPU YAML path"
+    ),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        metavar="FILE",
+        help="YAML file of engine arguments (vLLM names); flags given win",
+        show_default="none: vLLM's defaults",
+    ),
+    seed: int = typer.Option(
+        None, "--seed", help="the workload's seed", show_default="the workload's"
+    ),
+    router: str = typer.Option(
+        "round_robin", "--router", help="how requests pick among the routable replicas"
+    ),
+    replica_rate: float = typer.Option(
+        None,
+        "--replica-rate",
+        metavar="REQ/S",
+        rich_help_panel=SCALING,
+        help="one replica's capacity within the SLOs (e.g. a plan's max_rate answer)",
+        show_default="none: plan it with the SLO flags (max_rate, Poisson arrivals, same mix)",
+    ),
+    window_s: float = typer.Option(
+        300.0, "--window-s", rich_help_panel=SCALING, help="seconds per window of the arrival rate"
+    ),
+    headroom: float = typer.Option(
+        0.0,
+        "--headroom",
+        rich_help_panel=SCALING,
+        help="spare capacity: replicas for rate x (1 + headroom)",
+    ),
+    min_replicas: int = typer.Option(
+        1, "--min-replicas", rich_help_panel=SCALING, help="never fewer replicas than this"
+    ),
+    scale_up_delay_s: float = typer.Option(
+        None,
+        "--scale-up-delay-s",
+        rich_help_panel=SCALING,
+        help="seconds from asking for a replica to its first request (start, load, warm-up)",
+        show_default="weights per GPU at 2 GB/s + 60 s",
+    ),
+    scale_down_delay_s: float = typer.Option(
+        0.0,
+        "--scale-down-delay-s",
+        rich_help_panel=SCALING,
+        help="seconds a replica no longer needed still takes requests before draining",
+    ),
+    lead_s: float = typer.Option(
+        0.0,
+        "--lead-s",
+        rich_help_panel=SCALING,
+        help="ask for a replica this many seconds before its window (0: at the window)",
+    ),
+    plan_num_requests: int = typer.Option(
+        None,
+        "--plan-num-requests",
+        metavar="N",
+        rich_help_panel=SCALING,
+        help="start length of the capacity plan's probe runs",
+        show_default="plan's",
+    ),
+    ttft_mean_s: float = _slo("--ttft-mean-s", "mean time to first token, seconds"),
+    ttft_p90_s: float = _slo("--ttft-p90-s", "p90 time to first token, seconds"),
+    tpot_mean_s: float = _slo("--tpot-mean-s", "mean time per output token, seconds"),
+    tpot_p99_s: float = _slo("--tpot-p99-s", "p99 time per output token, seconds"),
+    e2e_p99_s: float = _slo("--e2e-p99-s", "p99 end-to-end latency, seconds"),
+    max_preemptions_per_request: float = _slo(
+        "--max-preemptions-per-request", "preemptions per request, at most"
+    ),
+    tensor_parallel_size: int = engine_option("tensor_parallel_size"),
+    max_num_seqs: int = engine_option("max_num_seqs"),
+    max_num_batched_tokens: int = engine_option("max_num_batched_tokens"),
+    gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
+    latency_model: str = engine_option("latency_model"),
+    constant_step_s: float = engine_option("constant_step_s"),
+    async_scheduling: bool = engine_option("async_scheduling"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+) -> None:
+    """Replicas over time: a replica schedule from the workload's arrival rate, window by
+    window, and the autoscaled cluster that follows it simulated against one of the peak
+    size: SLOs per window, GPU-hours of both."""
+    from sim.autoscale.report import print_report
+    from sim.autoscale.runner import AutoscaleSpec, run_autoscale
+    from sim.run_cli import load_engine_config
+    from sim.slo import SLO
+
+    names = (
+        "tensor_parallel_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "gpu_memory_utilization",
+        "latency_model",
+        "constant_step_s",
+        "async_scheduling",
+    )
+    slo_names = ("ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "tpot_p99_s", "e2e_p99_s",
+                 "max_preemptions_per_request")  # fmt: skip
+    values = given(ctx, {k: ctx.params[k] for k in names})
+    bounds = {k: ctx.params[k] for k in slo_names if ctx.params[k] is not None}
+    try:
+        spec = AutoscaleSpec(
+            workload=workload, model=model, gpu=gpu,
+            engine=load_engine_config(engine, values), seed=seed, router=router,
+            slo=SLO(**bounds) if bounds else None, replica_rate=replica_rate,
+            window_s=window_s, headroom=headroom, min_replicas=min_replicas,
+            scale_up_delay_s=scale_up_delay_s, scale_down_delay_s=scale_down_delay_s,
+            lead_s=lead_s, plan_num_requests=plan_num_requests,
+        )  # fmt: skip
+        target = Path(out) if out else Path("autoscale") / Path(workload).stem
+        doc = run_autoscale(spec, target, force=force)
+    except (ValueError, OutputError, ValidationError) as exc:
+        print(f"kvsim: error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    print_report(doc, target)

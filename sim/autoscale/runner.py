@@ -1,0 +1,223 @@
+"""``kvsim autoscale``: replicas over time for a time-varying workload.
+
+1. The workload's arrivals, window by window (:mod:`sim.autoscale.windows`).
+2. One replica's capacity: ``replica_rate``, or ``kvsim plan --question max_rate`` under
+   the SLOs on the same workload with its arrivals made Poisson (same lengths, prefixes
+   and mix; ``replica-plan/``). A capacity measured on the whole workload's mix: a window
+   whose mean lengths differ from it is marked.
+3. Replicas per window and each replica's plan (:mod:`sim.autoscale.schedule`).
+4. Two simulations of the whole workload: the autoscaled cluster, whose router sends
+   each request only to the replicas routable at its arrival (``autoscaled/``), and a
+   fixed cluster of the peak number of replicas (``peak/``).
+5. ``autoscale.json``: the schedule, GPU-hours and GPUs (peak, mean) of both, SLO
+   figures over the whole run and per window (:mod:`sim.autoscale.costs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from kvcore import __version__
+from sim.autoscale.costs import (
+    billed_intervals,
+    gpu_seconds,
+    meets,
+    peak_concurrent,
+    slo_figures,
+    window_attainment,
+)
+from sim.autoscale.router import ScheduledRouter
+from sim.autoscale.schedule import Schedule, build_schedule, replicas_needed
+from sim.autoscale.windows import Window, arrival_windows, draw_arrivals
+from sim.engine_config import EngineConfig
+from sim.outdir import check_output, write_marker
+from sim.router import make_router
+from sim.run import RunSpec, run
+from sim.setup import resolve_run
+from sim.slo import SLO
+from workloads.loader import YAML_SUFFIXES, preset_path
+
+LOAD_BYTES_PER_S = 2e9
+"""Weights load speed assumed for a starting replica (bytes/s per GPU)."""
+WARMUP_S = 60.0
+"""Start-up beyond loading weights (engine start, compile, CUDA-graph capture), s."""
+MIX_TOLERANCE = 0.2
+"""A window whose mean prompt or output length differs by more from the whole
+workload's is marked: the capacity was measured at the whole workload's mix."""
+
+
+@dataclass
+class AutoscaleSpec:
+    """What ``kvsim autoscale`` was asked (seconds, req/s)."""
+
+    workload: str
+    model: str
+    gpu: str
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    seed: int | None = None
+    router: str = "round_robin"
+    slo: SLO | None = None
+    replica_rate: float | None = None
+    window_s: float = 300.0
+    headroom: float = 0.0
+    min_replicas: int = 1
+    scale_up_delay_s: float | None = None
+    scale_down_delay_s: float = 0.0
+    lead_s: float = 0.0
+    plan_num_requests: int | None = None
+
+
+def startup_seconds(weights_bytes: float) -> float:
+    """A replica's start time: its weights per GPU at :data:`LOAD_BYTES_PER_S` plus
+    :data:`WARMUP_S`."""
+    return float(weights_bytes) / LOAD_BYTES_PER_S + WARMUP_S
+
+
+def _poisson_workload(workload: str, path: Path) -> Path:
+    """A copy of a YAML workload with Poisson arrivals, for the capacity plan."""
+    source = preset_path(workload) or Path(workload)
+    if source.suffix not in YAML_SUFFIXES:
+        raise ValueError(
+            f"{workload}: a trace's capacity cannot be planned at its own arrivals; "
+            "give --replica-rate (a plan's max_rate on a Poisson workload of its mix)"
+        )
+    data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    data["arrival"] = {"type": "poisson", "rate": 1.0}
+    for key in ("num_requests", "duration_s"):
+        data.pop(key, None)
+    data["num_requests"] = 1000
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def replica_capacity(spec: AutoscaleSpec, out: Path) -> tuple[float, dict[str, Any] | None]:
+    """``(req/s, plan result or None)``: the given rate, or a max_rate plan's answer."""
+    if spec.replica_rate is not None:
+        return spec.replica_rate, None
+    if spec.slo is None:
+        raise ValueError("give --replica-rate, or SLO flags to plan one replica's capacity")
+    from sim.plan.runner import run_plan
+    from sim.plan.spec import PlanSpec
+
+    workload = _poisson_workload(spec.workload, out / "replica-plan-workload.yaml")
+    plan = PlanSpec(
+        workload=str(workload), model=spec.model, gpu=spec.gpu, engine=spec.engine,
+        slo=spec.slo, question="max_rate", num_requests=spec.plan_num_requests,
+    )  # fmt: skip
+    doc = run_plan(plan, out / "replica-plan", source="autoscale")
+    if doc["answer"] is None:
+        raise ValueError("the capacity plan found no rate meeting the SLOs on one replica")
+    return float(doc["answer"]), doc
+
+
+def _mix_marks(windows: list[Window], prompt: float, output: float) -> list[bool]:
+    def off(a: float, b: float) -> bool:
+        return b > 0 and abs(a / b - 1.0) > MIX_TOLERANCE
+
+    return [
+        w.num_requests > 0
+        and (off(w.mean_prompt_tokens, prompt) or off(w.mean_output_tokens, output))
+        for w in windows
+    ]
+
+
+def _cluster_doc(
+    schedule: Schedule | None, requests: pd.DataFrame, peak: int, tp: int, slo: SLO | None
+) -> dict[str, Any]:
+    end = float(requests["finish_s"].max())
+    if schedule is None:
+        spans = [[(0.0, end)] for _ in range(peak)]
+    else:
+        spans = billed_intervals(schedule, requests, end)
+    gpu_s = gpu_seconds(spans, tp)
+    figures = slo_figures(requests)
+    doc: dict[str, Any] = {
+        "gpu_hours": gpu_s / 3600.0,
+        "peak_gpus": peak_concurrent(spans) * tp,
+        "mean_gpus": gpu_s / end,
+        "duration_s": end,
+        "slo_figures": figures,
+        "meets_slo": meets(figures, slo),
+    }
+    if schedule is not None:
+        per = window_attainment(schedule, requests, slo)
+        judged = [w["meets_slo"] for w in per if w["meets_slo"] is not None]
+        doc["windows"] = per
+        doc["windows_meeting_slo"] = sum(judged) if judged else None
+        doc["windows_judged"] = len(judged)
+    return doc
+
+
+def run_autoscale(spec: AutoscaleSpec, out: Path, force: bool = False) -> dict[str, Any]:
+    """Plan, schedule and simulate (see the module docstring); write ``autoscale.json``
+    into ``out`` and return its document."""
+    arrivals = draw_arrivals(spec.workload, spec.seed)
+    windows = arrival_windows(arrivals, spec.window_s)
+    base = RunSpec(
+        workload=spec.workload, model=spec.model, gpu=spec.gpu, engine=spec.engine,
+        seed=spec.seed, router=spec.router, steps="thin",
+    )  # fmt: skip
+    resolved = resolve_run(base)
+    if spec.replica_rate is None and spec.slo is None:
+        raise ValueError("give --replica-rate, or SLO flags to plan one replica's capacity")
+    check_output(out, "autoscale", force=force)
+    out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, "autoscale")
+    rate, plan_doc = replica_capacity(spec, out)
+    need = replicas_needed(windows, rate, spec.headroom, spec.min_replicas)
+    delay = spec.scale_up_delay_s
+    if delay is None:
+        delay = startup_seconds(resolved.budget_terms["weights_bytes"])
+    schedule = build_schedule(
+        windows, need, scale_up_delay_s=delay,
+        scale_down_delay_s=spec.scale_down_delay_s, lead_s=spec.lead_s,
+    )  # fmt: skip
+    peak, tp = schedule.peak, spec.engine.tensor_parallel_size
+    cluster = dataclasses.replace(base, num_replicas=peak)
+    router = ScheduledRouter(make_router(spec.router), schedule)
+    run(cluster, out / "autoscaled", render=False, force=True, router=router)
+    run(cluster, out / "peak", render=False, force=True)
+    frames = {
+        name: pd.read_csv(out / name / "requests.csv", dtype={"request_id": str})
+        for name in ("autoscaled", "peak")
+    }
+    marks = _mix_marks(
+        windows, float(arrivals.prompt_tokens.mean()), float(arrivals.output_tokens.mean())
+    )
+    doc = {
+        "kvsim_version": __version__,
+        "workload": spec.workload,
+        "model": resolved.model_name,
+        "gpu": resolved.gpu_name,
+        "tensor_parallel_size": tp,
+        "slo": None if spec.slo is None else spec.slo.bounds(),
+        "replica_rate": rate,
+        "replica_rate_source": "given" if plan_doc is None else "plan (replica-plan/)",
+        "window_s": spec.window_s,
+        "headroom": spec.headroom,
+        "scale_up_delay_s": delay,
+        "scale_down_delay_s": spec.scale_down_delay_s,
+        "lead_s": spec.lead_s,
+        "schedule": [
+            {
+                "start_s": w.start_s,
+                "rate": w.rate,
+                "replicas": n,
+                "mean_prompt_tokens": w.mean_prompt_tokens,
+                "mean_output_tokens": w.mean_output_tokens,
+                "mix_differs": mark,
+            }
+            for w, n, mark in zip(windows, need, marks)
+        ],
+        "autoscaled": _cluster_doc(schedule, frames["autoscaled"], peak, tp, spec.slo),
+        "peak": _cluster_doc(None, frames["peak"], peak, tp, spec.slo),
+    }
+    (out / "autoscale.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return doc
