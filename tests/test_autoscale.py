@@ -104,3 +104,18 @@ def test_bad_input_exits_2_naming_the_problem(tmp_path: Path) -> None:
     res = kvsim_cli("autoscale", "chat", "--out", str(tmp_path / "b"))
     assert res.returncode == 2 and "--replica-rate" in res.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_capacity_is_planned_when_not_given(tmp_path: Path) -> None:
+    out = tmp_path / "as"
+    res = kvsim_cli(
+        "autoscale", str(_day(tmp_path)), "--window-s", "30", "--ttft-p90-s", "0.2",
+        "--latency-model", "constant", "--constant-step-s", "0.02",
+        "--plan-num-requests", "200", "--scale-up-delay-s", "5", "--out", str(out),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((out / "autoscale.json").read_text())
+    plan = json.loads((out / "replica-plan" / "plan.json").read_text())
+    assert doc["replica_rate"] == plan["answer"] and doc["replica_rate_source"].startswith("plan")
+    planned = yaml.safe_load((out / "replica-plan-workload.yaml").read_text())
+    assert planned["arrival"]["type"] == "poisson"
