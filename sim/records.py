@@ -309,7 +309,7 @@ class StepRecorder:
 class RequestRecorder:
     """Writes ``requests.csv`` as requests finish; keeps, per finished request in
     finish order, TTFT and TPOT (NaN with one output token), arrival and finish times
-    (seconds), output tokens and preemptions, and per-replica counts."""
+    (seconds), prompt and output tokens and preemptions, and per-replica counts."""
 
     def __init__(self, path: Path) -> None:
         self._sink = _CsvSink(path, REQUEST_COLUMNS)
@@ -318,6 +318,7 @@ class RequestRecorder:
         self.arrival_s = array("d")
         self.finish_s = array("d")
         self.output_len = array("q")
+        self.prompt_len = array("q")
         self.preempted = array("q")
         self.per_replica: dict[int, list[int]] = {}  # [finished, preemptions, output tokens]
         self.num_finished = 0
@@ -362,6 +363,7 @@ class RequestRecorder:
             (finish_s - first_token_s) / (output_tokens - 1) if output_tokens > 1 else _NAN
         )
         self.output_len.append(output_tokens)
+        self.prompt_len.append(prompt_tokens)
         self.preempted.append(num_preemptions)
         self.num_finished += 1
         self.num_preemptions += num_preemptions

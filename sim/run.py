@@ -171,6 +171,7 @@ def simulate(
         block_size=resolved.engine.block_size,
         input_limits=cluster.limits.summary(resolved.workload),
         goodput=goodput,
+        frontend=resolved.frontend,
     )
     summary["verdict"] = judge_inputs(VerdictInputs.from_recorders(steps, requests))
     summary["num_replicas"] = num_replicas
@@ -206,6 +207,7 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
         "steps_format": spec.steps_format,
         "kv_budget": resolved.budget_terms,
         "latency_model": resolved.latency_description,
+        "frontend": resolved.frontend.describe(),
         **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
         # Only clusters name these, so a one-replica config.yaml is as it always was.
         **(

@@ -8,10 +8,11 @@ Model and GPU come from the catalog (or files), the KV block budget from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from calibrate.efficiency_file import EfficiencyCalibration
+from calibrate.frontend import FrontendModel
 from calibrate.latency import make_latency_model
 from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
@@ -45,6 +46,8 @@ class ResolvedRun:
     budget_terms: dict[str, Any]
     latency_model: Any
     latency_description: dict[str, Any]
+    frontend: FrontendModel = field(default_factory=FrontendModel)
+    """The API server's costs, for client-side latencies (:mod:`calibrate.frontend`)."""
 
 
 def check_cluster(spec: RunSpec) -> None:

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from calibrate.frontend import FrontendModel
+from sim.client_side import client_summary
 from sim.goodput import good_requests
 from sim.records import RequestRecorder, StepRecorder
 from sim.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate, trend
@@ -34,11 +36,14 @@ def build_summary(
     block_size: int,
     input_limits: dict[str, Any] | None = None,
     goodput: dict[str, float] | None = None,
+    frontend: FrontendModel | None = None,
 ) -> dict[str, Any]:
     """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected`` and
     the ``input_limits`` fields after it (``rejected``, ``num_capped_outputs``,
     ``capped_outputs``: :mod:`sim.input_limits`). ``goodput``: per-request SLOs in ms
-    (:mod:`sim.goodput`); the window then reports ``goodput_rps``.
+    (:mod:`sim.goodput`); the window then reports ``goodput_rps``. ``frontend``: the
+    API server's costs, for the ``client`` block (client-side latencies,
+    :mod:`sim.client_side`); the top-level latencies are engine-side.
 
     ``kv_usage.mean`` is weighted by step duration (the fraction of time-averaged
     blocks in use); p99 and max are over steps.
@@ -73,6 +78,7 @@ def build_summary(
         "block_size": block_size,
         "num_steps": steps.num_steps,
         "window": window_summary(steps, requests, goodput),
+        **({"client": client_summary(requests, frontend, _dist)} if frontend else {}),
     }
 
 

@@ -56,10 +56,11 @@ def parse_percentiles(text: str, flag: str = "--metric-percentiles") -> tuple[fl
 
 
 def build_export(run: RunData, fmt: str, percentiles: tuple[float, ...]) -> dict[str, Any]:
-    """The export of ``run`` in ``fmt`` (``vllm-bench`` or ``guidellm``)."""
+    """The export of ``run`` in ``fmt`` (``vllm-bench`` or ``guidellm``), with the
+    client-side times those tools measure (:meth:`RunData.client`)."""
     if fmt == "vllm-bench":
-        return build_vllm_bench(run, percentiles)
-    return build_guidellm(run)
+        return build_vllm_bench(run.client(), percentiles)
+    return build_guidellm(run.client())
 
 
 def _is_kvsim_export(path: Path) -> bool:

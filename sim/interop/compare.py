@@ -215,5 +215,7 @@ def _notes(kind: str, real: dict[str, Any], run: RunData) -> list[str]:
 def compare(real: RealResult, run: RunData) -> Comparison:
     """The side-by-side rows of ``real`` against the simulated ``run``."""
     builders = {"vllm-bench": _vllm_rows, "guidellm": _guidellm_rows, "llmservingsim": _log_rows}
-    rows = builders[real.kind](real.data, run)
+    # benchmark clients measure client-side; LLMServingSim's logs hold engine timestamps
+    seen = run if real.kind == "llmservingsim" else run.client()
+    rows = builders[real.kind](real.data, seen)
     return Comparison(real.kind, rows, _notes(real.kind, real.data, run))

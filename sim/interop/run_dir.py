@@ -9,7 +9,7 @@ number, is refused (``ValueError`` naming the file).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from calibrate.frontend import FrontendModel
 from sim.outdir import read_kind
 
 REQUEST_COLUMNS = (
@@ -34,7 +35,8 @@ class RunData:
     """One run: its finished requests in arrival order (ties: request id) as arrays,
     ``summary.json`` and ``config.yaml``.
 
-    Times are seconds of simulated time from t = 0 (the run's start)."""
+    Times are seconds of simulated time from t = 0 (the run's start), engine-side
+    (:meth:`client` gives the client's view)."""
 
     path: Path
     request_id: np.ndarray
@@ -45,6 +47,18 @@ class RunData:
     output_tokens: np.ndarray
     summary: dict[str, Any]
     config: dict[str, Any]
+
+    def client(self) -> RunData:
+        """The run as a benchmark client measures it: first and last token later by the
+        API server's costs that ``config.yaml``'s ``frontend`` records
+        (:class:`calibrate.frontend.FrontendModel`); a run without one, as it is."""
+        recorded = self.config.get("frontend")
+        if not isinstance(recorded, dict):
+            return self
+        delay = FrontendModel(**recorded).delay_s(self.prompt_tokens)
+        return replace(
+            self, first_token_s=self.first_token_s + delay, finish_s=self.finish_s + delay
+        )
 
     @property
     def num_finished(self) -> int:
