@@ -51,6 +51,11 @@ def default_non_torch_bytes(tp: int) -> int:
 
 
 CUDAGRAPH_BYTES = GIB // 2
+
+
+def cudagraph_estimate_bytes(model: ModelSpec, tp: int) -> int:
+    """kvsim's estimate of vLLM's CUDA-graph memory on one rank (bytes)."""
+    return CUDAGRAPH_BYTES
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
 

@@ -1,0 +1,1 @@
+"""Checks of kvsim's models against measurements of real vLLM runs."""
