@@ -40,23 +40,34 @@ from kvcore.kv_cache_interface import KVCacheConfig, get_dtype_size
 from kvcore.kv_cache_planning import InsufficientKVCacheMemoryError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33.0 (0.9 before)
-SAMPLER_BYTES_PER_LOGIT = 16
-NON_TORCH_BYTES = GIB // 2
-NON_TORCH_TP_BYTES = GIB // 4
+SAMPLER_BYTES_PER_LOGIT = 13  # on top of the logits themselves (model dtype)
+FORWARD_HIDDEN_BUFFERS = 4  # hidden-size tensors live beside the MLP's at the forward's peak
+NON_TORCH_BYTES = GIB // 4
+NON_TORCH_TP_BYTES = 15 * GIB // 8
+CUDAGRAPH_BYTES = 27 * GIB // 32
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
 
 def default_non_torch_bytes(tp: int) -> int:
-    """vLLM's non-torch memory allowance (bytes) at tensor-parallel size ``tp``."""
+    """vLLM's non-torch memory growth (bytes) at tensor-parallel size ``tp``: 0.25 GiB
+    alone, 2.125 GiB with tensor parallelism (H100 SXM measurements, module docstring)."""
     return NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
 
 
-CUDAGRAPH_BYTES = GIB // 2
-
-
 def cudagraph_estimate_bytes(model: ModelSpec, tp: int) -> int:
-    """kvsim's estimate of vLLM's CUDA-graph memory on one rank (bytes)."""
+    """kvsim's estimate of vLLM's CUDA-graph memory on one rank (bytes): a constant,
+    the median of vLLM 0.19's own estimates over the H100 start-ups (module docstring);
+    ``model`` and ``tp`` are accepted for a size-aware estimate."""
     return CUDAGRAPH_BYTES
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+
+
+def rope_cache_bytes(model: ModelSpec) -> int:
+    """The rotary embedding's cos/sin cache vLLM keeps beside the weights and counts in
+    the weight memory (bytes, replicated on every rank): ``max_position_embeddings x
+    rotary dim`` in the model dtype (``vllm/model_executor/layers/rotary_embedding``:
+    ``RotaryEmbedding._compute_cos_sin_cache``)."""
+    rotary = model.qk_rope_head_dim if "mla" in model.layer_kinds else model.head_size
+    return model.max_position_embeddings * (rotary or 0) * get_dtype_size(model.dtype)
 
 
 @dataclass(frozen=True)
@@ -146,21 +157,53 @@ def default_batch_limits(gpu: GPUSpec) -> tuple[int, int]:
     return 2048, 256
 
 
+def forward_peak_bytes(model: ModelSpec, tp: int, num_tokens: int) -> int:
+    """Transient peak of the profiling forward on one rank (bytes): ``num_tokens`` tokens,
+    attention skipped (as in vLLM's ``_dummy_run(is_profile=True)``). Per token, in the
+    model dtype: ``FORWARD_HIDDEN_BUFFERS x H + 3 I / tp`` for a dense layer (the MLP's
+    gate-up output and activation output); for an MoE layer the hidden buffers plus
+    ``k x (max(I_moe / tp, H) + max(2 I_moe / tp, H))`` (the fused-MoE workspaces,
+    ``TritonExperts.workspace_shapes`` in ``vllm/model_executor/layers/fused_moe``) and
+    the shared experts' ``3 I_shared / tp``. The peak is the larger layer kind's."""
+    a = get_dtype_size(model.dtype)
+    h = model.hidden_size
+    hidden = FORWARD_HIDDEN_BUFFERS * h
+    per_token = hidden + 3 * model.intermediate_size / tp
+    if model.is_moe:
+        i_moe = model.moe_intermediate_size / tp
+        moe = (
+            hidden
+            + model.num_experts_per_tok * (max(i_moe, h) + max(2 * i_moe, h))
+            + 3 * model.shared_expert_intermediate_size / tp
+        )
+        per_token = max(per_token if model.num_moe_layers < model.num_layers else 0, moe)
+    return int(a * per_token * num_tokens)
+
+
+def sampler_peak_bytes(model: ModelSpec, num_tokens: int, num_reqs: int) -> int:
+    """Peak of vLLM's dummy sampler run (bytes; ``GPUModelRunner._dummy_sampler_run``):
+    the forward's ``num_tokens x H`` hidden states, still held, plus ``num_reqs x vocab``
+    logits (gathered whole on every rank, model dtype) and ``SAMPLER_BYTES_PER_LOGIT``
+    per logit of float32 copies, sort values and indices of top-k/top-p sampling. 0
+    without requests."""
+    if num_reqs <= 0:
+        return 0
+    a = get_dtype_size(model.dtype)
+    logits = num_reqs * model.vocab_size * (a + SAMPLER_BYTES_PER_LOGIT)
+    return int(a * model.hidden_size * num_tokens + logits)
+
+
 def activation_peak_bytes(
     model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int
 ) -> int:
-    """Transient peak of vLLM's profiling run on one rank (bytes; see module docstring)."""
-    a = get_dtype_size(model.dtype)
-    h = model.hidden_size
-    dense = 2 * h + 3 * model.intermediate_size / tp
-    per_token = dense
-    if model.is_moe:
-        moe = 2 * h + model.num_experts_per_tok * (3 * model.moe_intermediate_size / tp + h)
-        per_token = max(dense if model.num_moe_layers < model.num_layers else 0, moe)
-    forward = a * per_token * max_num_batched_tokens
+    """Transient peak of vLLM's profiling run on one rank (bytes): the larger of the
+    forward at ``max_num_batched_tokens`` and the dummy sampler run on ``min(
+    max_num_batched_tokens, max_num_seqs)`` requests (``GPUModelRunner.profile_run``
+    frees the forward's intermediates before sampling). ``max_num_seqs`` 0 gives the
+    forward alone."""
+    forward = forward_peak_bytes(model, tp, max_num_batched_tokens)
     num_reqs = min(max_num_batched_tokens, max_num_seqs)
-    sampler = SAMPLER_BYTES_PER_LOGIT * num_reqs * model.vocab_size
-    return int(forward + sampler)
+    return max(forward, sampler_peak_bytes(model, max_num_batched_tokens, num_reqs))
 
 
 def _check_args(model: ModelSpec, tp: int, util: float, block_size: int, dtype: str) -> None:
@@ -234,12 +277,14 @@ def compute_kv_budget(
         _positive("num_gpu_blocks_override", num_gpu_blocks_override)
     total = gpu.memory_bytes if measured is None else measured.total_memory_bytes
     requested = math.ceil(total * gpu_memory_utilization)
-    weights = model.weight_bytes() // tp
+    weights = model.weight_bytes() // tp + rope_cache_bytes(model)
     activation = activation_peak_bytes(model, tp, mbt, seqs)
     non_torch = non_torch_memory_bytes
     if non_torch is None:
         non_torch = default_non_torch_bytes(tp)
-    graphs = CUDAGRAPH_BYTES if cudagraph_memory_bytes is None else cudagraph_memory_bytes
+    graphs = cudagraph_memory_bytes
+    if graphs is None:
+        graphs = cudagraph_estimate_bytes(model, tp)
     if measured is not None:
         weights, non_torch = measured.weights_bytes, measured.non_torch_bytes
         if cudagraph_memory_bytes is None:

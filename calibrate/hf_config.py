@@ -128,6 +128,12 @@ def _check_shape(cfg: HFConfig, raw: dict[str, Any]) -> None:
         )
 
 
+# Families whose config.json leaves the local/global alternation to the model code:
+# Gemma-2 windows the even layers (0-based) and attends globally on the odd ones
+# (vLLM's ``Gemma2Attention``; transformers' ``Gemma2Config.layer_types``).
+_DEFAULT_WINDOW_PATTERN = {"gemma2": 2}
+
+
 def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
     n = cfg.num_hidden_layers
     if cfg.kv_lora_rank is not None:
@@ -142,8 +148,9 @@ def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
         for t in cfg.layer_types:
             kinds.append("sliding_window" if "sliding" in t else "full")
         return tuple(kinds)
-    if cfg.sliding_window_pattern:
-        p = cfg.sliding_window_pattern  # every p-th layer (1-based) is global
+    pattern = cfg.sliding_window_pattern or _DEFAULT_WINDOW_PATTERN.get(cfg.model_type)
+    if pattern:
+        p = pattern  # every p-th layer (1-based) is global
         return tuple("full" if (i + 1) % p == 0 else "sliding_window" for i in range(n))
     if cfg.use_sliding_window is False:
         return ("full",) * n
@@ -179,6 +186,27 @@ def _moe_fields(cfg: HFConfig) -> dict[str, int]:
     }
 
 
+def _weight_dtype(quant: dict[str, Any] | None) -> str | None:
+    """The storage dtype of the decoder's linear weights a ``quantization_config``
+    declares, or None (unquantized, or a scheme kvsim does not count): ``fp8``
+    checkpoints, 8-bit ``compressed-tensors`` weight schemes (``type`` float: fp8, int:
+    int8; every config group must agree), 8-bit GPTQ/AWQ (int8)."""
+    if not quant:
+        return None
+    method = quant.get("quant_method")
+    if method == "fp8":
+        return "fp8"
+    if method in ("gptq", "awq") and quant.get("bits") == 8:
+        return "int8"
+    if method != "compressed-tensors":
+        return None
+    kinds = set()
+    for group in (quant.get("config_groups") or {}).values():
+        weights = group.get("weights") or {} if isinstance(group, dict) else {}
+        kinds.add((weights.get("num_bits"), weights.get("type")))
+    return {(8, "float"): "fp8", (8, "int"): "int8"}.get(kinds.pop()) if len(kinds) == 1 else None
+
+
 def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
     """A ``ModelSpec`` named ``name`` from a parsed ``config.json``.
 
@@ -189,8 +217,7 @@ def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
     _check_shape(cfg, raw)
     dtype = cfg.torch_dtype or cfg.dtype or "bfloat16"
     dtype = _DTYPE_ALIASES.get(dtype, dtype)
-    quant = (cfg.quantization_config or {}).get("quant_method")
-    weight_dtype = "fp8" if quant == "fp8" else None
+    weight_dtype = _weight_dtype(cfg.quantization_config)
     gemma = cfg.model_type.startswith("gemma")
     tied = cfg.tie_word_embeddings if cfg.tie_word_embeddings is not None else gemma
     fields: dict[str, Any] = {

@@ -33,8 +33,8 @@ from rich.table import Table
 
 from calibrate.budget import (
     KVBudgetError,
-    cudagraph_estimate_bytes,
     compute_kv_budget,
+    cudagraph_estimate_bytes,
 )
 from calibrate.catalog import load_gpu
 from calibrate.gpu_spec import GIB
@@ -229,9 +229,7 @@ def memory_table(v: MemoryValidation) -> Table:
         table.add_column(name, justify="right")
     for r in v.rows:
         k = r.kvsim
-        terms = [
-            _pair(m, None if k is None else k[i]) for i, m in enumerate(r.measured)
-        ]
+        terms = [_pair(m, None if k is None else k[i]) for i, m in enumerate(r.measured)]
         blocks = (
             f"{r.measured_blocks} / {r.kvsim_blocks}"
             if r.kvsim_blocks is not None
