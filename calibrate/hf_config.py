@@ -57,6 +57,8 @@ class HFConfig(BaseModel):
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
     quantization_config: dict[str, Any] | None = None
+    rope_scaling: dict[str, Any] | None = None
+    rope_local_base_freq: float | None = None
     vision_config: dict[str, Any] | None = None
 
 
@@ -159,7 +161,8 @@ def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
 
 def _vision_params(vision: dict[str, Any] | None, text_hidden: int) -> int:
     """Rough parameter count of a ViT-style vision tower plus its projector (weights
-    only; vLLM loads it for multimodal checkpoints)."""
+    only; vLLM loads it for multimodal checkpoints). A SiLU tower (Pixtral) has a gated,
+    three-matrix MLP; GELU towers (SigLIP, CLIP) two."""
     if not vision:
         return 0
     try:
@@ -168,7 +171,26 @@ def _vision_params(vision: dict[str, Any] | None, text_hidden: int) -> int:
         layers = int(vision["num_hidden_layers"])
     except (KeyError, TypeError, ValueError):
         return 0
-    return layers * (4 * h * h + 2 * h * inter) + h * text_hidden
+    mlp = 3 if vision.get("hidden_act") == "silu" else 2
+    return layers * (4 * h * h + mlp * h * inter) + h * text_hidden
+
+
+def _rope_cache_positions(cfg: HFConfig) -> int | None:
+    """Rows of the rotary cos/sin caches vLLM builds, when not ``max_position_embeddings``:
+    linear and dynamic-NTK scaling extend the cache by ``factor``
+    (``LinearScalingRotaryEmbedding`` / ``DynamicNTKScalingRotaryEmbedding``); a separate
+    local rope (Gemma-3's ``rope_local_base_freq`` for its sliding layers) adds one more
+    cache of ``max_position_embeddings`` rows."""
+    positions = cfg.max_position_embeddings or 0
+    scaling = cfg.rope_scaling or {}
+    kind = scaling.get("rope_type") or scaling.get("type")
+    factor = scaling.get("factor")
+    rows = positions
+    if kind in ("linear", "dynamic") and isinstance(factor, (int, float)) and factor > 1:
+        rows = int(positions * factor)
+    if cfg.rope_local_base_freq is not None:
+        rows += positions
+    return rows if rows != positions else None
 
 
 def _moe_fields(cfg: HFConfig) -> dict[str, int]:
@@ -186,25 +208,41 @@ def _moe_fields(cfg: HFConfig) -> dict[str, int]:
     }
 
 
-def _weight_dtype(quant: dict[str, Any] | None) -> str | None:
-    """The storage dtype of the decoder's linear weights a ``quantization_config``
-    declares, or None (unquantized, or a scheme kvsim does not count): ``fp8``
-    checkpoints, 8-bit ``compressed-tensors`` weight schemes (``type`` float: fp8, int:
-    int8; every config group must agree), 8-bit GPTQ/AWQ (int8)."""
+def _weight_format(quant: dict[str, Any] | None) -> dict[str, Any]:
+    """How the decoder's linear weights are stored, as ``ModelSpec`` fields, from a
+    ``quantization_config``; empty when unquantized or a scheme kvsim does not count.
+
+    Counted: ``fp8`` checkpoints; GPTQ/AWQ (``bits`` 8: int8; 4: packed int4 with a
+    16-bit scale per ``group_size``); ``compressed-tensors`` whose config groups all
+    declare the same weight scheme (8-bit ``type`` float: fp8, int: int8; 4-bit int:
+    packed, with its ``group_size``)."""
     if not quant:
-        return None
+        return {}
     method = quant.get("quant_method")
     if method == "fp8":
-        return "fp8"
-    if method in ("gptq", "awq") and quant.get("bits") == 8:
-        return "int8"
-    if method != "compressed-tensors":
-        return None
-    kinds = set()
-    for group in (quant.get("config_groups") or {}).values():
-        weights = group.get("weights") or {} if isinstance(group, dict) else {}
-        kinds.add((weights.get("num_bits"), weights.get("type")))
-    return {(8, "float"): "fp8", (8, "int"): "int8"}.get(kinds.pop()) if len(kinds) == 1 else None
+        return {"weight_dtype": "fp8"}
+    if method in ("gptq", "awq"):
+        bits, group = quant.get("bits"), quant.get("group_size")
+    elif method == "compressed-tensors":
+        schemes = set()
+        for g in (quant.get("config_groups") or {}).values():
+            w = (g.get("weights") or {}) if isinstance(g, dict) else {}
+            schemes.add((w.get("num_bits"), w.get("type"), w.get("group_size")))
+        if len(schemes) != 1:
+            return {}
+        bits, kind, group = schemes.pop()
+        if bits == 8:
+            return {"weight_dtype": "fp8" if kind == "float" else "int8"}
+        if kind != "int":
+            return {}
+    else:
+        return {}
+    if bits == 8:
+        return {"weight_dtype": "int8"}
+    if bits == 4:
+        size = group if isinstance(group, int) and group > 0 else None
+        return {"weight_bits": 4, "weight_group_size": size}
+    return {}
 
 
 def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
@@ -217,7 +255,6 @@ def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
     _check_shape(cfg, raw)
     dtype = cfg.torch_dtype or cfg.dtype or "bfloat16"
     dtype = _DTYPE_ALIASES.get(dtype, dtype)
-    weight_dtype = _weight_dtype(cfg.quantization_config)
     gemma = cfg.model_type.startswith("gemma")
     tied = cfg.tie_word_embeddings if cfg.tie_word_embeddings is not None else gemma
     fields: dict[str, Any] = {
@@ -234,12 +271,13 @@ def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
         "vocab_size": cfg.vocab_size,
         "max_position_embeddings": cfg.max_position_embeddings,
         "dtype": dtype,
-        "weight_dtype": weight_dtype,
+        **_weight_format(cfg.quantization_config),
         "tie_word_embeddings": tied,
         "attention_bias": bool(cfg.attention_bias) or cfg.model_type == "qwen2",
         "layer_types": _layer_types(cfg),
         "sliding_window": cfg.sliding_window,
         "extra_params": _vision_params(cfg.vision_config, cfg.hidden_size),
+        "rope_cache_positions": _rope_cache_positions(cfg),
         **_moe_fields(cfg),
     }
     if cfg.kv_lora_rank is not None:

@@ -141,7 +141,7 @@ def _model_spec(row: dict[str, str], configs_dir: Path) -> ModelSpec | str:
     if quant not in _QUANT_WEIGHT_DTYPE and quant not in _QUANT_FROM_CONFIG:
         return f"quantization {quant} kvsim does not count"
     spec = model_spec_from_hf_config(raw, row["model"])
-    if quant in _QUANT_FROM_CONFIG and spec.weight_dtype is None:
+    if quant in _QUANT_FROM_CONFIG and spec.weight_dtype is None and spec.weight_bits is None:
         return f"quantization {quant}: config.json's quantization_config not counted"
     update: dict[str, object] = {"dtype": _DTYPES[row["dtype"]]}
     if quant in _QUANT_WEIGHT_DTYPE and _QUANT_WEIGHT_DTYPE[quant] is not None:
