@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from calibrate.budget import (
+from calibrate.budget_terms import (
     FORWARD_HIDDEN_BUFFERS,
-    GIB,
     activation_peak_bytes,
     default_non_torch_bytes,
     forward_peak_bytes,
@@ -21,6 +20,7 @@ from calibrate.budget import (
     sampler_peak_bytes,
 )
 from calibrate.catalog import load_gpu, load_model
+from calibrate.gpu_spec import GIB
 from calibrate.hf_config import model_spec_from_hf_config
 from sim.validate.memory import MemoryValidation, memory_table, validate_memory
 

@@ -31,11 +31,8 @@ from typing import NamedTuple
 
 from rich.table import Table
 
-from calibrate.budget import (
-    KVBudgetError,
-    compute_kv_budget,
-    cudagraph_estimate_bytes,
-)
+from calibrate.budget import KVBudgetError, compute_kv_budget
+from calibrate.budget_terms import cudagraph_estimate_bytes
 from calibrate.catalog import load_gpu
 from calibrate.gpu_spec import GIB
 from calibrate.hf_config import model_spec_from_hf_config
