@@ -21,8 +21,7 @@ fitted to vLLM 0.19.0's measurements (``SAMPLER_BYTES_PER_LOGIT``,
 ``vllm/utils/mem_utils.py``) count the same tensors, which is assumed, not measured. The
 batch defaults (``default_batch_limits``) are the same in both versions.
 
-Known gaps: fused-MoE forwards peak above the workspace estimate (Qwen3-30B-A3B measured
-2.68 GiB against 2.20); an RTX 4090 vLLM 0.19 run (Llama-3.1-8B, 2048 tokens, 256
+Known gap: an RTX 4090 vLLM 0.19 run (Llama-3.1-8B, 2048 tokens, 256
 sequences) has 0.40 GiB of non-KV memory these terms do not explain (2791 blocks against
 2588).
 """

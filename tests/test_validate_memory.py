@@ -16,6 +16,7 @@ from calibrate.budget_terms import (
     activation_peak_bytes,
     default_non_torch_bytes,
     forward_peak_bytes,
+    moe_workspace_bytes,
     rope_cache_bytes,
     sampler_peak_bytes,
 )
@@ -33,15 +34,15 @@ def validation() -> MemoryValidation:
 
 
 def test_block_budget_matches_vllm_startups(validation):
-    """Reached: 51 expressible rows, median |error| 0.04%, max 3.2% (Qwen3-30B-A3B,
-    whose fused-MoE forward peaks above kvsim's estimate). Before the re-derivation: 42
-    rows, median 1.85%, max 55.6%. The bounds leave a little room above what is reached
+    """Reached: 51 expressible rows, median |error| 0.04%, max 1.45% (Qwen2.5-72B at TP2,
+    which leaves only 3 GiB of KV cache). Before the re-derivation: 42 rows, median
+    1.85%, max 55.6%. The bounds leave a little room above what is reached
     so that a real regression, not a rounding, fails."""
     assert validation.count >= 51
     assert validation.median_abs_error_pct <= 0.25
-    assert validation.max_abs_error_pct <= 3.5
+    assert validation.max_abs_error_pct <= 2.0
     within_1pct = [r for r in validation.rows if r.error_pct is not None and abs(r.error_pct) <= 1]
-    assert len(within_1pct) >= 45  # the rest: MoE, MLA, Gemma-3-27B, 72B at TP2 (3 GiB of KV)
+    assert len(within_1pct) >= 48  # the rest: Gemma-3-27B, the 72B models at TP2 (3 GiB of KV)
 
 
 def test_one_row_per_successful_startup_and_skips_say_why(validation):
@@ -104,6 +105,18 @@ def test_activation_is_the_larger_of_forward_and_sampler():
     assert activation_peak_bytes(m, 4, 8192, 1024) == sampler
     code = model_spec_from_hf_config(_config("codellama--CodeLlama-7b-hf"), "CodeLlama-7b")
     assert activation_peak_bytes(code, 1, 8192, 1024) == forward_peak_bytes(code, 1, 8192)
+
+
+def test_moe_workspaces_stay_allocated_through_the_sampler():
+    """vLLM's workspace manager keeps the fused-MoE workspaces after the forward: they
+    add to the sampler's peak (Mixtral-8x7B at TP2 measured 1.21 GiB: 0.51 of sampler,
+    0.70 of workspaces)."""
+    m = model_spec_from_hf_config(_config("mistralai--Mixtral-8x7B-Instruct-v0.1"), "mixtral")
+    ws = moe_workspace_bytes(m, 2, 8192)
+    assert ws == 2 * 8192 * (2 * 7168 + 2 * 14336 + 4096)
+    assert activation_peak_bytes(m, 2, 8192, 1024) == sampler_peak_bytes(m, 8192, 1024) + ws
+    assert activation_peak_bytes(m, 2, 8192, 1024) / GIB == pytest.approx(1.21, abs=0.05)
+    assert moe_workspace_bytes(load_model("Llama-3.1-8B"), 1, 8192) == 0
 
 
 def test_non_torch_term_alone_and_with_tensor_parallelism():
