@@ -53,7 +53,8 @@ def test_one_row_per_successful_startup_and_skips_say_why(validation):
     reasons = {r.model: r.skipped for r in validation.skipped}
     assert "pipeline parallel" in reasons["meta-llama/Llama-3.1-8B-Instruct"]
     assert "architecture" in reasons["microsoft/phi-2"]
-    assert "no config.json" in reasons["openai/gpt-oss-20b"]
+    assert "quantization mxfp4" in reasons["openai/gpt-oss-20b"]
+    assert "no config.json" in reasons["meta-llama/Llama-4-Scout-17B-16E-Instruct"]
     for r in validation.rows:
         assert (r.skipped is None) == (r.kvsim is not None) == (r.error_pct is not None)
 

@@ -127,6 +127,9 @@ def config_file(configs_dir: Path, model: str) -> Path:
 
 def _model_spec(row: dict[str, str], configs_dir: Path) -> ModelSpec | str:
     """The row's model as vLLM ran it, or why kvsim cannot express it."""
+    quant = row["quantization"]
+    if quant not in _QUANT_WEIGHT_DTYPE and quant not in _QUANT_FROM_CONFIG:
+        return f"quantization {quant} kvsim does not count"
     path = config_file(configs_dir, row["model"])
     if not path.is_file():
         return "no config.json facts collected for this model"
@@ -134,9 +137,6 @@ def _model_spec(row: dict[str, str], configs_dir: Path) -> ModelSpec | str:
     arch = (raw.get("architectures") or [""])[0]
     if arch in _UNCOUNTED:
         return _UNCOUNTED[arch]
-    quant = row["quantization"]
-    if quant not in _QUANT_WEIGHT_DTYPE and quant not in _QUANT_FROM_CONFIG:
-        return f"quantization {quant} kvsim does not count"
     spec = model_spec_from_hf_config(raw, row["model"])
     if quant in _QUANT_FROM_CONFIG and spec.weight_dtype is None and spec.weight_bits is None:
         return f"quantization {quant}: config.json's quantization_config not counted"
