@@ -161,8 +161,8 @@ def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
 
 def _vision_params(vision: dict[str, Any] | None, text_hidden: int) -> int:
     """Rough parameter count of a ViT-style vision tower plus its projector (weights
-    only; vLLM loads it for multimodal checkpoints). A SiLU tower (Pixtral) has a gated,
-    three-matrix MLP; GELU towers (SigLIP, CLIP) two."""
+    only; vLLM loads it for multimodal checkpoints). Pixtral towers have a gated,
+    three-matrix MLP (``PixtralMLP``: gate, up, down); SigLIP and CLIP towers two."""
     if not vision:
         return 0
     try:
@@ -171,7 +171,7 @@ def _vision_params(vision: dict[str, Any] | None, text_hidden: int) -> int:
         layers = int(vision["num_hidden_layers"])
     except (KeyError, TypeError, ValueError):
         return 0
-    mlp = 3 if vision.get("hidden_act") == "silu" else 2
+    mlp = 3 if vision.get("model_type") == "pixtral" else 2
     return layers * (4 * h * h + mlp * h * inter) + h * text_hidden
 
 
