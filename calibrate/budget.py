@@ -1,31 +1,29 @@
 """The default KV block budget of one GPU, without a GPU: vLLM's memory accounting with
 analytic estimates in place of ``profile_run``'s measurements.
 
-vLLM 0.33.0 (``Worker.determine_available_memory``, see shared/notes/calibration.md §3):
+vLLM 0.33.0 (``vllm/v1/worker/gpu_worker.py: Worker.determine_available_memory``):
 ``available_kv = ceil(total * gpu_memory_utilization) - non_kv - cudagraph_estimate``
 with ``non_kv = weights + transient activation peak + non-torch growth``; then kvcore's
 port of ``get_kv_cache_configs`` turns the bytes into blocks (``num_blocks =
 available // bytes_per_block``, minimum over tensor-parallel ranks, one request of
 ``max_model_len`` must fit). All terms are bytes per tensor-parallel rank.
 
-Estimates (documented defaults, recorded separately so a calibration file can replace
-them):
+The terms are estimated in ``calibrate.budget_terms`` (documented defaults, recorded
+separately so a calibration file can replace them).
 
-* weights: ``ModelSpec.weight_bytes() / tp``;
-* activation peak of the profiling forward at ``max_num_batched_tokens`` tokens (attention
-  skipped, as in vLLM): per token ``dtype * (2 H + 3 I / tp)`` for dense layers (residual,
-  hidden, gate-up output and activation output of the MLP) or ``dtype * (2 H + k (3 I_moe
-  / tp + H))`` for MoE layers (fused-MoE intermediate caches); plus the dummy sampler run
-  on ``min(max_num_batched_tokens, max_num_seqs)`` requests: ``16`` bytes per logit
-  (fp32 logits and about three fp32-sized temporaries of sampling);
-* non-torch memory: 0.5 GiB (cuBLAS workspaces, compiled kernels, attention workspaces),
-  plus 0.25 GiB of communicator buffers when ``tp > 1``;
-* CUDA graphs: 0.5 GiB (vLLM 0.33 subtracts its capture estimate; typical logs show
-  0.3-1 GiB); pass ``cudagraph_memory_bytes=0`` for ``enforce_eager`` or vLLM < 0.21.
+Which version each term follows: the formula, the default ``gpu_memory_utilization``
+(0.92) and subtracting the CUDA-graph estimate are vLLM 0.33.0's (0.33 turned
+``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` on by default from 0.21; 0.19 logs the
+estimate but does not subtract it). The weights, activation and non-torch constants are
+fitted to vLLM 0.19.0's measurements (``SAMPLER_BYTES_PER_LOGIT``,
+``FORWARD_HIDDEN_BUFFERS``, the non-torch figures); 0.33's sampler warm-up and
+``memory_profiling`` (``total_consumed`` from ``cudaMemGetInfo`` plus the freed peak,
+``vllm/utils/mem_utils.py``) count the same tensors, which is assumed, not measured. The
+batch defaults (``default_batch_limits``) are the same in both versions.
 
-Check: Llama-3.1-8B on an RTX 4090 (25,250,627,584 B), utilization 0.9, 2048 batched
-tokens, 256 sequences, no graph term (vLLM 0.19): 2,572 blocks; vLLM 0.19 reported 2,588
-(shared/data/ground_truth/llmservingsim_vllm0190/RTX4090_Llama-3.1-8B/meta.json).
+Known gap: an RTX 4090 vLLM 0.19 run (Llama-3.1-8B, 2048 tokens, 256
+sequences) has 0.40 GiB of non-KV memory these terms do not explain (2791 blocks against
+2588).
 """
 
 from __future__ import annotations
@@ -33,24 +31,19 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from calibrate.budget_terms import CUDAGRAPH_BYTES as CUDAGRAPH_BYTES
+from calibrate.budget_terms import NON_TORCH_BYTES as NON_TORCH_BYTES
+from calibrate.budget_terms import activation_peak_bytes as activation_peak_bytes
+from calibrate.budget_terms import cudagraph_estimate_bytes as cudagraph_estimate_bytes
+from calibrate.budget_terms import default_non_torch_bytes as default_non_torch_bytes
+from calibrate.budget_terms import rope_cache_bytes as rope_cache_bytes
 from calibrate.gpu_spec import GIB, GPUSpec
 from calibrate.model_spec import ModelSpec
 from kvcore.kv_cache_budget import plan_kv_cache_budget
-from kvcore.kv_cache_interface import KVCacheConfig, get_dtype_size
+from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_planning import InsufficientKVCacheMemoryError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33.0 (0.9 before)
-SAMPLER_BYTES_PER_LOGIT = 16
-NON_TORCH_BYTES = GIB // 2
-NON_TORCH_TP_BYTES = GIB // 4
-
-
-def default_non_torch_bytes(tp: int) -> int:
-    """vLLM's non-torch memory allowance (bytes) at tensor-parallel size ``tp``."""
-    return NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if tp > 1 else 0)
-
-
-CUDAGRAPH_BYTES = GIB // 2
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 
 
@@ -141,23 +134,6 @@ def default_batch_limits(gpu: GPUSpec) -> tuple[int, int]:
     return 2048, 256
 
 
-def activation_peak_bytes(
-    model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int
-) -> int:
-    """Transient peak of vLLM's profiling run on one rank (bytes; see module docstring)."""
-    a = get_dtype_size(model.dtype)
-    h = model.hidden_size
-    dense = 2 * h + 3 * model.intermediate_size / tp
-    per_token = dense
-    if model.is_moe:
-        moe = 2 * h + model.num_experts_per_tok * (3 * model.moe_intermediate_size / tp + h)
-        per_token = max(dense if model.num_moe_layers < model.num_layers else 0, moe)
-    forward = a * per_token * max_num_batched_tokens
-    num_reqs = min(max_num_batched_tokens, max_num_seqs)
-    sampler = SAMPLER_BYTES_PER_LOGIT * num_reqs * model.vocab_size
-    return int(forward + sampler)
-
-
 def _check_args(model: ModelSpec, tp: int, util: float, block_size: int, dtype: str) -> None:
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise KVBudgetError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
@@ -229,12 +205,14 @@ def compute_kv_budget(
         _positive("num_gpu_blocks_override", num_gpu_blocks_override)
     total = gpu.memory_bytes if measured is None else measured.total_memory_bytes
     requested = math.ceil(total * gpu_memory_utilization)
-    weights = model.weight_bytes() // tp
+    weights = model.weight_bytes() // tp + rope_cache_bytes(model)
     activation = activation_peak_bytes(model, tp, mbt, seqs)
     non_torch = non_torch_memory_bytes
     if non_torch is None:
         non_torch = default_non_torch_bytes(tp)
-    graphs = CUDAGRAPH_BYTES if cudagraph_memory_bytes is None else cudagraph_memory_bytes
+    graphs = cudagraph_memory_bytes
+    if graphs is None:
+        graphs = cudagraph_estimate_bytes(model, tp)
     if measured is not None:
         weights, non_torch = measured.weights_bytes, measured.non_torch_bytes
         if cudagraph_memory_bytes is None:

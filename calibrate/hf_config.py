@@ -57,6 +57,8 @@ class HFConfig(BaseModel):
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
     quantization_config: dict[str, Any] | None = None
+    rope_scaling: dict[str, Any] | None = None
+    rope_local_base_freq: float | None = None
     vision_config: dict[str, Any] | None = None
 
 
@@ -128,6 +130,12 @@ def _check_shape(cfg: HFConfig, raw: dict[str, Any]) -> None:
         )
 
 
+# Families whose config.json leaves the local/global alternation to the model code:
+# Gemma-2 windows the even layers (0-based) and attends globally on the odd ones
+# (vLLM's ``Gemma2Attention``; transformers' ``Gemma2Config.layer_types``).
+_DEFAULT_WINDOW_PATTERN = {"gemma2": 2}
+
+
 def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
     n = cfg.num_hidden_layers
     if cfg.kv_lora_rank is not None:
@@ -142,8 +150,9 @@ def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
         for t in cfg.layer_types:
             kinds.append("sliding_window" if "sliding" in t else "full")
         return tuple(kinds)
-    if cfg.sliding_window_pattern:
-        p = cfg.sliding_window_pattern  # every p-th layer (1-based) is global
+    pattern = cfg.sliding_window_pattern or _DEFAULT_WINDOW_PATTERN.get(cfg.model_type)
+    if pattern:
+        p = pattern  # every p-th layer (1-based) is global
         return tuple("full" if (i + 1) % p == 0 else "sliding_window" for i in range(n))
     if cfg.use_sliding_window is False:
         return ("full",) * n
@@ -152,7 +161,8 @@ def _layer_types(cfg: HFConfig) -> tuple[LayerKind, ...]:
 
 def _vision_params(vision: dict[str, Any] | None, text_hidden: int) -> int:
     """Rough parameter count of a ViT-style vision tower plus its projector (weights
-    only; vLLM loads it for multimodal checkpoints)."""
+    only; vLLM loads it for multimodal checkpoints). Pixtral towers have a gated,
+    three-matrix MLP (``PixtralMLP``: gate, up, down); SigLIP and CLIP towers two."""
     if not vision:
         return 0
     try:
@@ -161,7 +171,26 @@ def _vision_params(vision: dict[str, Any] | None, text_hidden: int) -> int:
         layers = int(vision["num_hidden_layers"])
     except (KeyError, TypeError, ValueError):
         return 0
-    return layers * (4 * h * h + 2 * h * inter) + h * text_hidden
+    mlp = 3 if vision.get("model_type") == "pixtral" else 2
+    return layers * (4 * h * h + mlp * h * inter) + h * text_hidden
+
+
+def _rope_cache_positions(cfg: HFConfig) -> int | None:
+    """Rows of the rotary cos/sin caches vLLM builds, when not ``max_position_embeddings``:
+    linear and dynamic-NTK scaling extend the cache by ``factor``
+    (``LinearScalingRotaryEmbedding`` / ``DynamicNTKScalingRotaryEmbedding``); a separate
+    local rope (Gemma-3's ``rope_local_base_freq`` for its sliding layers) adds one more
+    cache of ``max_position_embeddings`` rows."""
+    positions = cfg.max_position_embeddings or 0
+    scaling = cfg.rope_scaling or {}
+    kind = scaling.get("rope_type") or scaling.get("type")
+    factor = scaling.get("factor")
+    rows = positions
+    if kind in ("linear", "dynamic") and isinstance(factor, (int, float)) and factor > 1:
+        rows = int(positions * factor)
+    if cfg.rope_local_base_freq is not None:
+        rows += positions
+    return rows if rows != positions else None
 
 
 def _moe_fields(cfg: HFConfig) -> dict[str, int]:
@@ -179,6 +208,43 @@ def _moe_fields(cfg: HFConfig) -> dict[str, int]:
     }
 
 
+def _weight_format(quant: dict[str, Any] | None) -> dict[str, Any]:
+    """How the decoder's linear weights are stored, as ``ModelSpec`` fields, from a
+    ``quantization_config``; empty when unquantized or a scheme kvsim does not count.
+
+    Counted: ``fp8`` checkpoints; GPTQ/AWQ (``bits`` 8: int8; 4: packed int4 with a
+    16-bit scale per ``group_size``); ``compressed-tensors`` whose config groups all
+    declare the same weight scheme (8-bit ``type`` float: fp8, int: int8; 4-bit int:
+    packed, with its ``group_size``)."""
+    if not quant:
+        return {}
+    method = quant.get("quant_method")
+    if method == "fp8":
+        return {"weight_dtype": "fp8"}
+    if method in ("gptq", "awq"):
+        bits, group = quant.get("bits"), quant.get("group_size")
+    elif method == "compressed-tensors":
+        schemes = set()
+        for g in (quant.get("config_groups") or {}).values():
+            w = (g.get("weights") or {}) if isinstance(g, dict) else {}
+            schemes.add((w.get("num_bits"), w.get("type"), w.get("group_size")))
+        if len(schemes) != 1:
+            return {}
+        bits, kind, group = schemes.pop()
+        if bits == 8:
+            return {"weight_dtype": "fp8" if kind == "float" else "int8"}
+        if kind != "int":
+            return {}
+    else:
+        return {}
+    if bits == 8:
+        return {"weight_dtype": "int8"}
+    if bits == 4:
+        size = group if isinstance(group, int) and group > 0 else None
+        return {"weight_bits": 4, "weight_group_size": size}
+    return {}
+
+
 def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
     """A ``ModelSpec`` named ``name`` from a parsed ``config.json``.
 
@@ -189,8 +255,6 @@ def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
     _check_shape(cfg, raw)
     dtype = cfg.torch_dtype or cfg.dtype or "bfloat16"
     dtype = _DTYPE_ALIASES.get(dtype, dtype)
-    quant = (cfg.quantization_config or {}).get("quant_method")
-    weight_dtype = "fp8" if quant == "fp8" else None
     gemma = cfg.model_type.startswith("gemma")
     tied = cfg.tie_word_embeddings if cfg.tie_word_embeddings is not None else gemma
     fields: dict[str, Any] = {
@@ -207,12 +271,13 @@ def model_spec_from_hf_config(raw: dict[str, Any], name: str) -> ModelSpec:
         "vocab_size": cfg.vocab_size,
         "max_position_embeddings": cfg.max_position_embeddings,
         "dtype": dtype,
-        "weight_dtype": weight_dtype,
+        **_weight_format(cfg.quantization_config),
         "tie_word_embeddings": tied,
         "attention_bias": bool(cfg.attention_bias) or cfg.model_type == "qwen2",
         "layer_types": _layer_types(cfg),
         "sliding_window": cfg.sliding_window,
         "extra_params": _vision_params(cfg.vision_config, cfg.hidden_size),
+        "rope_cache_positions": _rope_cache_positions(cfg),
         **_moe_fields(cfg),
     }
     if cfg.kv_lora_rank is not None:

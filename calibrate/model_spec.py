@@ -61,6 +61,12 @@ class ModelSpec(BaseModel):
     max_position_embeddings: int = Field(gt=0, description="tokens")
     dtype: str = "bfloat16"
     weight_dtype: str | None = None
+    weight_bits: int | None = Field(
+        default=None, ge=1, le=7, description="sub-byte linear weights (GPTQ/AWQ int4), bits"
+    )
+    weight_group_size: int | None = Field(
+        default=None, gt=0, description="weights per 16-bit scale of sub-byte weights"
+    )
     tie_word_embeddings: bool = False
     attention_bias: bool = False
     layer_types: tuple[LayerKind, ...]
@@ -78,6 +84,11 @@ class ModelSpec(BaseModel):
     qk_rope_head_dim: int | None = Field(default=None, ge=0)
     v_head_dim: int | None = Field(default=None, gt=0)
     extra_params: int = Field(default=0, ge=0, description="e.g. a vision tower vLLM loads")
+    rope_cache_positions: int | None = Field(
+        default=None,
+        gt=0,
+        description="rows of all rotary cos/sin caches vLLM builds (None: max_position_embeddings)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -196,11 +207,19 @@ class ModelSpec(BaseModel):
         """Bytes of all weights. ``dtype`` (default: the checkpoint's ``weight_dtype``,
         else ``dtype``) applies to the decoder's matmul weights; embeddings, norms and
         extra modules stay in the model dtype (as in fp8 checkpoints). Block scales of
-        fp8 checkpoints (4 bytes per 128x128 block) are ignored."""
+        fp8 checkpoints (4 bytes per 128x128 block) are ignored. Without ``dtype``,
+        ``weight_bits`` (sub-byte checkpoints) packs the matmul weights at that many bits
+        plus one 16-bit scale per ``weight_group_size`` weights (every input row when
+        unset), as GPTQ/AWQ store them."""
         counts = self.param_counts()
-        linear_bytes = get_dtype_size(dtype or self.weight_dtype or self.dtype)
         other = counts.total - counts.linear
-        return counts.linear * linear_bytes + other * get_dtype_size(self.dtype)
+        other_bytes = other * get_dtype_size(self.dtype)
+        if dtype is None and self.weight_bits is not None:
+            group = self.weight_group_size or self.hidden_size
+            packed = counts.linear * self.weight_bits // 8
+            return packed + 2 * (counts.linear // group) + other_bytes
+        linear_bytes = get_dtype_size(dtype or self.weight_dtype or self.dtype)
+        return counts.linear * linear_bytes + other_bytes
 
     # ---- KV cache ----------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from calibrate.budget import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     activation_peak_bytes,
     default_non_torch_bytes,
+    rope_cache_bytes,
 )
 from calibrate.memory_backend import MemoryBackend
 from calibrate.model_reduce import reduce_layers
@@ -124,7 +125,7 @@ def num_gpu_blocks(
 
 
 def _weights_of(spec: ModelSpec, num_layers: int, tp: int) -> int:
-    return reduce_layers(spec, num_layers).weight_bytes() // tp
+    return reduce_layers(spec, num_layers).weight_bytes() // tp + rope_cache_bytes(spec)
 
 
 def profile_run(
@@ -154,7 +155,7 @@ def profile_run(
             hints["persistent"] = _weights_of(spec, profiled_layers, tp)
     loaded = backend.snapshot()
     weights_measured = loaded.torch_allocated_bytes - init.torch_allocated_bytes
-    missing = spec.weight_bytes() // tp - _weights_of(spec, profiled_layers, tp)
+    missing = _weights_of(spec, spec.num_layers, tp) - _weights_of(spec, profiled_layers, tp)
 
     backend.cleanup()
     backend.reset_peak()
