@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,42 @@ def test_runs_file_fits_two_runs(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert len(yaml.safe_load(out.read_text())["fitted_on"]) == 2
+
+
+def test_a_vllm_bench_detailed_result_is_fitted_client_side(tmp_path: Path) -> None:
+    """A detailed vllm bench serve result (client-side times) made from a replay at known
+    factors plus the API server's default costs: the fit finds factors reproducing it."""
+    from calibrate.frontend import FrontendModel
+
+    truth = RooflineEfficiency(memory=0.5, compute=0.6)
+    req = replay(_spec(RUN / "requests.jsonl"), truth).requests.sort_values("arrival_s")
+    delay = FrontendModel().delay_s(req["prompt_tokens"].to_numpy())
+    ttft = req["first_token_s"].to_numpy() - req["arrival_s"].to_numpy() + delay
+    latency = req["finish_s"].to_numpy() - req["arrival_s"].to_numpy() + delay
+    result = {
+        "completed": len(req), "duration": float(req["finish_s"].max()),
+        "start_times": (1000.0 + req["arrival_s"]).tolist(), "ttfts": ttft.tolist(),
+        "latencies": latency.tolist(), "input_lens": req["prompt_tokens"].tolist(),
+        "output_lens": req["output_tokens"].tolist(), "errors": [""] * len(req),
+    }  # fmt: skip
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(result))
+    out = tmp_path / "eff.yaml"
+    res = _kvsim(
+        "calibrate", "--from-trace", str(bench), "--gpu", PRO6000, "--model", "Llama-3.1-8B",
+        "--max-num-seqs", "128", "--max-num-batched-tokens", "2048",
+        "--gpu-memory-utilization", "0.9", "--out", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    cal = yaml.safe_load(out.read_text())
+    fitted = cal["fitted_on"][0]["errors"]["fitted"]
+    assert abs(fitted["e2e_mean"]) < 0.02 and abs(fitted["tpot_mean"]) < 0.02
+    assert cal["efficiency"]["memory"] == pytest.approx(0.5, rel=0.05)
+    assert cal["fitted_on"][0]["trace"] == str(bench)
+
+
+def test_a_result_without_per_request_times_is_refused(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"completed": 3, "duration": 1.0, "latencies": [1, 1, 1]}))
+    res = _kvsim("calibrate", "--from-trace", str(bench), "--gpu", PRO6000, cwd=tmp_path)
+    assert res.returncode == 2 and "--save-detailed" in res.stderr

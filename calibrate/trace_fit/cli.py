@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from calibrate.efficiency_file import (
 )
 from calibrate.output_files import write_atomically
 from calibrate.roofline_terms import PARAMETERS
+from calibrate.trace_fit.bench_log import detailed_requests, write_trace
 from calibrate.trace_fit.fit import Measured, TraceFit, fit_trace
 from calibrate.trace_fit.runs_file import FitRun, is_runs_file, load_runs
 from sim.interop.real import read_real
@@ -33,21 +35,35 @@ def _fail(message: str) -> int:
     return 2
 
 
-def measured_requests(path: str) -> Measured:
-    """Per-request engine-side times of a real run (an LLMServingSim run directory or
-    ``requests.jsonl``: queued, first-token and last-token timestamps)."""
+def load_measured(path: str, workdir: Path) -> tuple[Measured, Path]:
+    """``(engine-side times, the trace to replay)`` of a real run: an LLMServingSim run
+    directory or ``requests.jsonl`` (queued, first-token and last-token timestamps; the
+    log itself is the trace), or a ``vllm bench serve --save-detailed`` result
+    (client-side times less the API server's costs; its requests written as a trace in
+    ``workdir``: :mod:`calibrate.trace_fit.bench_log`)."""
     path = str(_trace_file(path))
     real = read_real(path)
+    if real.kind == "vllm-bench":
+        measured, records = detailed_requests(real.data, path)
+        return measured, write_trace(records, workdir / f"{Path(path).stem}.trace.jsonl")
     if real.kind != "llmservingsim":
         raise ValueError(
-            f"--from-trace {path}: a {real.kind} result holds no per-request timestamps; "
-            "give a request log with queued_ts, first_token_ts, last_token_ts per request "
-            "(LLMServingSim's requests.jsonl)"
+            f"--from-trace {path}: a {real.kind} result holds no per-request times; give a "
+            "request log (LLMServingSim's requests.jsonl) or a vllm bench serve result "
+            "saved with --save-detailed"
         )
     d = real.data
-    return Measured(
+    measured = Measured(
         d["request_id"], d["start_s"], d["first_token_s"], d["finish_s"], d["output_tokens"]
     )
+    return measured, Path(path)
+
+
+def measured_requests(path: str) -> Measured:
+    """Per-request engine-side times of an LLMServingSim request log (see
+    :func:`load_measured`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_measured(path, Path(tmp))[0]
 
 
 def _trace_file(path: str | Path) -> Path:
@@ -112,14 +128,15 @@ def from_trace_command(
             "name another file or pass --force to replace it"
         )
     try:
-        runs = fit_runs(trace, model, tp, engine_file, engine_overrides)
-        pairs, resolved = [], []
-        for run in runs:
-            measured = measured_requests(str(run.trace))
-            spec = RunSpec(workload=str(run.trace), model=run.model, gpu=gpu, engine=run.engine)
-            resolved.append(resolve_run(spec))
-            pairs.append((spec, measured))
-        fit = fit_trace(pairs)
+        with tempfile.TemporaryDirectory(prefix="kvsim-fit-") as tmp:
+            runs = fit_runs(trace, model, tp, engine_file, engine_overrides)
+            pairs, resolved = [], []
+            for run in runs:
+                measured, replayed = load_measured(str(run.trace), Path(tmp))
+                spec = RunSpec(workload=str(replayed), model=run.model, gpu=gpu, engine=run.engine)
+                resolved.append(resolve_run(spec))
+                pairs.append((spec, measured))
+            fit = fit_trace(pairs)
     except ValueError as exc:
         return _fail(str(exc))
     cal = EfficiencyCalibration(
