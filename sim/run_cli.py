@@ -34,6 +34,7 @@ from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
 from sim.step_parquet import check_format as check_steps_format
 from sim.step_thin import check_mode as check_steps_mode
+from workloads.errors import WorkloadError, yaml_problem
 from workloads.overrides import WorkloadOverrides
 
 
@@ -73,11 +74,7 @@ def load_engine_config(
                 f"{path}: not UTF-8 text (byte {e.start}): an engine file is YAML"
             ) from None
         except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}: " if mark is not None else ""
-            raise ValueError(
-                f"{path}: {where}YAML syntax error: {getattr(e, 'problem', None) or 'unreadable'}"
-            ) from None
+            raise ValueError(str(WorkloadError(path, *yaml_problem(e)))) from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of engine arguments")
         data.update(loaded or {})

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from workloads.errors import WorkloadError, yaml_problem
+
 
 def spec_data(
     path: str | None, overrides: dict[str, Any], kind: str, error: type[Exception]
@@ -26,9 +28,7 @@ def spec_data(
         except OSError as e:
             raise error(f"{path}: cannot read {kind} file: {e.strerror}") from None
         except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"line {mark.line + 1}: " if mark is not None else ""
-            raise error(f"{path}: {where}YAML syntax error") from None
+            raise error(str(WorkloadError(path, *yaml_problem(e)))) from None
         if not isinstance(loaded, dict):
             raise error(f"{path}: (top level): a {kind} spec must be a YAML mapping")
         data = loaded

@@ -32,6 +32,15 @@ class WorkloadError(ValueError):
         super().__init__(where + reason)
 
 
+def yaml_problem(exc: Exception) -> tuple[str, str]:
+    """``(where, what)`` of a YAML parse error: ``"line N"`` (empty when PyYAML gives no
+    position) and ``"YAML syntax error: <problem>"``, for one-line messages naming the
+    file's line."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}" if mark is not None else ""
+    return where, f"YAML syntax error: {getattr(exc, 'problem', None) or 'unreadable'}"
+
+
 def _unwrap(annotation: Any) -> list[Any]:
     """The concrete classes an annotation may hold (Optional, Annotated, unions, lists)."""
     origin = get_origin(annotation)

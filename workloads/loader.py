@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from workloads.errors import WorkloadError, from_validation_error
+from workloads.errors import WorkloadError, from_validation_error, yaml_problem
 from workloads.overrides import WorkloadOverrides, override_spec, override_trace
 from workloads.process import Workload
 from workloads.spec import WorkloadSpec
@@ -41,11 +41,7 @@ def load_spec(path: Path, file: str | None = None) -> WorkloadSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        raise WorkloadError(
-            file, where, f"YAML syntax error: {getattr(exc, 'problem', exc)}"
-        ) from None
+        raise WorkloadError(file, *yaml_problem(exc)) from None
     if not isinstance(data, dict):
         raise WorkloadError(file, "", "a workload spec must be a YAML mapping of keys to values")
     try:

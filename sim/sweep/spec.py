@@ -40,7 +40,7 @@ from pydantic import (
 
 from sim.run import RunSpec
 from sim.slo import SLO
-from workloads.errors import from_validation_error
+from workloads.errors import WorkloadError, from_validation_error, yaml_problem
 
 Scalar = bool | int | float | str | None
 
@@ -202,10 +202,7 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(e, "problem", None) or "unreadable"
-        raise SweepSpecError(f"{file}: {where}YAML syntax error: {problem}") from None
+        raise SweepSpecError(str(WorkloadError(file, *yaml_problem(e)))) from None
     if not isinstance(data, dict):
         raise SweepSpecError(f"{file}: a sweep spec must be a YAML mapping (name, base, axes...)")
     try:
