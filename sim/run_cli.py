@@ -153,6 +153,13 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
         " / ".join(f"{summary[k]['p99'] * 1e3:,.1f}" for k in ("ttft_s", "tpot_s", "e2e_s"))
         + " ms",
     )
+    client = summary.get("client")
+    if client:
+        t.add_row(
+            "TTFT mean / p99, E2E p99 (client-side)",
+            f"{client['ttft_s']['mean'] * 1e3:,.1f} / {client['ttft_s']['p99'] * 1e3:,.1f}, "
+            f"{client['e2e_s']['p99'] * 1e3:,.1f} ms",
+        )
     t.add_row(
         "preemptions",
         f"{summary['num_preemptions']:,} ({summary['preemptions_per_request']:.3f} per request)",
