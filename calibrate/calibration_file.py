@@ -102,22 +102,31 @@ def validation_message(exc: ValidationError, source: str) -> str:
     return f"{source}: " + "; ".join(parts[:5])
 
 
-def load_calibration(path: str | Path) -> Calibration:
-    """Read and validate a calibration file; ``CalibrationError`` names the problem."""
-    p = Path(path)
+def read_versioned(path: str | Path, kind: str, version: int, what: str) -> dict[str, Any]:
+    """The YAML mapping of a kvsim file of ``kind`` (its ``kind`` key) at ``path``, at
+    schema ``version``; ``CalibrationError`` (naming ``--calibration`` and the file, and
+    ``what`` the file should be) otherwise."""
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise CalibrationError(f"--calibration {path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise CalibrationError(f"--calibration {path}: not UTF-8 text (not {what})") from None
     except yaml.YAMLError as exc:
         raise CalibrationError(f"--calibration {path}: not valid YAML ({exc})") from None
-    if not isinstance(raw, dict) or raw.get("kind") != "kvsim-calibration":
-        raise CalibrationError(f"--calibration {path}: not a kvsim calibration file")
-    if raw.get("schema_version") != SCHEMA_VERSION:
+    if not isinstance(raw, dict) or raw.get("kind") != kind:
+        raise CalibrationError(f"--calibration {path}: not {what}")
+    if raw.get("schema_version") != version:
         raise CalibrationError(
             f"--calibration {path}: schema_version {raw.get('schema_version')!r} is not "
-            f"supported (this kvsim reads {SCHEMA_VERSION})"
+            f"supported (this kvsim reads {version})"
         )
+    return raw
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read and validate a calibration file; ``CalibrationError`` names the problem."""
+    raw = read_versioned(path, "kvsim-calibration", SCHEMA_VERSION, "a kvsim calibration file")
     try:
         cal = Calibration.model_validate(raw)
     except ValidationError as exc:

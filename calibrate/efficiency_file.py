@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from calibrate.calibration_file import CalibrationError, validation_message
+from calibrate.calibration_file import CalibrationError, read_versioned, validation_message
 from calibrate.gpu_spec import GPUSpec
 from calibrate.roofline import RooflineEfficiency
 
@@ -83,20 +83,7 @@ def is_efficiency_file(path: str | Path) -> bool:
 
 def load_efficiency(path: str | Path) -> EfficiencyCalibration:
     """Read and validate an efficiency file; ``CalibrationError`` names the problem."""
-    p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CalibrationError(f"--calibration {path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise CalibrationError(f"--calibration {path}: not valid YAML ({exc})") from None
-    if not isinstance(raw, dict) or raw.get("kind") != KIND:
-        raise CalibrationError(f"--calibration {path}: not a kvsim efficiency file")
-    if raw.get("schema_version") != SCHEMA_VERSION:
-        raise CalibrationError(
-            f"--calibration {path}: schema_version {raw.get('schema_version')!r} is not "
-            f"supported (this kvsim reads {SCHEMA_VERSION})"
-        )
+    raw = read_versioned(path, KIND, SCHEMA_VERSION, "a kvsim efficiency file")
     try:
         cal = EfficiencyCalibration.model_validate(raw)
         cal.factors()

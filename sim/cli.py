@@ -21,6 +21,7 @@ from sim.cli_options import (
     KvsimGroup,
     engine_option,
     given,
+    slo_option,
 )
 from sim.conformance import DEFAULT_SEED
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
@@ -556,10 +557,6 @@ PLAN_PATHS = {
 ``engine.<field>``); the option's default is the field's (``tests/test_cli_help.py``)."""
 
 
-def _slo(flag: str, what: str) -> typer.models.OptionInfo:
-    return typer.Option(None, flag, metavar="BOUND", help="SLO: " + what, show_default="none")
-
-
 @app.command(cls=KvsimCommand)
 def plan(
     ctx: typer.Context,
@@ -595,14 +592,12 @@ def plan(
     gpu: str = typer.Option(
         DEFAULT_GPU, "--gpu", metavar="NAME|PATH", help="catalog GPU or GPU YAML path"
     ),
-    ttft_mean_s: float = _slo("--ttft-mean-s", "mean time to first token, seconds"),
-    ttft_p90_s: float = _slo("--ttft-p90-s", "p90 time to first token, seconds"),
-    tpot_mean_s: float = _slo("--tpot-mean-s", "mean time per output token, seconds"),
-    tpot_p99_s: float = _slo("--tpot-p99-s", "p99 time per output token, seconds"),
-    e2e_p99_s: float = _slo("--e2e-p99-s", "p99 end-to-end latency, seconds"),
-    max_preemptions_per_request: float = _slo(
-        "--max-preemptions-per-request", "preemptions per request, at most"
-    ),
+    ttft_mean_s: float = slo_option("ttft_mean_s"),
+    ttft_p90_s: float = slo_option("ttft_p90_s"),
+    tpot_mean_s: float = slo_option("tpot_mean_s"),
+    tpot_p99_s: float = slo_option("tpot_p99_s"),
+    e2e_p99_s: float = slo_option("e2e_p99_s"),
+    max_preemptions_per_request: float = slo_option("max_preemptions_per_request"),
     rate: float = typer.Option(
         None,
         "--rate",

@@ -73,6 +73,20 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
 """Each engine flag (an ``EngineConfig`` field): its option declaration and a one-line
 help in vLLM's meaning (``latency_model`` and ``constant_step_s`` are kvsim's own)."""
 
+SLO_FLAGS: dict[str, tuple[str, str]] = {
+    "ttft_mean_s": ("--ttft-mean-s", "mean time to first token, seconds"),
+    "ttft_p90_s": ("--ttft-p90-s", "p90 time to first token, seconds"),
+    "tpot_mean_s": ("--tpot-mean-s", "mean time per output token, seconds"),
+    "tpot_p99_s": ("--tpot-p99-s", "p99 time per output token, seconds"),
+    "e2e_p99_s": ("--e2e-p99-s", "p99 end-to-end latency, seconds"),
+    "max_preemptions_per_request": (
+        "--max-preemptions-per-request",
+        "preemptions per request, at most",
+    ),
+}
+"""Each SLO flag (a ``sim.slo.SLO`` field) of plan, recommend and autoscale: its option
+and help."""
+
 ENGINE_PANEL = "Engine (vLLM's engine arguments and defaults)"
 WORKLOAD_PANEL = "Workload"
 OUTPUT_PANEL = "Output"
@@ -101,6 +115,13 @@ def engine_option(field: str, *, help_suffix: str = "") -> Any:
     return typer.Option(
         default, decl, help=text + help_suffix, show_default=shown, rich_help_panel=ENGINE_PANEL
     )
+
+
+def slo_option(field: str) -> Any:
+    """The ``typer.Option`` of SLO ``field`` (:data:`SLO_FLAGS`): a bound, none by
+    default."""
+    flag, text = SLO_FLAGS[field]
+    return typer.Option(None, flag, metavar="BOUND", help="SLO: " + text, show_default="none")
 
 
 def given(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:

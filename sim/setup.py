@@ -87,26 +87,18 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
     )
     budget = engine_budget(budget_fn, model, gpu, engine)
-    if isinstance(cal, EfficiencyCalibration) and engine.latency_model != "constant":
-        latency = make_latency_model(
-            "roofline",
-            model=model,
-            gpu=gpu,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            kv_cache_dtype=engine.kv_cache_dtype,
-            efficiency=cal.factors(),
-        )
-    elif cal is not None and engine.latency_model != "constant":
-        latency = calibrated_latency(cal, str(spec.calibration))
-    elif engine.latency_model == "constant":
+    if engine.latency_model == "constant":
         latency = make_latency_model("constant", step_s=engine.constant_step_s)
-    else:
+    elif cal is not None and not isinstance(cal, EfficiencyCalibration):
+        latency = calibrated_latency(cal, str(spec.calibration))
+    else:  # the roofline, with an efficiency file's fitted factors when given
         latency = make_latency_model(
             "roofline",
             model=model,
             gpu=gpu,
             tensor_parallel_size=engine.tensor_parallel_size,
             kv_cache_dtype=engine.kv_cache_dtype,
+            efficiency=cal.factors() if isinstance(cal, EfficiencyCalibration) else None,
         )
     if not engine.enable_chunked_prefill and budget.max_num_batched_tokens < budget.max_model_len:
         raise ValueError(

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import typer
 from pydantic import ValidationError
 
-from sim.cli_options import engine_option, given
+from sim.cli_options import SLO_FLAGS, engine_option, given, slo_option
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
 from sim.outdir import FORCE_HELP, OutputError
 
 SCALING = "Scaling"
-
-
-def _slo(flag: str, what: str) -> Any:
-    return typer.Option(None, flag, metavar="BOUND", help="SLO: " + what, show_default="none")
 
 
 def autoscale(
@@ -99,14 +94,12 @@ def autoscale(
         help="start length of the capacity plan's probe runs",
         show_default="plan's",
     ),
-    ttft_mean_s: float = _slo("--ttft-mean-s", "mean time to first token, seconds"),
-    ttft_p90_s: float = _slo("--ttft-p90-s", "p90 time to first token, seconds"),
-    tpot_mean_s: float = _slo("--tpot-mean-s", "mean time per output token, seconds"),
-    tpot_p99_s: float = _slo("--tpot-p99-s", "p99 time per output token, seconds"),
-    e2e_p99_s: float = _slo("--e2e-p99-s", "p99 end-to-end latency, seconds"),
-    max_preemptions_per_request: float = _slo(
-        "--max-preemptions-per-request", "preemptions per request, at most"
-    ),
+    ttft_mean_s: float = slo_option("ttft_mean_s"),
+    ttft_p90_s: float = slo_option("ttft_p90_s"),
+    tpot_mean_s: float = slo_option("tpot_mean_s"),
+    tpot_p99_s: float = slo_option("tpot_p99_s"),
+    e2e_p99_s: float = slo_option("e2e_p99_s"),
+    max_preemptions_per_request: float = slo_option("max_preemptions_per_request"),
     tensor_parallel_size: int = engine_option("tensor_parallel_size"),
     max_num_seqs: int = engine_option("max_num_seqs"),
     max_num_batched_tokens: int = engine_option("max_num_batched_tokens"),
@@ -133,10 +126,8 @@ def autoscale(
         "constant_step_s",
         "async_scheduling",
     )
-    slo_names = ("ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "tpot_p99_s", "e2e_p99_s",
-                 "max_preemptions_per_request")  # fmt: skip
     values = given(ctx, {k: ctx.params[k] for k in names})
-    bounds = {k: ctx.params[k] for k in slo_names if ctx.params[k] is not None}
+    bounds = {k: ctx.params[k] for k in SLO_FLAGS if ctx.params[k] is not None}
     try:
         spec = AutoscaleSpec(
             workload=workload, model=model, gpu=gpu,

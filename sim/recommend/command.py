@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from sim.cli_options import given
+from sim.cli_options import given, slo_option
 from sim.outdir import FORCE_HELP
 
 RECOMMEND_PATHS = {
@@ -59,10 +59,6 @@ LISTS = {
 
 SPACE = "Search space (comma-separated values)"
 SEARCH = "Per-candidate search"
-
-
-def _slo(flag: str, what: str) -> typer.models.OptionInfo:
-    return typer.Option(None, flag, metavar="BOUND", help="SLO: " + what, show_default="none")
 
 
 def _axis(flag: str, what: str, shown: str) -> typer.models.OptionInfo:
@@ -119,14 +115,12 @@ def recommend(
         "missing); goodput_per_gpu: most req/s per GPU",
         show_default="cost with a target rate, else goodput_per_gpu",
     ),
-    ttft_mean_s: float = _slo("--ttft-mean-s", "mean time to first token, seconds"),
-    ttft_p90_s: float = _slo("--ttft-p90-s", "p90 time to first token, seconds"),
-    tpot_mean_s: float = _slo("--tpot-mean-s", "mean time per output token, seconds"),
-    tpot_p99_s: float = _slo("--tpot-p99-s", "p99 time per output token, seconds"),
-    e2e_p99_s: float = _slo("--e2e-p99-s", "p99 end-to-end latency, seconds"),
-    max_preemptions_per_request: float = _slo(
-        "--max-preemptions-per-request", "preemptions per request, at most"
-    ),
+    ttft_mean_s: float = slo_option("ttft_mean_s"),
+    ttft_p90_s: float = slo_option("ttft_p90_s"),
+    tpot_mean_s: float = slo_option("tpot_mean_s"),
+    tpot_p99_s: float = slo_option("tpot_p99_s"),
+    e2e_p99_s: float = slo_option("e2e_p99_s"),
+    max_preemptions_per_request: float = slo_option("max_preemptions_per_request"),
     gpus: str = _axis("--gpus", "catalog GPUs (kvsim list) or GPU YAMLs", "H100-SXM"),
     tensor_parallel_size: str = _axis(
         "--tensor-parallel-size", "tensor-parallel sizes", "1,2,4,8 where the model allows"
