@@ -107,6 +107,9 @@ def autoscale(
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the schedule (needs --replica-rate); simulate nothing"
+    ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Replicas over time: a replica schedule from the workload's arrival rate, window by
@@ -138,7 +141,7 @@ def autoscale(
             lead_s=lead_s, plan_num_requests=plan_num_requests,
         )  # fmt: skip
         target = Path(out) if out else Path("autoscale") / Path(workload).stem
-        doc = run_autoscale(spec, target, force=force)
+        doc = run_autoscale(spec, target, force=force, dry_run=dry_run)
     except (ValueError, OutputError, ValidationError) as exc:
         print(f"kvsim: error: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None

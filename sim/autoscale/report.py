@@ -22,16 +22,20 @@ def print_report(doc: dict[str, Any], out: Path) -> None:
     )
     for name in ("start (s)", "rate (req/s)", "replicas", "meets SLOs (autoscaled)"):
         sched.add_column(name, justify="right")
-    windows = doc["autoscaled"].get("windows", [])
-    for row, w in zip(doc["schedule"], windows):
+    windows = doc["autoscaled"].get("windows", []) if "autoscaled" in doc else []
+    for i, row in enumerate(doc["schedule"]):
         mark = " (mix differs)" if row["mix_differs"] else ""
+        verdict = _yes(windows[i]["meets_slo"]) if windows else "not simulated"
         sched.add_row(
-            f"{row['start_s']:,.0f}",
-            f"{row['rate']:.2f}{mark}",
-            str(row["replicas"]),
-            _yes(w["meets_slo"]),
+            f"{row['start_s']:,.0f}", f"{row['rate']:.2f}{mark}", str(row["replicas"]), verdict
         )
     console.print(sched)
+    if "autoscaled" not in doc:
+        console.print(
+            f"dry run: peak {max(r['replicas'] for r in doc['schedule'])} replicas, "
+            f"scale-up delay {doc['scale_up_delay_s']:.0f} s; nothing simulated or written"
+        )
+        return
     cmp = Table(title="autoscaled cluster against a fixed one sized for the peak")
     cmp.add_column("")
     cmp.add_column("autoscaled", justify="right")

@@ -155,9 +155,12 @@ def _cluster_doc(
     return doc
 
 
-def run_autoscale(spec: AutoscaleSpec, out: Path, force: bool = False) -> dict[str, Any]:
+def run_autoscale(
+    spec: AutoscaleSpec, out: Path, force: bool = False, dry_run: bool = False
+) -> dict[str, Any]:
     """Plan, schedule and simulate (see the module docstring); write ``autoscale.json``
-    into ``out`` and return its document."""
+    into ``out`` and return its document. ``dry_run``: the schedule only (needs
+    ``replica_rate``), nothing simulated or written."""
     arrivals = draw_arrivals(spec.workload, spec.seed)
     windows = arrival_windows(arrivals, spec.window_s)
     base = RunSpec(
@@ -165,11 +168,15 @@ def run_autoscale(spec: AutoscaleSpec, out: Path, force: bool = False) -> dict[s
         seed=spec.seed, router=spec.router, steps="thin",
     )  # fmt: skip
     resolved = resolve_run(base)
-    if spec.replica_rate is None and spec.slo is None:
-        raise ValueError("give --replica-rate, or SLO flags to plan one replica's capacity")
-    check_output(out, "autoscale", force=force)
-    out.mkdir(parents=True, exist_ok=True)
-    write_marker(out, "autoscale")
+    if spec.replica_rate is None and (spec.slo is None or dry_run):
+        raise ValueError(
+            "give --replica-rate"
+            + ("" if dry_run else ", or SLO flags to plan one replica's capacity")
+        )
+    if not dry_run:
+        check_output(out, "autoscale", force=force)
+        out.mkdir(parents=True, exist_ok=True)
+        write_marker(out, "autoscale")
     rate, plan_doc = replica_capacity(spec, out)
     need = replicas_needed(windows, rate, spec.headroom, spec.min_replicas)
     delay = spec.scale_up_delay_s
@@ -180,18 +187,10 @@ def run_autoscale(spec: AutoscaleSpec, out: Path, force: bool = False) -> dict[s
         scale_down_delay_s=spec.scale_down_delay_s, lead_s=spec.lead_s,
     )  # fmt: skip
     peak, tp = schedule.peak, spec.engine.tensor_parallel_size
-    cluster = dataclasses.replace(base, num_replicas=peak)
-    router = ScheduledRouter(make_router(spec.router), schedule)
-    run(cluster, out / "autoscaled", render=False, force=True, router=router)
-    run(cluster, out / "peak", render=False, force=True)
-    frames = {
-        name: pd.read_csv(out / name / "requests.csv", dtype={"request_id": str})
-        for name in ("autoscaled", "peak")
-    }
     marks = _mix_marks(
         windows, float(arrivals.prompt_tokens.mean()), float(arrivals.output_tokens.mean())
     )
-    doc = {
+    doc: dict[str, Any] = {
         "kvsim_version": __version__,
         "workload": spec.workload,
         "model": resolved.model_name,
@@ -216,8 +215,18 @@ def run_autoscale(spec: AutoscaleSpec, out: Path, force: bool = False) -> dict[s
             }
             for w, n, mark in zip(windows, need, marks)
         ],
-        "autoscaled": _cluster_doc(schedule, frames["autoscaled"], peak, tp, spec.slo),
-        "peak": _cluster_doc(None, frames["peak"], peak, tp, spec.slo),
     }
+    if dry_run:
+        return doc
+    cluster = dataclasses.replace(base, num_replicas=peak)
+    router = ScheduledRouter(make_router(spec.router), schedule)
+    run(cluster, out / "autoscaled", render=False, force=True, router=router)
+    run(cluster, out / "peak", render=False, force=True)
+    frames = {
+        name: pd.read_csv(out / name / "requests.csv", dtype={"request_id": str})
+        for name in ("autoscaled", "peak")
+    }
+    doc["autoscaled"] = _cluster_doc(schedule, frames["autoscaled"], peak, tp, spec.slo)
+    doc["peak"] = _cluster_doc(None, frames["peak"], peak, tp, spec.slo)
     (out / "autoscale.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return doc
