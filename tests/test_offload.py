@@ -208,3 +208,38 @@ def test_simulate_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) ->
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+@needs_fork
+@pytest.mark.parametrize(
+    ("trace", "max_model_len", "replicas"),
+    [
+        ("examples/chat-trace.jsonl", None, 1),  # token ids, hash ids and lengths
+        ("tests/data/llmservingsim/RTXPRO6000_Llama-3.1-8B/requests.jsonl", None, 2),
+        ("tests/data/llmservingsim/RTXPRO6000_Llama-3.1-8B/requests.jsonl", 2048, 1),
+    ],
+    ids=["kvsim-jsonl", "llmservingsim-2-replicas", "with-rejected-prompts"],
+)
+def test_a_trace_drawn_ahead_writes_the_same_bytes(
+    tmp_path: Path, trace: str, max_model_len: int | None, replicas: int
+) -> None:
+    """A trace's prompts built and hashed by a helper process give the same run, byte for
+    byte (a prompt to be rejected is not built there: its length is sent instead)."""
+    repo = Path(__file__).resolve().parents[1]
+    digests = []
+    for helpers in (False, True):
+        resolved = resolve_run(
+            RunSpec(
+                workload=str(repo / trace), model="llama-3.1-8b", gpu="a100-80gb",
+                engine=EngineConfig(max_model_len=max_model_len),
+            )
+        )  # fmt: skip
+        out = tmp_path / f"out-{helpers}"
+        out.mkdir()
+        summary = simulate(resolved, out, decisions=True, num_replicas=replicas, helpers=helpers)
+        summary.pop("wall_s")
+        (out / "summary.txt").write_text(repr(summary))
+        digests.append(_digest(out))
+        if max_model_len is not None:
+            assert summary["num_rejected"] > 0
+    assert digests[0] == digests[1]

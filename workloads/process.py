@@ -24,6 +24,11 @@ from workloads.request import SimRequest
 Submit = Callable[[SimRequest], None]
 
 
+AHEAD_CHUNK = 256
+"""Requests per chunk a helper draws ahead, after a smaller first one (~350 kB pickled
+at 512 prompt tokens and their hashes)."""
+
+
 class Chunks(Protocol):
     """Chunks of :meth:`Workload.draw_ahead` in order: ``next()`` returns the next."""
 

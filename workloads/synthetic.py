@@ -17,7 +17,7 @@ import simpy
 
 from workloads.arrivals import arrival_times
 from workloads.distributions import LengthSampler, make_sampler
-from workloads.process import Chunks, Workload
+from workloads.process import AHEAD_CHUNK, Chunks, Workload
 from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
@@ -37,8 +37,6 @@ def build_samplers(
     return prompt, output, turns
 
 
-_AHEAD_CHUNK = 256
-"""Sessions per chunk drawn ahead (~350 kB pickled at 512 prompt tokens and their hashes)."""
 DrawnTurn = tuple["array | int", int, int, "str | None", Any]
 """A single-turn session drawn ahead: prompt token ids (a compact ``array``; it pickles
 as bytes), max_tokens, priority, session id, and what ``prepare`` made of it. When
@@ -107,7 +105,7 @@ class SyntheticWorkload(Workload):
                 )
             yield chunk
             index = end
-            size = _AHEAD_CHUNK
+            size = AHEAD_CHUNK
 
     # -- SimPy side -----------------------------------------------------------
 

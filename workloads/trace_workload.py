@@ -4,18 +4,20 @@ Prompt token ids are built when the engine first uses them (a request it rejects
 its length never builds them): the trace's own ids when it has them, re-expanded hash
 blocks when it has hash ids, otherwise ids drawn from the stream ``(seed, trace row,
 i)``; the same ids whenever they are built. Completions do not change anything (the
-trace is open loop).
+trace is open loop), so a helper process may build and hash the prompts ahead
+(:meth:`TraceWorkload.draw_ahead`) while the loop only submits them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from array import array
+from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from typing import Any
 
 import simpy
 
-from workloads.process import Chunks, Workload
+from workloads.process import AHEAD_CHUNK, Chunks, Workload
 from workloads.request import SimRequest
 from workloads.tokens import TAG_TRACE_ROW, HashBlockTokens, KeyedStreams, random_tokens
 from workloads.traces.table import TraceTable
@@ -56,14 +58,56 @@ class TraceWorkload(Workload):
         self._blocks = HashBlockTokens(seed, vocab_size)
         self._rows_by_id: dict[str, int] | None = None
 
-    def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
-        env.process(self._replay(env))
+    def draw_ahead(
+        self, prepare: Callable[[SimRequest], Any] | None = None
+    ) -> Iterator[list[tuple[Any, Any]]]:
+        """Rows 0, 1, ... in chunks, as :meth:`_replay` submits them: each row's prompt
+        token ids (an ``array``) and ``prepare``'s result for its request (its block
+        hashes), or, where ``prepare`` says the request will be rejected (None), its
+        prompt length alone (its tokens are then never built, as in the loop). Arrival
+        times and everything else come from the table, in the loop."""
+        return self._drawn_ahead(prepare)
 
-    def _replay(self, env: simpy.Environment) -> Generator[simpy.Event, None, None]:
+    def _drawn_ahead(
+        self, prepare: Callable[[SimRequest], Any] | None
+    ) -> Iterator[list[tuple[Any, Any]]]:
+        explicit = self.table.token_ids is not None
+        typecode = "q" if explicit or self._vocab > 1 << 16 else "H"
+        n, index, size = len(self.table), 0, 64  # a small first chunk: needed at once
+        while index < n:
+            end = min(index + size, n)
+            chunk: list[tuple[Any, Any]] = []
+            for row in range(index, end):
+                req = self.request(row, 0.0)
+                prepared = prepare(req) if prepare is not None else None
+                if prepare is not None and prepared is None:
+                    chunk.append((req.num_prompt_tokens, None))
+                else:
+                    chunk.append((array(typecode, req.prompt_token_ids), prepared))
+            yield chunk
+            index = end
+            size = AHEAD_CHUNK
+
+    def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
+        env.process(self._replay(env, ahead))
+
+    def _replay(
+        self, env: simpy.Environment, ahead: Chunks | None
+    ) -> Generator[simpy.Event, None, None]:
+        chunk: list[tuple[Any, Any]] = []
+        pos = 0
         for row, when in enumerate(self.table.arrival_s.tolist()):
             if when > env.now:
                 yield env.timeout(when - env.now)
-            self._emit(self.request(row, float(env.now)))
+            request = self.request(row, float(env.now))
+            if ahead is not None:
+                if pos == len(chunk):
+                    chunk, pos = ahead.next(), 0
+                tokens, hashes = chunk[pos]
+                pos += 1
+                if not isinstance(tokens, int):  # drawn and hashed by the helper
+                    request = self.request(row, float(env.now), tokens.tolist(), hashes)
+            self._emit(request)
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table
@@ -93,8 +137,15 @@ class TraceWorkload(Workload):
             row = self._rows_by_id.get(request_id, -1)
         return lines[row] if 0 <= row < len(lines) else None
 
-    def request(self, row: int, now: float) -> SimRequest:
-        """The request of trace row ``row``, arriving at ``now`` seconds."""
+    def request(
+        self,
+        row: int,
+        now: float,
+        prompt_token_ids: list[int] | None = None,
+        prompt_block_hashes: list[Any] | None = None,
+    ) -> SimRequest:
+        """The request of trace row ``row``, arriving at ``now`` seconds (its prompt
+        built when first used, unless given with its block hashes)."""
         table = self.table
 
         def column(values: list[Any] | None, default: Any) -> Any:
@@ -103,7 +154,8 @@ class TraceWorkload(Workload):
         return SimRequest(
             request_id=column(table.request_ids, f"req-{row}"),
             arrival_s=now,
-            prompt_token_ids=None,
+            prompt_token_ids=prompt_token_ids,
+            prompt_block_hashes=prompt_block_hashes,
             num_prompt_tokens=int(table.prompt_tokens[row]),
             build_prompt=partial(self._tokens, row),
             max_tokens=int(table.output_tokens[row]),
