@@ -3,7 +3,8 @@
 The engine calls ``start(env, submit)`` once; the workload then calls
 ``submit(request)`` at each arrival, at simulated time ``env.now`` (seconds). The engine
 calls ``on_finish`` when a request completes (or is rejected, with no output tokens),
-which lets closed-loop clients and multi-turn sessions send their next request. When
+which lets closed-loop clients and multi-turn sessions send their next request; it
+calls ``on_abort`` instead when it aborted a request at its ``timeout_s``. When
 ``done()`` is true and the engine is idle, the run is over; an idle engine that is not
 done waits for the next ``submit`` or for the ``all_submitted`` event (a duration-bound
 workload becomes done at ``duration_s`` without a last submit).
@@ -91,6 +92,11 @@ class Workload:
 
     def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
         """The engine finished ``request_id`` at ``now`` seconds with these output tokens."""
+
+    def on_abort(self, request_id: str, now: float) -> None:
+        """The engine aborted ``request_id`` at ``now`` seconds (its client timed out);
+        by default, as a finish with no output."""
+        self.on_finish(request_id, [], now)
 
     def done(self) -> bool:
         """True when no request will ever be submitted again."""
