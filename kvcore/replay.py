@@ -17,6 +17,12 @@ it), ``in_flight`` (steps whose batches are still queued, oldest first) and per
 scheduled request ``placeholders`` (output placeholders after the step); their
 ``finished``, ``prefix_cache`` (null when no output was applied) and ``kv_events``
 come with the applied output, as vLLM reports them.
+
+A trace request with ``abort_step`` is aborted after the adds of that step, before
+its ``schedule()``: ``Scheduler.finish_requests([id], FINISHED_ABORTED)``, one call per
+request in arrival order (what vLLM's ``EngineCore.abort_requests`` does for each
+client abort in its input queue). A step line after one or more aborts that ended a
+request lists them under ``aborted``; lines without aborts are unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from kvcore.kv_cache_interface import (
     SlidingWindowSpec,
 )
 from kvcore.replay_trace import TraceRequest
-from kvcore.request import LoRARequest, Request
+from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
@@ -219,6 +225,10 @@ def replay(
     queue = None
     if config.async_scheduling:
         queue = BatchQueue(scheduler, sample_fixed_token(config.sample_token_id))
+    aborts = sorted(
+        (tr.abort_step, i, tr.request_id) for tr, i in pending if tr.abort_step is not None
+    )
+    next_abort = 0
     while True:
         while next_idx < len(pending) and pending[next_idx][0].arrival_step <= step:
             tr, i = pending[next_idx]
@@ -235,14 +245,23 @@ def replay(
             scheduler.add_request(req)
             reqs[tr.request_id] = req
             next_idx += 1
+        aborted = []
+        while next_abort < len(aborts) and aborts[next_abort][0] <= step:
+            rid = aborts[next_abort][2]
+            ended = scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+            aborted.extend(r.request_id for r in ended)
+            next_abort += 1
         if queue is None:
             if next_idx == len(pending) and not scheduler.has_requests():
                 break
-            yield _step(scheduler, reqs, step, config, pool, totals)
+            line = _step(scheduler, reqs, step, config, pool, totals)
         else:
             if next_idx == len(pending) and not queue.has_work():
                 break
-            yield _async_step(queue, reqs, config, pool, totals)
+            line = _async_step(queue, reqs, config, pool, totals)
+        if aborted:
+            line["aborted"] = aborted
+        yield line
         step += 1
     yield {
         "type": "summary",

@@ -40,6 +40,8 @@ REQUIRED_FEATURES = (
     "preempted_5_times",
     "resumed_with_own_hits",
     "prefix_hits",
+    "abort_waiting",
+    "abort_scheduled",
 )
 
 REQUIRED_ASYNC_FEATURES = (
@@ -48,11 +50,13 @@ REQUIRED_ASYNC_FEATURES = (
     "async_stale_output",
     "async_stale_finish",
     "async_arrival_while_in_flight",
+    "async_abort_in_flight",
 )
 """What every async run of 200+ traces must also contain: a running request not
 scheduled again while its step in flight samples its last token; a preemption of a
 request with output in flight; that output delivered to the preempted request, once
-finishing it; a request arriving while a batch is in flight."""
+finishing it; a request arriving while a batch is in flight; a request aborted while
+a batch that scheduled it is in flight."""
 
 
 def case_features(
@@ -118,6 +122,11 @@ def _behaviour(
         f.add("resumed_with_own_hits")
     if any(p["hits"] for p in stats):
         f.add("prefix_hits")
+    seen: set[str] = set()
+    for s in steps:
+        for rid in s.get("aborted", ()):
+            f.add("abort_scheduled" if rid in seen else "abort_waiting")
+        seen.update(e["id"] for e in s["scheduled"])
     if config.get("async_scheduling"):
         f |= _async_behaviour(trace, steps)
     limit = config.get("max_model_len")
@@ -137,6 +146,9 @@ def _async_behaviour(trace: list[dict[str, Any]], steps: list[dict[str, Any]]) -
         scheduled_in[s["step"]] = ids
         if s["step"] in arrivals and s["step"] > 0 and in_flight_before:
             f.add("async_arrival_while_in_flight")
+        flown = set().union(*(scheduled_in[k] for k in in_flight_before))
+        if any(rid in flown for rid in s.get("aborted", ())):
+            f.add("async_abort_in_flight")
         applied = scheduled_in.get(s["applied_step"], set())
         if any(rid in applied and rid not in ids for rid in s["finished"]):
             f.add("async_max_tokens_skip")  # not scheduled again while its last token flew

@@ -12,6 +12,9 @@ preempt repeatedly, chunked prefill on and off, ``long_prefill_token_threshold``
 and priority (with ties), watermark, reserve-full-ISL, ``max_model_len`` caps that stop
 requests, ``cache_salt`` and LoRA ids, full + sliding-window, full + chunked-local and
 sliding-window-only groups, prefix caching off, every hash algorithm and KV events.
+Some cases abort requests (``abort_step``: a client going away) while they wait, run
+or have a batch in flight; the aborts come from a stream of their own, so a case
+without aborts is the case it was before aborts existed.
 
 Validity rules kept (vLLM rejects or livelocks otherwise): ``max_num_batched_tokens >=
 max_num_seqs``; without chunked prefill ``max_num_batched_tokens >= max_model_len``;
@@ -189,6 +192,20 @@ def random_config(
     return config
 
 
+ABORT_CASE_CHANCE = 0.4
+"""Share of cases with aborts; in those, each request is aborted with chance 0.3."""
+
+
+def add_aborts(rng: np.random.Generator, trace: list[dict[str, Any]]) -> None:
+    """Give some requests an ``abort_step``: at arrival (still waiting) up to a little
+    after the request would have finished unaborted (a no-op)."""
+    if not _chance(rng, ABORT_CASE_CHANCE):
+        return
+    for r in trace:
+        if _chance(rng, 0.3):
+            r["abort_step"] = r["arrival_step"] + int(rng.integers(0, r["max_tokens"] + 12))
+
+
 def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:
     """Step case ``index`` of run ``seed``: (driver/ReplayConfig knobs, replay trace).
 
@@ -199,6 +216,7 @@ def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:
     policy = "priority" if _chance(rng, 0.35) else "fcfs"
     trace = random_trace(rng, block_size, policy)
     config = random_config(rng, trace, block_size, policy)
+    add_aborts(case_rng(seed, index, stream=2), trace)
     if async_scheduling:
         config["async_scheduling"] = True
     return config, trace

@@ -52,6 +52,11 @@ Request set-up (kvsim must mirror it)
   reproduces it as ``NONE_HASH = hash_fn("vllm-none-hash")`` with the configured
   algorithm (e.g. ``xxh3_128(pickle.dumps(seed, HIGHEST_PROTOCOL))`` for xxhash);
   the header records both the seed and the resulting hash in hex.
+* ``abort_step`` (int >= arrival_step): the request is aborted after the adds of that
+  step, before its ``schedule()``: one abort call per request, in arrival order
+  (``EngineCore.abort_requests`` with the async engine shell; the same
+  ``Scheduler.finish_requests(ids, FINISHED_ABORTED)`` call in the synchronous
+  replay). A step line after aborts that ended a request lists them under ``aborted``.
 * Speculative decoding is not supported (``num_speculative_tokens`` must be 0):
   its slots only matter with a drafter whose proposals would have to be faked.
 
@@ -134,7 +139,7 @@ from vllm.v1.kv_cache_interface import (
     SlidingWindowSpec,
 )
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
 STEPS_DEFAULTS: dict[str, Any] = {
@@ -545,6 +550,13 @@ class StepReplay:
         """Whether the loop goes on once every request has arrived."""
         return self.sched.has_requests()
 
+    def abort(self, rid: str) -> bool:
+        """Abort one request as the engine core does; whether it ended it."""
+        req = self.sched.requests.get(rid)
+        live = req is not None and not req.is_finished()
+        self.sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+        return live and rid not in self.sched.requests
+
     def scheduled_entry(self, rid: str, n: int, blocks: list[list[int]]) -> dict[str, Any]:
         """The per-request record of one step (before model output)."""
         if rid not in self.seen:
@@ -610,6 +622,12 @@ class StepReplay:
         t_start = time.perf_counter()
         yield self.build()
         pending = ordered_trace(self.trace)
+        aborts = sorted(
+            (int(spec["abort_step"]), i, str(spec["request_id"]))
+            for i, (_, spec) in enumerate(pending)
+            if spec.get("abort_step") is not None
+        )
+        next_abort = 0
         nxt, step, loop_s = 0, 0, 0.0
         totals = {"finished": 0, "preempted": 0, "tokens": 0}
         while True:
@@ -618,11 +636,19 @@ class StepReplay:
                 req = make_request(spec, arrival, self.block_hasher, int(spec["max_tokens"]))
                 self.sched.add_request(req)
                 nxt += 1
+            aborted = []
+            while next_abort < len(aborts) and aborts[next_abort][0] <= step:
+                rid = aborts[next_abort][2]
+                if self.abort(rid):
+                    aborted.append(rid)
+                next_abort += 1
             if nxt == len(pending) and not self.has_work():
                 break
             t0 = time.perf_counter()
             line = self.step(step)
             loop_s += time.perf_counter() - t0
+            if aborted:
+                line["aborted"] = aborted
             totals["finished"] += len(line["finished"])
             totals["preempted"] += len(line["preempted"])
             totals["tokens"] += line["total_scheduled_tokens"]
@@ -740,6 +766,13 @@ class AsyncStepReplay(StepReplay):
     def has_work(self) -> bool:
         """vLLM's own EngineCore.has_work."""
         return self.engine.has_work()
+
+    def abort(self, rid: str) -> bool:
+        """vLLM's own EngineCore.abort_requests for one request; whether it ended it."""
+        req = self.sched.requests.get(rid)
+        live = req is not None and not req.is_finished()
+        self.engine.abort_requests([rid])
+        return live and rid not in self.sched.requests
 
     def step(self, index: int) -> dict[str, Any]:
         """One call of vLLM's EngineCore.step_with_batch_queue."""

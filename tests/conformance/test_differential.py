@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kvcore.replay import ReplayConfig
-from sim.conformance import DEFAULT_SEED
+from sim.conformance import DEFAULT_SEED, generate
 from sim.conformance.compare import first_line_diff
 from sim.conformance.coverage import REQUIRED_ASYNC_FEATURES, REQUIRED_FEATURES, coverage
 from sim.conformance.differential import DEFAULT_VLLM_PYTHON, run
@@ -122,8 +122,24 @@ def test_cases_are_reproducible_and_valid() -> None:
         assert cfg.max_num_batched_tokens >= cfg.max_num_seqs
         lines = run_kvcore_steps(config, trace)
         assert not isinstance(lines, str), lines
-        assert lines[-1]["finished"] == len(trace)
+        aborted = sum(len(x.get("aborted", ())) for x in lines if x["type"] == "step")
+        assert lines[-1]["finished"] + aborted == len(trace)
     assert random_case(SEED, 0) != random_case(SEED + 1, 0)
+
+
+def test_aborts_leave_other_cases_as_they_were(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Aborts come from their own stream: without them each case is what it was before
+    aborts existed (same knobs, same requests); some cases have aborts, others not."""
+    cases = [random_case(SEED, i) for i in range(40)]
+    monkeypatch.setattr(generate, "ABORT_CASE_CHANCE", 0.0)
+    with_aborts = 0
+    for i, (config, trace) in enumerate(cases):
+        plain = [{k: v for k, v in r.items() if k != "abort_step"} for r in trace]
+        assert (config, plain) == random_case(SEED, i)
+        aborted = [r for r in trace if "abort_step" in r]
+        with_aborts += bool(aborted)
+        assert all(r["abort_step"] >= r["arrival_step"] for r in aborted)
+    assert 0 < with_aborts < 40
 
 
 def test_cases_cover_every_listed_knob() -> None:
