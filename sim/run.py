@@ -162,7 +162,7 @@ def simulate(
     summary = build_summary(
         steps,
         requests,
-        num_requests=requests.num_finished + cluster.num_rejected,
+        num_requests=requests.num_finished + cluster.num_rejected + requests.num_aborted,
         num_rejected=cluster.num_rejected,
         sim_duration_s=env.now,
         wall_s=time.perf_counter() - wall0,
@@ -170,6 +170,7 @@ def simulate(
         block_size=resolved.engine.block_size,
         input_limits=cluster.limits.summary(resolved.workload),
         goodput=goodput,
+        timeouts=getattr(resolved.workload, "has_timeouts", False),
     )
     summary["verdict"] = judge_inputs(VerdictInputs.from_recorders(steps, requests))
     summary["num_replicas"] = num_replicas

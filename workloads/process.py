@@ -44,9 +44,12 @@ class Workload:
         reacts_to_finish: whether ``on_finish`` may lead to a later submit (closed
             loops, sessions). When False, what a run submits and when depends on the
             arrival process alone (fast-forward uses this with several replicas).
+        has_timeouts: whether some request carries a ``timeout_s``.
     """
 
     reacts_to_finish = True
+    has_timeouts = False
+    """Whether some request may carry a ``timeout_s`` (the engine then arms timers)."""
 
     def __init__(self, name: str, spec: dict[str, Any], num_requests: int | None) -> None:
         self.name = name

@@ -76,6 +76,7 @@ class SyntheticWorkload(Workload):
         self._ahead_chunk: list[DrawnTurn] = []
         self._ahead_pos = 0
         self._timeout = spec.timeout_s
+        self.has_timeouts = any(spec.stage_timeout(s) is not None for s in spec.all_stages)
 
     def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnTurn]] | None:
         """Open loop without sessions: what each arrival submits depends on its index
