@@ -197,13 +197,20 @@ ABORT_CASE_CHANCE = 0.4
 
 
 def add_aborts(rng: np.random.Generator, trace: list[dict[str, Any]]) -> None:
-    """Give some requests an ``abort_step``: at arrival (still waiting) up to a little
-    after the request would have finished unaborted (a no-op)."""
+    """Give some requests an abort: ``abort_step`` (before that step's schedule) or
+    ``abort_in_step`` (while that step runs; at most one per step, as vLLM frees the
+    requests of one aborts-queue read in set order), from arrival (still waiting) up to
+    a little after the request would have finished unaborted (a no-op)."""
     if not _chance(rng, ABORT_CASE_CHANCE):
         return
+    taken: set[int] = set()
     for r in trace:
         if _chance(rng, 0.3):
-            r["abort_step"] = r["arrival_step"] + int(rng.integers(0, r["max_tokens"] + 12))
+            step = r["arrival_step"] + int(rng.integers(0, r["max_tokens"] + 12))
+            in_step = _chance(rng, 0.5) and step not in taken
+            if in_step:
+                taken.add(step)
+            r["abort_in_step" if in_step else "abort_step"] = step
 
 
 def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:

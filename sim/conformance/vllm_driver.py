@@ -56,7 +56,14 @@ Request set-up (kvsim must mirror it)
   step, before its ``schedule()``: one abort call per request, in arrival order
   (``EngineCore.abort_requests`` with the async engine shell; the same
   ``Scheduler.finish_requests(ids, FINISHED_ABORTED)`` call in the synchronous
-  replay). A step line after aborts that ended a request lists them under ``aborted``.
+  replay). ``abort_in_step`` (int >= arrival_step, at most one request per step): the
+  abort comes while that step runs: the synchronous replay aborts after
+  ``schedule()``, before ``update_from_output`` (as ``EngineCore.step`` reads its
+  aborts queue); the async one puts it in the engine shell's ``aborts_queue`` before
+  calling ``step_with_batch_queue``, which reads it before applying an output; when
+  that iteration applies none, the abort is made at the start of the next step (its
+  copy in the input queue). A step line whose aborts ended requests lists them under
+  ``aborted`` (those before ``schedule()`` first).
 * Speculative decoding is not supported (``num_speculative_tokens`` must be 0):
   its slots only matter with a drafter whose proposals would have to be faked.
 
@@ -525,6 +532,9 @@ class StepReplay:
         self.name = name
         self.seen: set[str] = set()
         self.resuming: set[str] = set()
+        self.in_step: list[str] = []  # aborts that come while the next step runs
+        self.aborted: list[str] = []  # ids the aborts of the current step ended
+        self.deferred: list[str] = []  # in-step aborts left to the next step
 
     def build(self) -> dict[str, Any]:
         """Build the scheduler and return the header line."""
@@ -593,6 +603,7 @@ class StepReplay:
             for rid, n in out.num_scheduled_tokens.items()
         ]
         mro = fake_model_output(sched, out, int(self.cfg["sample_token_id"]))
+        self.aborted += [rid for rid in self.in_step if self.abort(rid)]
         engine_outputs = sched.update_from_output(out, mro)
         for entry, tokens in zip(entries, mro.sampled_token_ids):
             self.finish_entry(entry, bool(tokens))
@@ -627,7 +638,12 @@ class StepReplay:
             for i, (_, spec) in enumerate(pending)
             if spec.get("abort_step") is not None
         )
-        next_abort = 0
+        during = sorted(
+            (int(spec["abort_in_step"]), i, str(spec["request_id"]))
+            for i, (_, spec) in enumerate(pending)
+            if spec.get("abort_in_step") is not None
+        )
+        next_abort = next_during = 0
         nxt, step, loop_s = 0, 0, 0.0
         totals = {"finished": 0, "preempted": 0, "tokens": 0}
         while True:
@@ -636,19 +652,22 @@ class StepReplay:
                 req = make_request(spec, arrival, self.block_hasher, int(spec["max_tokens"]))
                 self.sched.add_request(req)
                 nxt += 1
-            aborted = []
+            due, self.deferred = self.deferred, []
             while next_abort < len(aborts) and aborts[next_abort][0] <= step:
-                rid = aborts[next_abort][2]
-                if self.abort(rid):
-                    aborted.append(rid)
+                due.append(aborts[next_abort][2])
                 next_abort += 1
+            self.aborted = [rid for rid in due if self.abort(rid)]
+            self.in_step = []
+            while next_during < len(during) and during[next_during][0] <= step:
+                self.in_step.append(during[next_during][2])
+                next_during += 1
             if nxt == len(pending) and not self.has_work():
                 break
             t0 = time.perf_counter()
             line = self.step(step)
             loop_s += time.perf_counter() - t0
-            if aborted:
-                line["aborted"] = aborted
+            if self.aborted:
+                line["aborted"] = self.aborted
             totals["finished"] += len(line["finished"])
             totals["preempted"] += len(line["preempted"])
             totals["tokens"] += line["total_scheduled_tokens"]
@@ -779,7 +798,18 @@ class AsyncStepReplay(StepReplay):
         sched = self.sched
         pool = sched.kv_cache_manager.block_pool
         free_before = pool.get_num_free_blocks()
+        live = {rid for rid in self.in_step if rid in sched.requests}
+        for rid in self.in_step:  # one abort message per client, as the input thread queues
+            self.engine.aborts_queue.put_nowait([rid])
         engine_outputs, _ = self.engine.step_with_batch_queue()
+        if self.engine.aborts_queue.empty():  # read before an output was applied
+            self.aborted += [
+                rid for rid in self.in_step if rid in live and rid not in sched.requests
+            ]
+        else:  # no output applied: the input queue's copy aborts at the next step
+            while not self.engine.aborts_queue.empty():
+                self.engine.aborts_queue.get_nowait()
+            self.deferred = list(self.in_step)
         entries: list[dict[str, Any]] = []
         preempted: list[str] = []
         total = 0

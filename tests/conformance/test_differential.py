@@ -134,11 +134,15 @@ def test_aborts_leave_other_cases_as_they_were(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(generate, "ABORT_CASE_CHANCE", 0.0)
     with_aborts = 0
     for i, (config, trace) in enumerate(cases):
-        plain = [{k: v for k, v in r.items() if k != "abort_step"} for r in trace]
+        keys = ("abort_step", "abort_in_step")
+        plain = [{k: v for k, v in r.items() if k not in keys} for r in trace]
         assert (config, plain) == random_case(SEED, i)
-        aborted = [r for r in trace if "abort_step" in r]
+        aborted = [(r, r.get("abort_step", r.get("abort_in_step"))) for r in trace]
+        aborted = [(r, at) for r, at in aborted if at is not None]
         with_aborts += bool(aborted)
-        assert all(r["abort_step"] >= r["arrival_step"] for r in aborted)
+        assert all(at >= r["arrival_step"] for r, at in aborted)
+        in_step = [r["abort_in_step"] for r in trace if "abort_in_step" in r]
+        assert len(in_step) == len(set(in_step))
     assert 0 < with_aborts < 40
 
 
