@@ -111,3 +111,27 @@ def test_stages_and_pool_run_end_to_end(tmp_path: Path) -> None:
     assert min(float(r["arrival_s"]) for r in second) == pytest.approx(drained)
     assert summary["prefix_cache_hit_rate"] > 0.5
     assert sum(int(r["cached_tokens"]) for r in rows) >= 14 * 592
+
+
+def test_staged_pool_with_timeouts_is_byte_identical(tmp_path: Path) -> None:
+    """Same inputs and seed: the same bytes in every record file (aborted.csv too)."""
+    data = {
+        "seed": 4,
+        "prompt_len": 1500,
+        "output_len": 300,
+        "prompt_pool": {"size": 16, "order": "random"},
+        "timeout_s": 3.0,
+        "stages": [
+            {"arrival": {"type": "gamma", "rate": 20, "burstiness": 0.5}, "num_requests": 60},
+            {"arrival": {"type": "closed_loop", "concurrency": 8}, "duration_s": 6.0,
+             "start": "after_drain", "timeout_s": 2.0},
+        ],
+    }  # fmt: skip
+    _run(tmp_path, data, "a", async_scheduling=False)
+    _run(tmp_path, data, "b", async_scheduling=False)
+    _run(tmp_path, {**data, "seed": 5}, "c", async_scheduling=False)
+    a, b, c = (tmp_path / n for n in "abc")
+    assert (a / "aborted.csv").exists()
+    for name in ("requests.csv", "aborted.csv", "steps.csv"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert (a / "requests.csv").read_bytes() != (c / "requests.csv").read_bytes()

@@ -67,10 +67,6 @@ class StagedWorkload(SyntheticWorkload):
         """Nothing is drawn ahead: sends depend on the stage sequence."""
         return None
 
-    def stage_of(self, request_id: str) -> int | None:
-        """The stage of a request not yet finished (None once it ended)."""
-        return self._owner.get(request_id)
-
     # -- SimPy side -----------------------------------------------------------
 
     def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
