@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from kvcore.replay import ReplayConfig
+from kvcore.request import RequestStatus
+from kvcore.scheduler import Scheduler
 from sim.conformance import DEFAULT_SEED, generate
 from sim.conformance.compare import first_line_diff
 from sim.conformance.coverage import REQUIRED_ASYNC_FEATURES, REQUIRED_FEATURES, coverage
@@ -106,6 +108,37 @@ def test_async_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert "\n  vllm  : {" in text and "\n  kvcore: {" in text
     assert '"applied_step"' in text or '"in_flight"' in text, text
     assert "kvsim replay " in text and "--async-scheduling" in text
+
+
+def _abort_keeps_blocks(self, request_ids, status):
+    """A broken ``finish_requests``: the request leaves the queues, its blocks stay."""
+    ended = []
+    for rid in [request_ids] if isinstance(request_ids, str) else list(request_ids):
+        request = self.requests.get(rid)
+        if request is None or request.is_finished():
+            continue
+        if request.status == RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove_requests([request])
+        request.status = status
+        self.finished_req_ids.add(rid)
+        del self.requests[rid]
+        ended.append(request)
+    return ended
+
+
+@needs_vllm
+@pytest.mark.skipif(
+    not hasattr(Scheduler.finish_requests, "__code__"), reason="kvcore.scheduler is compiled"
+)
+def test_abort_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abort that does not give the request's blocks back is caught by the aborts
+    of the generated cases."""
+    monkeypatch.setattr(Scheduler, "finish_requests", _abort_keeps_blocks)
+    report = run(30, SEED, str(DEFAULT_VLLM_PYTHON), tmp_path, num_op_cases=0, num_sizing_cases=0)
+    assert len(report.mismatches) >= 3, [m.render() for m in report.mismatches]
+    assert "free_blocks" in report.mismatches[0].render()
 
 
 def test_cases_are_reproducible_and_valid() -> None:
