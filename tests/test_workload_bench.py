@@ -114,6 +114,17 @@ def test_stages_back_to_back_and_after_drain(tmp_path: Path) -> None:
     assert [r.request_id for _, r in sent] == [f"req-{i}" for i in range(len(sent))]
 
 
+def test_stage_delay_pauses_after_the_start_condition(tmp_path: Path) -> None:
+    stages = [
+        {"arrival": {"type": "burst"}, "num_requests": 2},
+        {"arrival": {"type": "burst"}, "num_requests": 1, "start": "after_drain",
+         "delay_s": 2.5},
+        {"arrival": {"type": "burst"}, "num_requests": 1, "delay_s": 0.5},
+    ]  # fmt: skip
+    times = [t for t, _ in _drive(_load(tmp_path, {"stages": stages}), service_s=1.0)]
+    assert times == [0.0, 0.0, 3.5, 4.0]  # drained at 1.0, + 2.5; then + 0.5
+
+
 def test_stage_and_workload_timeouts_travel_with_requests(tmp_path: Path) -> None:
     stages = [
         {"arrival": {"type": "constant", "rate": 10}, "num_requests": 2},

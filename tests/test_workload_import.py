@@ -116,7 +116,10 @@ def test_inference_perf_concurrent_stages_and_defaults() -> None:
         {"arrival": {"type": "closed_loop", "concurrency": 4}, "num_requests": 50}
     ]
     assert imported.data["prompt_pool"]["groups"]["num_groups"] == 10  # inference-perf's
-    assert imported.notes == ["load.interval (1.0 s between stages) is not modelled"]
+    assert imported.notes == []
+    config["load"]["stages"].append({"num_requests": 5, "concurrency_level": 1})
+    second = inference_perf_workload(config, "c.yaml").data["stages"][1]
+    assert second["start"] == "after_drain" and second["delay_s"] == 1.0  # default interval
 
 
 @pytest.mark.parametrize(

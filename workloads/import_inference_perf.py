@@ -3,9 +3,9 @@
 - ``load.type``: ``constant`` and ``poisson`` stages (``rate``, ``duration``) become
   stages of ``constant`` / ``poisson`` arrivals bounded by ``duration_s``;
   ``concurrent`` stages (``num_requests``, ``concurrency_level``) become closed-loop
-  stages. inference-perf lets a stage's requests finish before the next stage (then
-  waits ``interval`` seconds): every stage after the first starts ``after_drain``
-  (the ``interval`` pause itself is not modelled). ``sweep`` (stages found by probing
+  stages. inference-perf lets a stage's requests finish before the next stage, then
+  waits ``interval`` seconds (default 1): every stage after the first starts
+  ``after_drain`` with ``delay_s: interval``. ``sweep`` (stages found by probing
   a server) and the trace load types cannot be rebuilt.
 - ``load.request_timeout`` becomes ``timeout_s``; ``load.base_seed`` the seed.
 - ``data.type: shared_prefix`` becomes a ``prompt_pool`` of ``groups``
@@ -48,7 +48,7 @@ def inference_perf_workload(config: Any, file: str) -> ImportedWorkload:
     if isinstance(load.get("base_seed"), int) and load["base_seed"] >= 0:
         data["seed"] = load["base_seed"]
     data.update(_data_section(config.get("data"), file, notes))
-    data["stages"] = _stages(load, file, notes)
+    data["stages"] = _stages(load, file)
     timeout = load.get("request_timeout")
     if timeout is not None:
         require(
@@ -63,7 +63,7 @@ def inference_perf_workload(config: Any, file: str) -> ImportedWorkload:
     return imported
 
 
-def _stages(load: dict[str, Any], file: str, notes: list[str]) -> list[dict[str, Any]]:
+def _stages(load: dict[str, Any], file: str) -> list[dict[str, Any]]:
     kind = load.get("type", "constant")
     require(
         kind in LOAD_TYPES,
@@ -84,10 +84,13 @@ def _stages(load: dict[str, Any], file: str, notes: list[str]) -> list[dict[str,
         "load.stages",
         "give at least one stage",
     )
-    if load.get("interval", 1.0):
-        notes.append(
-            f"load.interval ({load.get('interval', 1.0)} s between stages) is not modelled"
-        )
+    interval = load.get("interval", 1.0)
+    require(
+        isinstance(interval, int | float) and not isinstance(interval, bool) and interval >= 0,
+        file,
+        "load.interval",
+        f"must be a number >= 0 (got {interval!r})",
+    )
     out = []
     keys = ("num_requests", "concurrency_level") if kind == "concurrent" else ("rate", "duration")
     for i, stage in enumerate(stages):
@@ -113,6 +116,8 @@ def _stages(load: dict[str, Any], file: str, notes: list[str]) -> list[dict[str,
             }
         if i > 0:
             entry["start"] = "after_drain"
+            if interval:
+                entry["delay_s"] = float(interval)
         out.append(entry)
     return out
 

@@ -87,6 +87,7 @@ class Stage(StrictModel):
     num_requests: int | None = Field(default=None, ge=1)
     duration_s: float | None = Field(default=None, gt=0, description="seconds")
     start: StageStart = "after_previous"
+    delay_s: float = Field(default=0.0, ge=0, description="seconds")
     timeout_s: float | None = Field(default=None, gt=0, description="seconds")
 
     @model_validator(mode="after")

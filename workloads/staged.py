@@ -3,7 +3,8 @@
 Stages run in order; each has its own arrival process and ends when it sent its
 ``num_requests`` or when its ``duration_s`` (from its own start) ran out. The next
 stage starts then (``start: after_previous``) or once every request of the stage
-before it finished, was aborted or was rejected (``start: after_drain``). A closed-loop
+before it finished, was aborted or was rejected (``start: after_drain``), and
+``delay_s`` seconds after that. A closed-loop
 client of a stage that ended sends nothing more. Open-loop stage ``s`` draws its
 arrival gaps from the stream ``(seed, arrivals, s)``; a workload without ``stages`` is
 one stage whose arrivals are those of :class:`workloads.synthetic.SyntheticWorkload`
@@ -143,7 +144,15 @@ class StagedWorkload(SyntheticWorkload):
         elif self.stage_list[s + 1].start == "after_drain" and self._outstanding[s] > 0:
             self._draining = s
         else:
-            self._start_stage(s + 1)
+            self._next_stage(s + 1)
+
+    def _next_stage(self, s: int) -> None:
+        """Start stage ``s`` now, or after its ``delay_s``."""
+        delay = self.stage_list[s].delay_s
+        if delay > 0:
+            self._after(delay, lambda: self._start_stage(s))
+        else:
+            self._start_stage(s)
 
     def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
         """Count the request out of its stage: the closed-loop client sends its next
@@ -159,7 +168,7 @@ class StagedWorkload(SyntheticWorkload):
             self._after(arrival.think_time_s, lambda: self._client_send(s, client))
         if self._draining == s and self._outstanding[s] == 0:
             self._draining = -1
-            self._after(0.0, lambda: self._start_stage(s + 1))
+            self._after(0.0, lambda: self._next_stage(s + 1))
 
     def on_abort(self, request_id: str, now: float) -> None:
         """An aborted request ends as a finish does (its client goes on)."""
