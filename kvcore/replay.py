@@ -17,6 +17,16 @@ it), ``in_flight`` (steps whose batches are still queued, oldest first) and per
 scheduled request ``placeholders`` (output placeholders after the step); their
 ``finished``, ``prefix_cache`` (null when no output was applied) and ``kv_events``
 come with the applied output, as vLLM reports them.
+
+A trace request with ``abort_step`` is aborted after the adds of that step, before
+its ``schedule()``: ``Scheduler.finish_requests([id], FINISHED_ABORTED)``, one call per
+request in arrival order (what vLLM's ``EngineCore.abort_requests`` does for each
+client abort in its input queue). One with ``abort_in_step`` is aborted while that
+step runs, after its ``schedule()`` and before ``update_from_output`` (vLLM's aborts
+queue, read just before an output is applied); an async iteration that applies no
+output leaves it to the start of the next step (the abort's copy in the input
+queue). A step line whose aborts ended requests lists them under ``aborted`` (those
+before ``schedule()`` first); lines without aborts are unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from kvcore.kv_cache_interface import (
     SlidingWindowSpec,
 )
 from kvcore.replay_trace import TraceRequest
-from kvcore.request import LoRARequest, Request
+from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
@@ -219,6 +229,14 @@ def replay(
     queue = None
     if config.async_scheduling:
         queue = BatchQueue(scheduler, sample_fixed_token(config.sample_token_id))
+    aborts = sorted(
+        (tr.abort_step, i, tr.request_id) for tr, i in pending if tr.abort_step is not None
+    )
+    during = sorted(
+        (tr.abort_in_step, i, tr.request_id) for tr, i in pending if tr.abort_in_step is not None
+    )
+    next_abort = next_during = 0
+    deferred: list[str] = []
     while True:
         while next_idx < len(pending) and pending[next_idx][0].arrival_step <= step:
             tr, i = pending[next_idx]
@@ -235,14 +253,29 @@ def replay(
             scheduler.add_request(req)
             reqs[tr.request_id] = req
             next_idx += 1
+        due = deferred
+        while next_abort < len(aborts) and aborts[next_abort][0] <= step:
+            due.append(aborts[next_abort][2])
+            next_abort += 1
+        aborted = _abort(scheduler, due)
+        in_step: list[str] = []
+        while next_during < len(during) and during[next_during][0] <= step:
+            in_step.append(during[next_during][2])
+            next_during += 1
+        deferred = []
         if queue is None:
             if next_idx == len(pending) and not scheduler.has_requests():
                 break
-            yield _step(scheduler, reqs, step, config, pool, totals)
+            line = _step(scheduler, reqs, step, config, pool, totals, in_step, aborted)
         else:
             if next_idx == len(pending) and not queue.has_work():
                 break
-            yield _async_step(queue, reqs, config, pool, totals)
+            line, applied = _async_step(queue, reqs, config, pool, totals, in_step, aborted)
+            if not applied:
+                deferred = in_step
+        if aborted:
+            line["aborted"] = aborted
+        yield line
         step += 1
     yield {
         "type": "summary",
@@ -255,6 +288,15 @@ def replay(
     }
 
 
+def _abort(scheduler: Scheduler, request_ids: list[str]) -> list[str]:
+    """Abort each request in turn (one ``finish_requests`` call each); the ids ended."""
+    ended = []
+    for rid in request_ids:
+        for r in scheduler.finish_requests([rid], RequestStatus.FINISHED_ABORTED):
+            ended.append(r.request_id)
+    return ended
+
+
 def _step(
     scheduler: Scheduler,
     reqs: dict[str, Request],
@@ -262,6 +304,8 @@ def _step(
     config: ReplayConfig,
     pool,
     totals: dict[str, int],
+    in_step: list[str],
+    aborted: list[str],
 ) -> dict[str, Any]:
     out = scheduler.schedule()
     free_after_schedule = pool.get_num_free_blocks()
@@ -291,6 +335,7 @@ def _step(
             "sampled": done,
         }
         entries.append((entry, req))
+    aborted += _abort(scheduler, in_step)  # the aborts queue, read before the output
     result = scheduler.update_from_output(out, sampled)
     scheduled = []
     for entry, req in entries:
@@ -386,8 +431,13 @@ def _async_step(
     config: ReplayConfig,
     pool,
     totals: dict[str, int],
-) -> dict[str, Any]:
-    """One engine iteration of the batch queue, as one step line."""
+    in_step: list[str],
+    aborted: list[str],
+) -> tuple[dict[str, Any], bool]:
+    """One engine iteration of the batch queue, as one step line, and whether it
+    applied an output. ``in_step`` are aborted just before that output is applied
+    (their ids added to ``aborted``); an iteration that applies none leaves them to the
+    caller, for the next step."""
     scheduler = queue.scheduler
     step = queue.iteration
     batch, must_wait = queue.schedule_next()
@@ -402,6 +452,7 @@ def _async_step(
         total = out.total_num_scheduled_tokens
     applied = result = None
     if must_wait:
+        aborted += _abort(scheduler, in_step)
         applied, result = queue.apply_oldest()
     scheduled = []
     for entry, req in entries:
@@ -437,4 +488,4 @@ def _async_step(
     }
     if config.enable_kv_cache_events:
         line["kv_events"] = [e.to_json() for e in result.kv_events] if result is not None else []
-    return line
+    return line, must_wait

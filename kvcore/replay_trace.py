@@ -1,8 +1,13 @@
 """Step-indexed replay traces: loading and validation.
 
 A trace is a JSON list of ``{request_id, arrival_step, prompt_token_ids, max_tokens}``
-objects with optional ``priority``, ``cache_salt`` and ``lora_id``; a request is added
-before the ``schedule()`` call of step ``arrival_step``.
+objects with optional ``priority``, ``cache_salt``, ``lora_id``, ``abort_step`` and
+``abort_in_step``; a request is added before the ``schedule()`` call of step
+``arrival_step``. The engine aborts a request (vLLM's ``EngineCore.abort_requests``,
+as for a client that went away) after the adds of step ``abort_step``, before its
+``schedule()`` (vLLM's input queue), or while step ``abort_in_step`` runs: after its
+``schedule()``, before the output it applies (vLLM's aborts queue). Both are at least
+``arrival_step``; a request already finished is left alone.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ class TraceRequest:
     priority: int = 0
     cache_salt: str | None = None
     lora_id: int | None = None
+    abort_step: int | None = None
+    abort_in_step: int | None = None
 
 
 _REQUIRED = ("request_id", "arrival_step", "prompt_token_ids", "max_tokens")
-_OPTIONAL = ("priority", "cache_salt", "lora_id")
+_OPTIONAL = ("priority", "cache_salt", "lora_id", "abort_step", "abort_in_step")
 
 
 def _is_int(v: Any) -> bool:
@@ -88,7 +95,18 @@ def parse_trace(data: Any, source: str = "trace") -> list[TraceRequest]:
         lora_id = item.get("lora_id")
         if lora_id is not None and (not _is_int(lora_id) or lora_id < 1):
             raise TraceError(f"{where}: field 'lora_id' must be an integer >= 1, got {lora_id!r}")
-        out.append(TraceRequest(rid, step, tuple(prompt), max_tokens, priority, salt, lora_id))
+        aborts = []
+        for key in ("abort_step", "abort_in_step"):
+            abort = item.get(key)
+            if abort is not None and (not _is_int(abort) or abort < step):
+                raise TraceError(
+                    f"{where}: field '{key}' must be an integer >= arrival_step ({step}), "
+                    f"got {abort!r}"
+                )
+            aborts.append(abort)
+        out.append(
+            TraceRequest(rid, step, tuple(prompt), max_tokens, priority, salt, lora_id, *aborts)
+        )
     return out
 
 

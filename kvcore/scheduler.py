@@ -1,9 +1,10 @@
 """The V1 scheduler, without connectors, encoders or drafts.
 
 Mirrors ``Scheduler.schedule``, ``_preempt_request``, ``_update_after_schedule``,
-``update_from_output`` and ``_free_request`` of ``vllm/v1/core/sched/scheduler.py``
-(vLLM 0.33.0). There is no model and no clock: the caller hands sampled tokens to
-``update_from_output`` and arrival times come with each ``Request``.
+``update_from_output``, ``finish_requests`` and ``_free_request`` of
+``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0). There is no model and no clock:
+the caller hands sampled tokens to ``update_from_output`` and arrival times come with
+each ``Request``.
 
 As in vLLM, this class also holds the parts of asynchronous scheduling that live in
 vLLM's base ``Scheduler``: the checks on output placeholders (tokens in flight) and
@@ -15,7 +16,7 @@ whose output is applied after the next ``schedule()`` leaves stale output.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_manager import KVCacheBlocks, KVCacheManager
@@ -345,19 +346,46 @@ class Scheduler:
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
 
-    def finish_requests(self, request_ids: Sequence[str], status: RequestStatus) -> None:
-        """Abort requests from outside (e.g. a client went away)."""
+    def finish_requests(
+        self, request_ids: str | Iterable[str] | None, status: RequestStatus
+    ) -> list[Request]:
+        """Mirrors ``Scheduler.finish_requests``: end requests from outside the
+        scheduler (the engine's ``abort_requests`` with ``FINISHED_ABORTED`` when a
+        client goes away). None ends every request. Unknown and already finished ids
+        are skipped. The requests leave the running list and the waiting queue first,
+        then each gets ``status`` and is freed (its blocks back to the pool, its id
+        reported in the next step's ``finished_req_ids``). Returns the requests ended.
+
+        vLLM takes the ids as a set, so the order in which several ids of one call
+        are freed follows string hashing; kvcore frees them in the order given
+        (first occurrence), the same as vLLM for one id per call."""
         assert RequestStatus.is_finished(status)
-        for rid in request_ids:
+        if isinstance(request_ids, str):
+            ids: Iterable[str] = (request_ids,)
+        elif request_ids is None:
+            ids = list(self.requests)
+        else:
+            ids = dict.fromkeys(request_ids)
+        running: set[Request] = set()
+        waiting: list[Request] = []
+        ended: list[Request] = []
+        for rid in ids:
             request = self.requests.get(rid)
             if request is None or request.is_finished():
                 continue
+            ended.append(request)
             if request.status == RequestStatus.RUNNING:
-                self.running.remove(request)
+                running.add(request)
             else:
-                self.waiting.remove_requests([request])
+                waiting.append(request)
+        if running:
+            self.running = [r for r in self.running if r not in running]
+        if waiting:
+            self.waiting.remove_requests(waiting)
+        for request in ended:
             request.status = status
             self._free_request(request)
+        return ended
 
     def reset_prefix_cache(self) -> bool:
         return self.kv_cache_manager.reset_prefix_cache()

@@ -37,6 +37,7 @@ from sim.sweep.spec import Axis, SweepSpec  # noqa: E402
 from sim.sweep.spec import Length as SweepLength  # noqa: E402
 from workloads import spec as wspec  # noqa: E402
 from workloads import spec_arrivals as arr  # noqa: E402
+from workloads import spec_bench as bench  # noqa: E402
 from workloads import spec_lengths as lens  # noqa: E402
 from workloads.traces.kvsim_jsonl import KvsimLine  # noqa: E402
 from workloads.traces.mooncake import MooncakeLine  # noqa: E402
@@ -61,6 +62,9 @@ TABLES: dict[str, type[BaseModel]] = {
     "zipf": wspec.ZipfPopularity,
     "sessions": wspec.Sessions,
     "priority": wspec.Priorities,
+    "prompt_pool": bench.PromptPool,
+    "pool_groups": bench.PoolGroups,
+    "stage": bench.Stage,
     "engine": EngineConfig,
     "sweep": SweepSpec,
     "sweep_axis": Axis,
@@ -82,6 +86,9 @@ LINKS: dict[type[BaseModel], str] = {
     wspec.SharedPrefix: "[shared_prefix](#shared_prefix)",
     wspec.Sessions: "[sessions](#sessions)",
     wspec.Priorities: "[priority](#priority)",
+    bench.PromptPool: "[prompt_pool](#prompt_pool)",
+    bench.PoolGroups: "[groups](#prompt_pool)",
+    bench.Stage: "[stage](#stages)",
     arr.RateSegment: "[segments](#piecewise)",
     EngineConfig: "[engine](engine.md)",
     SLO: "[slo](#slo)",
@@ -181,6 +188,7 @@ TYPE_TEXT = {
 DEFAULT_TEXT = {
     **{f"engine.{k}": v for k, v in DERIVED_DEFAULTS.items()},
     "plan.engine": "vLLM's defaults (the engine page)",
+    "workload.arrival": "required without `stages`",
     "recommend.engine": "vLLM's defaults (the engine page)",
 }
 """Defaults said in words: what a ``None`` resolves to."""

@@ -17,6 +17,15 @@ Two loops, as vLLM 0.33.0's engine core has:
   charged separately: it overlaps the GPU's in this loop and is part of the latency
   model's per-step overhead in both. Fast-forward does not apply (requests carry
   placeholders): every step is simulated one by one.
+
+A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
+arrived is aborted as vLLM 0.33.0 aborts a request whose client went away: the
+engine core calls ``Scheduler.finish_requests([id], FINISHED_ABORTED)``
+(``EngineCore.abort_requests``), before the next ``schedule()`` (the input queue) or,
+when a step is running, before that step's output is applied (the aborts queue);
+output of an aborted request still in flight is dropped. A request not yet admitted
+is dropped from the queue of arrivals. Fast-forward is off for such workloads (a
+stretch could not stop at an abort in the middle of a step).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import simpy
 from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
-from kvcore.request import LoRARequest, Request
+from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
@@ -112,7 +121,10 @@ class ReplicaEngine(FastForwardSteps):
             if isinstance(scheduler, AsyncScheduler)
             else None
         )
-        self.fast_forward = fast_forward and self._vector_decode and self.batch_queue is None
+        timeouts = getattr(workload, "has_timeouts", False)
+        self.fast_forward = (
+            fast_forward and self._vector_decode and self.batch_queue is None and not timeouts
+        )
         # A decode computes the last known token; with async scheduling the tokens in
         # flight (output placeholders, the step's own included) count as known.
         self._decode_lag = 2 if self.batch_queue is not None else 1
@@ -126,6 +138,8 @@ class ReplicaEngine(FastForwardSteps):
         self.pool = scheduler.kv_cache_manager.block_pool
         self.num_steps = 0
         self.num_rejected = 0
+        self.num_aborted = 0
+        self._aborts: list[str] = []  # ids whose client gave up, not yet aborted
         self._pending: list[Any] = []
         self._meta: dict[str, _Meta] = {}
         self._wake = env.event()
@@ -142,8 +156,60 @@ class ReplicaEngine(FastForwardSteps):
             self.on_finish(sim_request.request_id, [], self.env.now)
             return
         self._pending.append(sim_request)
+        if sim_request.timeout_s is not None:
+            rid = sim_request.request_id
+            timer = self.env.timeout(sim_request.timeout_s)
+            timer.callbacks.append(lambda _event: self._timed_out(rid))
         if not self._wake.triggered:
             self._wake.succeed()
+
+    def _timed_out(self, rid: str) -> None:
+        """The client of ``rid`` gives up now: abort it at the engine's next chance."""
+        if rid in self._meta or any(sr.request_id == rid for sr in self._pending):
+            self._aborts.append(rid)
+            if not self._wake.triggered:
+                self._wake.succeed()
+
+    def _apply_aborts(self) -> None:
+        """Abort the requests whose clients gave up, one ``finish_requests`` call each
+        (in the order they timed out), as vLLM's ``EngineCore.abort_requests``."""
+        now = self.env.now
+        aborts, self._aborts = self._aborts, []
+        for rid in aborts:
+            queued = next((sr for sr in self._pending if sr.request_id == rid), None)
+            if queued is not None:  # never admitted: gone before the engine saw it
+                self._pending.remove(queued)
+                self._meta[rid] = _Meta(queued.arrival_s, queued.num_prompt_tokens)
+                self._aborted(rid, 0, 0, 0, now)
+                continue
+            for req in self.scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED):
+                self._aborted(
+                    rid,
+                    req.num_output_tokens,
+                    max(req.num_cached_tokens, 0),
+                    req.num_preemptions,
+                    now,
+                )
+
+    def _aborted(
+        self, rid: str, output_tokens: int, cached_tokens: int, preemptions: int, now: float
+    ) -> None:
+        m = self._meta.pop(rid)
+        self.num_aborted += 1
+        self.requests.add_aborted(
+            rid,
+            self.replica_id,
+            m.arrival_s,
+            m.first_token_s,
+            now,
+            m.prompt_tokens,
+            output_tokens,
+            cached_tokens,
+            preemptions,
+        )
+        if self.on_progress is not None:
+            self.on_progress(1)
+        self.workload.on_abort(rid, now)
 
     @property
     def num_outstanding(self) -> int:
@@ -176,6 +242,8 @@ class ReplicaEngine(FastForwardSteps):
         while True:
             if self._pending:
                 self._admit_pending()
+            if self._aborts:
+                self._apply_aborts()
             if not scheduler.has_requests():
                 if self.arrivals_done() and not self._pending:
                     return
@@ -213,6 +281,8 @@ class ReplicaEngine(FastForwardSteps):
         while True:
             if self._pending:
                 self._admit_pending()
+            if self._aborts:
+                self._apply_aborts()
             if not queue.has_work():
                 if self.arrivals_done() and not self._pending:
                     return
@@ -237,6 +307,8 @@ class ReplicaEngine(FastForwardSteps):
             if env.peek() <= env.now:
                 # Arrivals due at this instant join before the next schedule().
                 yield env.timeout(0)
+            if self._aborts:  # aborts that came while the batch ran (the aborts queue)
+                self._apply_aborts()
             applied, result = queue.apply_oldest()
             now = env.now
             out = applied.scheduler_output
@@ -294,6 +366,8 @@ class ReplicaEngine(FastForwardSteps):
             # Let arrivals due at this instant join before the next step (with no other
             # event at this instant, the zero timeout would change nothing).
             yield env.timeout(0)
+        if self._aborts:  # aborts that came while the step ran (the aborts queue)
+            self._apply_aborts()
         now = env.now
         finished = self._apply_step(out, start, duration, prefill, decode, sampled, now)
         if self.check:

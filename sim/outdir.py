@@ -43,6 +43,7 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
             "config.yaml",
             "summary.json",
             "requests.csv",
+            "aborted.csv",
             "steps.csv",
             "steps.parquet",
             "decisions.jsonl",

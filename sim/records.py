@@ -47,6 +47,9 @@ REQUEST_COLUMNS = (
     "cached_tokens",
     "num_preemptions",
 )
+ABORTED_COLUMNS = (*REQUEST_COLUMNS[:4], "abort_s", *REQUEST_COLUMNS[5:])
+"""``aborted.csv``: requests aborted at their client's timeout (``abort_s``: when; a
+``first_token_s`` of -1: before any token), written only by runs that abort some."""
 _NAN = float("nan")
 _FLUSH_ROWS = 4096
 _STEP_CHUNK_ROWS = 8192  # steps.csv rows handed over at once (~250 kB pickled)
@@ -313,6 +316,10 @@ class RequestRecorder:
 
     def __init__(self, path: Path) -> None:
         self._sink = _CsvSink(path, REQUEST_COLUMNS)
+        self._aborted_path = path.with_name("aborted.csv")
+        self._aborted: _CsvSink | None = None  # opened at the first abort
+        self.num_aborted = 0
+        self.num_aborted_before_first_token = 0
         self.ttft_s = array("d")
         self.tpot_s = array("d")  # NaN for a request with one output token
         self.arrival_s = array("d")
@@ -369,5 +376,40 @@ class RequestRecorder:
         self.num_preemptions += num_preemptions
         self.output_tokens += output_tokens
 
+    def add_aborted(
+        self,
+        request_id: str,
+        replica: int,
+        arrival_s: float,
+        first_token_s: float,
+        abort_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int,
+        num_preemptions: int,
+    ) -> None:
+        """Record a request aborted at ``abort_s`` (seconds) in ``aborted.csv``; it is
+        not a finished request (no latency sample)."""
+        if self._aborted is None:
+            self._aborted = _CsvSink(self._aborted_path, ABORTED_COLUMNS)
+        self._aborted.add(
+            (
+                request_id,
+                replica,
+                fmt(arrival_s),
+                fmt(first_token_s),
+                fmt(abort_s),
+                prompt_tokens,
+                output_tokens,
+                cached_tokens,
+                num_preemptions,
+            )
+        )
+        self.num_aborted += 1
+        if first_token_s < 0:
+            self.num_aborted_before_first_token += 1
+
     def close(self) -> None:
         self._sink.close()
+        if self._aborted is not None:
+            self._aborted.close()

@@ -163,7 +163,7 @@ def simulate(
     summary = build_summary(
         steps,
         requests,
-        num_requests=requests.num_finished + cluster.num_rejected,
+        num_requests=requests.num_finished + cluster.num_rejected + requests.num_aborted,
         num_rejected=cluster.num_rejected,
         sim_duration_s=env.now,
         wall_s=time.perf_counter() - wall0,
@@ -172,6 +172,7 @@ def simulate(
         input_limits=cluster.limits.summary(resolved.workload),
         goodput=goodput,
         frontend=resolved.frontend,
+        timeouts=getattr(resolved.workload, "has_timeouts", False),
     )
     summary["verdict"] = judge_inputs(VerdictInputs.from_recorders(steps, requests))
     summary["num_replicas"] = num_replicas

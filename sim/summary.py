@@ -37,13 +37,18 @@ def build_summary(
     input_limits: dict[str, Any] | None = None,
     goodput: dict[str, float] | None = None,
     frontend: FrontendModel | None = None,
+    timeouts: bool = False,
 ) -> dict[str, Any]:
     """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected`` and
     the ``input_limits`` fields after it (``rejected``, ``num_capped_outputs``,
     ``capped_outputs``: :mod:`sim.input_limits`). ``goodput``: per-request SLOs in ms
     (:mod:`sim.goodput`); the window then reports ``goodput_rps``. ``frontend``: the
     API server's costs, for the ``client`` block (client-side latencies,
-    :mod:`sim.client_side`); the top-level latencies are engine-side.
+    :mod:`sim.client_side`); the top-level latencies are engine-side. ``timeouts``: the
+    workload aborts requests at a client timeout; ``num_aborted`` (requests aborted,
+    counted in ``num_requests``, not in ``num_finished`` nor in any latency) and
+    ``timeouts`` (``num_aborted``, ``before_first_token``, ``file``) follow
+    ``num_rejected``.
 
     ``kv_usage.mean`` is weighted by step duration (the fraction of time-averaged
     blocks in use); p99 and max are over steps.
@@ -60,6 +65,7 @@ def build_summary(
         "num_requests": num_requests,
         "num_finished": finished,
         "num_rejected": num_rejected,
+        **(_timeouts(requests) if timeouts else {}),
         **(input_limits or {}),
         "sim_duration_s": duration,
         "wall_s": wall_s,
@@ -79,6 +85,19 @@ def build_summary(
         "num_steps": steps.num_steps,
         "window": window_summary(steps, requests, goodput),
         **({"client": client_summary(requests, frontend, _dist)} if frontend else {}),
+    }
+
+
+def _timeouts(requests: RequestRecorder) -> dict[str, Any]:
+    """``num_aborted`` and the ``timeouts`` block of a workload with client timeouts."""
+    n = requests.num_aborted
+    return {
+        "num_aborted": n,
+        "timeouts": {
+            "num_aborted": n,
+            "before_first_token": requests.num_aborted_before_first_token,
+            "file": "aborted.csv" if n else None,
+        },
     }
 
 

@@ -133,6 +133,8 @@ def _synthetic_lengths(resolved: Any, limit: int) -> tuple[float, float, float, 
     output = output_sampler.mean()
     if spec.shared_prefix is not None:
         prompt += spec.shared_prefix.fraction * spec.shared_prefix.prefix_len
+    if spec.prompt_pool is not None and spec.prompt_pool.groups is not None:
+        prompt += spec.prompt_pool.groups.system_prompt_len
     if turns_sampler is not None:
         prompt += (max(turns_sampler.mean(), 1.0) - 1.0) / 2.0 * (prompt + output)
     if spec.max_model_len is not None:
@@ -140,16 +142,20 @@ def _synthetic_lengths(resolved: Any, limit: int) -> tuple[float, float, float, 
     rejected = prompt >= limit  # on average: rejected unseen, no work
     decode = 0.0 if rejected else min(output, limit - prompt)
     context = 0.0 if rejected else prompt + decode
-    if spec.num_requests is not None:
-        requests = float(spec.num_requests)
-    elif spec.arrival.type == "closed_loop":
-        arrival = spec.arrival
+    requests = sum(_stage_requests(resolved, st, decode, context) for st in spec.all_stages)
+    return requests, requests * decode, decode, context
+
+
+def _stage_requests(resolved: Any, stage: Any, decode: float, context: float) -> float:
+    """Requests one stage (a workload without stages: the workload) sends."""
+    if stage.num_requests is not None:
+        return float(stage.num_requests)
+    if stage.arrival.type == "closed_loop":
+        arrival = stage.arrival
         batch = max(1, min(arrival.concurrency, resolved.max_num_seqs))
         busy = max(decode, 1.0) * _decode_step_s(resolved, batch, context / 2.0)
-        requests = arrival.concurrency * spec.duration_s / (arrival.think_time_s + busy) + 1.0
-    else:
-        requests = _expected_arrivals(spec.arrival, spec.duration_s)
-    return requests, requests * decode, decode, context
+        return arrival.concurrency * stage.duration_s / (arrival.think_time_s + busy) + 1.0
+    return _expected_arrivals(stage.arrival, stage.duration_s)
 
 
 def estimate_work(resolved: Any) -> WorkEstimate:

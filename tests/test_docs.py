@@ -123,12 +123,12 @@ def _doc(name: str) -> str:
 
 
 def test_outputs_page_names_every_column_and_summary_key(tmp_path):
-    from sim.records import REQUEST_COLUMNS, STEP_COLUMNS
+    from sim.records import ABORTED_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
     from sim.run import RunSpec, run
     from sim.sweep.table import METRIC_COLUMNS, METRICS, header
 
     text = _doc("outputs.md")
-    for column in (*STEP_COLUMNS, *REQUEST_COLUMNS):
+    for column in (*STEP_COLUMNS, *REQUEST_COLUMNS, *ABORTED_COLUMNS):
         assert f"`{column}`" in text, column
     for column in header([]):  # sweep.csv: its own columns, then the summary's flattened
         if column not in METRIC_COLUMNS:

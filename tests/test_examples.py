@@ -26,6 +26,7 @@ def test_every_example_is_covered_here():
         "recommend.yaml",
         "gpu-prices.yaml",
         "day.yaml",
+        "bench-stages.yaml",
     }
     assert {p.name for p in EXAMPLES.iterdir()} == covered
     text = Path(__file__).read_text(encoding="utf-8")
@@ -57,6 +58,28 @@ def test_workload_and_engine_examples_run_as_written(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_finished"] == workload["num_requests"]
     assert summary["prefix_cache_hit_rate"] > 0.5  # two shared 1,200-token system prompts
+
+
+def test_bench_stages_example_runs_its_stages(tmp_path):
+    """The staged, pooled example: every request finishes or is aborted, each stage
+    starts after the one before it drained, and the pool's system prompts hit."""
+    out = tmp_path / "run"
+    res = kvsim_cli("run", "examples/bench-stages.yaml", "--out", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_requests"] == 200
+    assert summary["num_finished"] + summary["num_aborted"] == 200
+    assert summary["prefix_cache_hit_rate"] > 0.8
+    arrival: dict[str, float] = {}
+    end: dict[str, float] = {}
+    for name, last in (("requests.csv", "finish_s"), ("aborted.csv", "abort_s")):
+        if (out / name).exists():
+            _, cols = read_csv(out / name)
+            for i, rid in enumerate(cols["request_id"]):
+                arrival[rid], end[rid] = float(cols["arrival_s"][i]), float(cols[last][i])
+    assert len(end) == 200
+    assert arrival["req-40"] >= max(end[f"req-{i}"] for i in range(40))
+    assert arrival["req-120"] >= max(end[f"req-{i}"] for i in range(40, 120))
 
 
 def test_engine_example_with_a_preset(tmp_path):

@@ -170,6 +170,26 @@ def test_duplicate_request_id_rejected_and_abort():
     assert not s.running and s.kv_cache_manager.block_pool.get_num_free_blocks() == 63
 
 
+def test_finish_requests_aborts_running_and_waiting_once():
+    """vLLM's finish_requests: unknown and finished ids skipped, running and waiting
+    requests removed and freed, ids reported in the next step, a repeat is a no-op."""
+    s = make(max_num_seqs=1)
+    a, b = add(s, "a", 40), add(s, "b", 20)
+    step(s)  # a runs, b waits (one running request at most)
+    assert a.status == RequestStatus.RUNNING and b.status == RequestStatus.WAITING
+    ended = s.finish_requests(["b", "nope", "a", "b"], RequestStatus.FINISHED_ABORTED)
+    assert ended == [b, a]
+    assert a.status == b.status == RequestStatus.FINISHED_ABORTED
+    assert not s.running and not s.waiting and not s.requests
+    assert s.kv_cache_manager.block_pool.get_num_free_blocks() == 63
+    assert s.has_requests()  # the aborted ids still go out in the next step
+    out = s.schedule()
+    assert out.finished_req_ids == {"a", "b"} and out.total_num_scheduled_tokens == 0
+    assert s.finish_requests("a", RequestStatus.FINISHED_ABORTED) == []
+    c = add(s, "c", 5)
+    assert s.finish_requests(None, RequestStatus.FINISHED_ABORTED) == [c]
+
+
 def test_lookahead_reserves_slots_each_step():
     s = make(num_lookahead_tokens=4)
     add(s, "a", 14)

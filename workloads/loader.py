@@ -11,6 +11,7 @@ from workloads.errors import WorkloadError, from_validation_error, yaml_problem
 from workloads.overrides import WorkloadOverrides, override_spec, override_trace
 from workloads.process import Workload
 from workloads.spec import WorkloadSpec
+from workloads.staged import StagedWorkload
 from workloads.synthetic import SyntheticWorkload
 from workloads.trace_workload import TraceWorkload
 from workloads.traces.detect import TRACE_SUFFIXES, read_trace
@@ -64,7 +65,9 @@ def workload_from_spec(
     resolved = {"name": name, **spec.model_dump(mode="json", exclude={"name"}), "source": source}
     if overrides:
         resolved["overrides"] = dict(overrides)
-    return SyntheticWorkload(spec, name, base_dir, file, resolved)
+    staged = spec.stages is not None or spec.prompt_pool is not None
+    cls = StagedWorkload if staged else SyntheticWorkload
+    return cls(spec, name, base_dir, file, resolved)
 
 
 def preset_path(text: str) -> Path | None:

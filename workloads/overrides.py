@@ -83,6 +83,13 @@ def override_spec(spec: WorkloadSpec, ov: WorkloadOverrides, file: str) -> Workl
     _check_length(ov, file)
     if not ov.given():
         return spec
+    if spec.arrival is None:
+        raise WorkloadError(
+            file,
+            "stages",
+            "--rate, --num-requests and --duration set the arrival and length of a "
+            "workload without stages; each stage here has its own: edit them in the file",
+        )
     kind = spec.arrival.type
     if ov.rate is not None and kind not in RATED_ARRIVALS:
         raise WorkloadError(

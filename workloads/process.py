@@ -3,7 +3,8 @@
 The engine calls ``start(env, submit)`` once; the workload then calls
 ``submit(request)`` at each arrival, at simulated time ``env.now`` (seconds). The engine
 calls ``on_finish`` when a request completes (or is rejected, with no output tokens),
-which lets closed-loop clients and multi-turn sessions send their next request. When
+which lets closed-loop clients and multi-turn sessions send their next request; it
+calls ``on_abort`` instead when it aborted a request at its ``timeout_s``. When
 ``done()`` is true and the engine is idle, the run is over; an idle engine that is not
 done waits for the next ``submit`` or for the ``all_submitted`` event (a duration-bound
 workload becomes done at ``duration_s`` without a last submit).
@@ -48,9 +49,12 @@ class Workload:
         reacts_to_finish: whether ``on_finish`` may lead to a later submit (closed
             loops, sessions). When False, what a run submits and when depends on the
             arrival process alone (fast-forward uses this with several replicas).
+        has_timeouts: whether some request carries a ``timeout_s``.
     """
 
     reacts_to_finish = True
+    has_timeouts = False
+    """Whether some request may carry a ``timeout_s`` (the engine then arms timers)."""
 
     def __init__(self, name: str, spec: dict[str, Any], num_requests: int | None) -> None:
         self.name = name
@@ -96,6 +100,11 @@ class Workload:
 
     def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
         """The engine finished ``request_id`` at ``now`` seconds with these output tokens."""
+
+    def on_abort(self, request_id: str, now: float) -> None:
+        """The engine aborted ``request_id`` at ``now`` seconds (its client timed out);
+        by default, as a finish with no output."""
+        self.on_finish(request_id, [], now)
 
     def done(self) -> bool:
         """True when no request will ever be submitted again."""

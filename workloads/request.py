@@ -15,6 +15,7 @@ _FIELDS = (
     "cache_salt",
     "session_id",
     "prompt_block_hashes",
+    "timeout_s",
 )
 
 
@@ -38,6 +39,9 @@ class SimRequest:
         session_id: the multi-turn session this request belongs to, or None.
         prompt_block_hashes: the prompt's full-block hashes when the engine's block
             hasher computed them ahead (a helper drawing the workload), else None.
+        timeout_s: seconds after ``arrival_s`` at which the client gives up: a request
+            not finished by then is aborted (vLLM's abort on a client disconnect);
+            None: never.
     """
 
     FIELDS: ClassVar[tuple[str, ...]] = _FIELDS
@@ -55,6 +59,7 @@ class SimRequest:
         "prompt_block_hashes",
         "request_id",
         "session_id",
+        "timeout_s",
     )
 
     def __init__(
@@ -71,6 +76,7 @@ class SimRequest:
         *,
         num_prompt_tokens: int | None = None,
         build_prompt: Callable[[], list[int]] | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         if prompt_token_ids is None:
             if num_prompt_tokens is None or build_prompt is None:
@@ -88,6 +94,7 @@ class SimRequest:
         self.cache_salt = cache_salt
         self.session_id = session_id
         self.prompt_block_hashes = prompt_block_hashes
+        self.timeout_s = timeout_s
 
     @property
     def prompt_token_ids(self) -> list[int]:

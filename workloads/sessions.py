@@ -53,6 +53,11 @@ class SessionPlan:
         """Whether a turn is still to be sent."""
         return self.next_turn < len(self.new_lens)
 
+    def stop(self) -> None:
+        """Send no later turn (the client gave up on this one)."""
+        del self.new_lens[self.next_turn :]
+        del self.out_lens[self.next_turn :]
+
 
 def _fit(new: list[int], out: list[int], prefix: int, limit: int) -> int:
     """How many leading turns fit in ``limit`` tokens (prompt + output), at least 1."""

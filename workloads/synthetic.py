@@ -73,6 +73,8 @@ class SyntheticWorkload(Workload):
         self._ahead: Chunks | None = None  # single-turn sessions drawn elsewhere
         self._ahead_chunk: list[DrawnTurn] = []
         self._ahead_pos = 0
+        self._timeout = spec.timeout_s
+        self.has_timeouts = any(spec.stage_timeout(s) is not None for s in spec.all_stages)
 
     def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnTurn]] | None:
         """Open loop without sessions: what each arrival submits depends on its index
@@ -189,6 +191,7 @@ class SyntheticWorkload(Workload):
                 session_id=session_id,
                 prompt_block_hashes=hashes,
             )
+        request.timeout_s = self._timeout
         self._emit(request)
 
     def _redraw_prompt(self, index: int) -> list[int]:
@@ -202,6 +205,7 @@ class SyntheticWorkload(Workload):
         assert self._env is not None
         request_id = f"req-{self.num_submitted}"
         request = self._planner.next_request(plan, request_id, float(self._env.now))
+        request.timeout_s = self._timeout
         if plan.has_more() or plan.client is not None:
             self._live[request_id] = plan
         self._emit(request)
@@ -221,3 +225,11 @@ class SyntheticWorkload(Workload):
             self._after(arrival.think_time_s, lambda: self._start_session(plan.client))
         else:
             plan.context = []
+
+    def on_abort(self, request_id: str, now: float) -> None:
+        """An aborted turn ends its session (no later turn); a closed-loop client
+        goes on with its next session."""
+        plan = self._live.get(request_id)
+        if plan is not None:
+            plan.stop()
+        self.on_finish(request_id, [], now)

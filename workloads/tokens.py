@@ -25,6 +25,8 @@ TAG_SESSION = 2
 TAG_PREFIX = 3
 TAG_HASH_BLOCK = 4
 TAG_TRACE_ROW = 5
+TAG_POOL = 6
+TAG_POOL_ORDER = 7
 
 DEFAULT_VOCAB_SIZE = 32000
 """Token ids are drawn from [0, vocab_size); 32000 is Llama-2's vocabulary."""

@@ -40,6 +40,9 @@ REQUIRED_FEATURES = (
     "preempted_5_times",
     "resumed_with_own_hits",
     "prefix_hits",
+    "abort_waiting",
+    "abort_scheduled",
+    "abort_in_step",
 )
 
 REQUIRED_ASYNC_FEATURES = (
@@ -48,11 +51,15 @@ REQUIRED_ASYNC_FEATURES = (
     "async_stale_output",
     "async_stale_finish",
     "async_arrival_while_in_flight",
+    "async_abort_in_flight",
+    "async_abort_deferred",
 )
 """What every async run of 200+ traces must also contain: a running request not
 scheduled again while its step in flight samples its last token; a preemption of a
 request with output in flight; that output delivered to the preempted request, once
-finishing it; a request arriving while a batch is in flight."""
+finishing it; a request arriving while a batch is in flight; a request aborted while
+a batch that scheduled it is in flight; an abort that came during an iteration that
+applied no output, made at the next step."""
 
 
 def case_features(
@@ -118,6 +125,15 @@ def _behaviour(
         f.add("resumed_with_own_hits")
     if any(p["hits"] for p in stats):
         f.add("prefix_hits")
+    seen: set[str] = set()
+    in_step = {r.get("abort_in_step"): r["request_id"] for r in trace}
+    for s in steps:
+        scheduled = {e["id"] for e in s["scheduled"]}
+        for rid in s.get("aborted", ()):
+            f.add("abort_scheduled" if rid in seen else "abort_waiting")
+            if in_step.get(s["step"]) == rid and rid in scheduled:
+                f.add("abort_in_step")  # aborted while the step that scheduled it ran
+        seen |= scheduled
     if config.get("async_scheduling"):
         f |= _async_behaviour(trace, steps)
     limit = config.get("max_model_len")
@@ -130,6 +146,7 @@ def _async_behaviour(trace: list[dict[str, Any]], steps: list[dict[str, Any]]) -
     """Features of an async replay (its step lines carry ``in_flight`` and ``applied_step``)."""
     f: set[str] = set()
     arrivals = {r["arrival_step"] for r in trace}
+    in_step = {r["request_id"]: r.get("abort_in_step") for r in trace}
     in_flight_before: list[int] = []
     scheduled_in: dict[int, set[str]] = {}
     for s in steps:
@@ -137,6 +154,11 @@ def _async_behaviour(trace: list[dict[str, Any]], steps: list[dict[str, Any]]) -
         scheduled_in[s["step"]] = ids
         if s["step"] in arrivals and s["step"] > 0 and in_flight_before:
             f.add("async_arrival_while_in_flight")
+        flown = set().union(*(scheduled_in[k] for k in in_flight_before))
+        if any(rid in flown for rid in s.get("aborted", ())):
+            f.add("async_abort_in_flight")
+        if any(in_step.get(rid) == s["step"] - 1 for rid in s.get("aborted", ())):
+            f.add("async_abort_deferred")
         applied = scheduled_in.get(s["applied_step"], set())
         if any(rid in applied and rid not in ids for rid in s["finished"]):
             f.add("async_max_tokens_skip")  # not scheduled again while its last token flew

@@ -12,6 +12,9 @@ preempt repeatedly, chunked prefill on and off, ``long_prefill_token_threshold``
 and priority (with ties), watermark, reserve-full-ISL, ``max_model_len`` caps that stop
 requests, ``cache_salt`` and LoRA ids, full + sliding-window, full + chunked-local and
 sliding-window-only groups, prefix caching off, every hash algorithm and KV events.
+Some cases abort requests (``abort_step``: a client going away) while they wait, run
+or have a batch in flight; the aborts come from a stream of their own, so a case
+without aborts is the case it was before aborts existed.
 
 Validity rules kept (vLLM rejects or livelocks otherwise): ``max_num_batched_tokens >=
 max_num_seqs``; without chunked prefill ``max_num_batched_tokens >= max_model_len``;
@@ -189,6 +192,27 @@ def random_config(
     return config
 
 
+ABORT_CASE_CHANCE = 0.4
+"""Share of cases with aborts; in those, each request is aborted with chance 0.3."""
+
+
+def add_aborts(rng: np.random.Generator, trace: list[dict[str, Any]]) -> None:
+    """Give some requests an abort: ``abort_step`` (before that step's schedule) or
+    ``abort_in_step`` (while that step runs; at most one per step, as vLLM frees the
+    requests of one aborts-queue read in set order), from arrival (still waiting) up to
+    a little after the request would have finished unaborted (a no-op)."""
+    if not _chance(rng, ABORT_CASE_CHANCE):
+        return
+    taken: set[int] = set()
+    for r in trace:
+        if _chance(rng, 0.3):
+            step = r["arrival_step"] + int(rng.integers(0, r["max_tokens"] + 12))
+            in_step = _chance(rng, 0.5) and step not in taken
+            if in_step:
+                taken.add(step)
+            r["abort_in_step" if in_step else "abort_step"] = step
+
+
 def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:
     """Step case ``index`` of run ``seed``: (driver/ReplayConfig knobs, replay trace).
 
@@ -199,6 +223,7 @@ def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:
     policy = "priority" if _chance(rng, 0.35) else "fcfs"
     trace = random_trace(rng, block_size, policy)
     config = random_config(rng, trace, block_size, policy)
+    add_aborts(case_rng(seed, index, stream=2), trace)
     if async_scheduling:
         config["async_scheduling"] = True
     return config, trace

@@ -52,6 +52,18 @@ Request set-up (kvsim must mirror it)
   reproduces it as ``NONE_HASH = hash_fn("vllm-none-hash")`` with the configured
   algorithm (e.g. ``xxh3_128(pickle.dumps(seed, HIGHEST_PROTOCOL))`` for xxhash);
   the header records both the seed and the resulting hash in hex.
+* ``abort_step`` (int >= arrival_step): the request is aborted after the adds of that
+  step, before its ``schedule()``: one abort call per request, in arrival order
+  (``EngineCore.abort_requests`` with the async engine shell; the same
+  ``Scheduler.finish_requests(ids, FINISHED_ABORTED)`` call in the synchronous
+  replay). ``abort_in_step`` (int >= arrival_step, at most one request per step): the
+  abort comes while that step runs: the synchronous replay aborts after
+  ``schedule()``, before ``update_from_output`` (as ``EngineCore.step`` reads its
+  aborts queue); the async one puts it in the engine shell's ``aborts_queue`` before
+  calling ``step_with_batch_queue``, which reads it before applying an output; when
+  that iteration applies none, the abort is made at the start of the next step (its
+  copy in the input queue). A step line whose aborts ended requests lists them under
+  ``aborted`` (those before ``schedule()`` first).
 * Speculative decoding is not supported (``num_speculative_tokens`` must be 0):
   its slots only matter with a drafter whose proposals would have to be faked.
 
@@ -134,7 +146,7 @@ from vllm.v1.kv_cache_interface import (
     SlidingWindowSpec,
 )
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
 STEPS_DEFAULTS: dict[str, Any] = {
@@ -520,6 +532,9 @@ class StepReplay:
         self.name = name
         self.seen: set[str] = set()
         self.resuming: set[str] = set()
+        self.in_step: list[str] = []  # aborts that come while the next step runs
+        self.aborted: list[str] = []  # ids the aborts of the current step ended
+        self.deferred: list[str] = []  # in-step aborts left to the next step
 
     def build(self) -> dict[str, Any]:
         """Build the scheduler and return the header line."""
@@ -544,6 +559,13 @@ class StepReplay:
     def has_work(self) -> bool:
         """Whether the loop goes on once every request has arrived."""
         return self.sched.has_requests()
+
+    def abort(self, rid: str) -> bool:
+        """Abort one request as the engine core does; whether it ended it."""
+        req = self.sched.requests.get(rid)
+        live = req is not None and not req.is_finished()
+        self.sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+        return live and rid not in self.sched.requests
 
     def scheduled_entry(self, rid: str, n: int, blocks: list[list[int]]) -> dict[str, Any]:
         """The per-request record of one step (before model output)."""
@@ -581,6 +603,7 @@ class StepReplay:
             for rid, n in out.num_scheduled_tokens.items()
         ]
         mro = fake_model_output(sched, out, int(self.cfg["sample_token_id"]))
+        self.aborted += [rid for rid in self.in_step if self.abort(rid)]
         engine_outputs = sched.update_from_output(out, mro)
         for entry, tokens in zip(entries, mro.sampled_token_ids):
             self.finish_entry(entry, bool(tokens))
@@ -610,6 +633,17 @@ class StepReplay:
         t_start = time.perf_counter()
         yield self.build()
         pending = ordered_trace(self.trace)
+        aborts = sorted(
+            (int(spec["abort_step"]), i, str(spec["request_id"]))
+            for i, (_, spec) in enumerate(pending)
+            if spec.get("abort_step") is not None
+        )
+        during = sorted(
+            (int(spec["abort_in_step"]), i, str(spec["request_id"]))
+            for i, (_, spec) in enumerate(pending)
+            if spec.get("abort_in_step") is not None
+        )
+        next_abort = next_during = 0
         nxt, step, loop_s = 0, 0, 0.0
         totals = {"finished": 0, "preempted": 0, "tokens": 0}
         while True:
@@ -618,11 +652,22 @@ class StepReplay:
                 req = make_request(spec, arrival, self.block_hasher, int(spec["max_tokens"]))
                 self.sched.add_request(req)
                 nxt += 1
+            due, self.deferred = self.deferred, []
+            while next_abort < len(aborts) and aborts[next_abort][0] <= step:
+                due.append(aborts[next_abort][2])
+                next_abort += 1
+            self.aborted = [rid for rid in due if self.abort(rid)]
+            self.in_step = []
+            while next_during < len(during) and during[next_during][0] <= step:
+                self.in_step.append(during[next_during][2])
+                next_during += 1
             if nxt == len(pending) and not self.has_work():
                 break
             t0 = time.perf_counter()
             line = self.step(step)
             loop_s += time.perf_counter() - t0
+            if self.aborted:
+                line["aborted"] = self.aborted
             totals["finished"] += len(line["finished"])
             totals["preempted"] += len(line["preempted"])
             totals["tokens"] += line["total_scheduled_tokens"]
@@ -741,12 +786,30 @@ class AsyncStepReplay(StepReplay):
         """vLLM's own EngineCore.has_work."""
         return self.engine.has_work()
 
+    def abort(self, rid: str) -> bool:
+        """vLLM's own EngineCore.abort_requests for one request; whether it ended it."""
+        req = self.sched.requests.get(rid)
+        live = req is not None and not req.is_finished()
+        self.engine.abort_requests([rid])
+        return live and rid not in self.sched.requests
+
     def step(self, index: int) -> dict[str, Any]:
         """One call of vLLM's EngineCore.step_with_batch_queue."""
         sched = self.sched
         pool = sched.kv_cache_manager.block_pool
         free_before = pool.get_num_free_blocks()
+        live = {rid for rid in self.in_step if rid in sched.requests}
+        for rid in self.in_step:  # one abort message per client, as the input thread queues
+            self.engine.aborts_queue.put_nowait([rid])
         engine_outputs, _ = self.engine.step_with_batch_queue()
+        if self.engine.aborts_queue.empty():  # read before an output was applied
+            self.aborted += [
+                rid for rid in self.in_step if rid in live and rid not in sched.requests
+            ]
+        else:  # no output applied: the input queue's copy aborts at the next step
+            while not self.engine.aborts_queue.empty():
+                self.engine.aborts_queue.get_nowait()
+            self.deferred = list(self.in_step)
         entries: list[dict[str, Any]] = []
         preempted: list[str] = []
         total = 0

@@ -63,9 +63,10 @@ def load_base_workload(plan: PlanSpec, source: str) -> WorkloadSpec:
     except WorkloadError as e:
         raise PlanError(str(e)) from None
     needs_rate = plan.question == "max_rate" or plan.rate is not None
-    if needs_rate and spec.arrival.type not in RATED_ARRIVALS:
+    kind = spec.arrival.type if spec.arrival is not None else "stages"
+    if needs_rate and kind not in RATED_ARRIVALS:
         raise PlanError(
-            f"{source}: workload: {text} has arrival type {spec.arrival.type!r}; planning "
+            f"{source}: workload: {text} has arrival type {kind!r}; planning "
             f"sets arrival.rate, so it needs one of {', '.join(RATED_ARRIVALS)}"
         )
     return spec

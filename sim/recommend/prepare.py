@@ -68,9 +68,10 @@ def _workload(spec: RecommendSpec, source: str) -> tuple[str, WorkloadSpec, Path
         wspec = load_spec(path, text)
     except WorkloadError as e:
         raise RecommendError(str(e)) from None
-    if wspec.arrival.type not in RATED_ARRIVALS:
+    kind = wspec.arrival.type if wspec.arrival is not None else "stages"
+    if kind not in RATED_ARRIVALS:
         raise RecommendError(
-            f"{source}: workload: {text} has arrival type {wspec.arrival.type!r}; recommend "
+            f"{source}: workload: {text} has arrival type {kind!r}; recommend "
             f"sets arrival.rate, so it needs one of {', '.join(RATED_ARRIVALS)}"
         )
     return workload, wspec, path.parent, path.name

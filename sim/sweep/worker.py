@@ -60,11 +60,14 @@ def write_failure(out: Path, status: str, message: str) -> None:
 
 def _lengthened(workload: str, factor: int, scratch: Path) -> Path | None:
     """The workload ``workload`` (preset or YAML spec) ``factor`` times as long, written
-    under ``scratch``; None for a trace (its length is the trace's)."""
+    under ``scratch``; None for a trace (its length is the trace's) or a staged workload
+    (its stages give its length)."""
     path = preset_path(workload) or Path(workload)
     if path.suffix.lower() not in YAML_SUFFIXES:
         return None
     spec = load_spec(path, workload)
+    if spec.stages is not None:
+        return None
     if spec.num_requests is not None:
         longer = WorkloadOverrides(num_requests=spec.num_requests * factor)
     else:

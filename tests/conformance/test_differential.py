@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from kvcore.replay import ReplayConfig
-from sim.conformance import DEFAULT_SEED
+from kvcore.request import RequestStatus
+from kvcore.scheduler import Scheduler
+from sim.conformance import DEFAULT_SEED, generate
 from sim.conformance.compare import first_line_diff
 from sim.conformance.coverage import REQUIRED_ASYNC_FEATURES, REQUIRED_FEATURES, coverage
 from sim.conformance.differential import DEFAULT_VLLM_PYTHON, run
@@ -108,6 +110,37 @@ def test_async_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert "kvsim replay " in text and "--async-scheduling" in text
 
 
+def _abort_keeps_blocks(self, request_ids, status):
+    """A broken ``finish_requests``: the request leaves the queues, its blocks stay."""
+    ended = []
+    for rid in [request_ids] if isinstance(request_ids, str) else list(request_ids):
+        request = self.requests.get(rid)
+        if request is None or request.is_finished():
+            continue
+        if request.status == RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove_requests([request])
+        request.status = status
+        self.finished_req_ids.add(rid)
+        del self.requests[rid]
+        ended.append(request)
+    return ended
+
+
+@needs_vllm
+@pytest.mark.skipif(
+    not hasattr(Scheduler.finish_requests, "__code__"), reason="kvcore.scheduler is compiled"
+)
+def test_abort_mutant_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abort that does not give the request's blocks back is caught by the aborts
+    of the generated cases."""
+    monkeypatch.setattr(Scheduler, "finish_requests", _abort_keeps_blocks)
+    report = run(30, SEED, str(DEFAULT_VLLM_PYTHON), tmp_path, num_op_cases=0, num_sizing_cases=0)
+    assert len(report.mismatches) >= 3, [m.render() for m in report.mismatches]
+    assert "free_blocks" in report.mismatches[0].render()
+
+
 def test_cases_are_reproducible_and_valid() -> None:
     """The same (seed, index) gives the same case; kvcore accepts and finishes each."""
     for i in range(30):
@@ -122,8 +155,28 @@ def test_cases_are_reproducible_and_valid() -> None:
         assert cfg.max_num_batched_tokens >= cfg.max_num_seqs
         lines = run_kvcore_steps(config, trace)
         assert not isinstance(lines, str), lines
-        assert lines[-1]["finished"] == len(trace)
+        aborted = sum(len(x.get("aborted", ())) for x in lines if x["type"] == "step")
+        assert lines[-1]["finished"] + aborted == len(trace)
     assert random_case(SEED, 0) != random_case(SEED + 1, 0)
+
+
+def test_aborts_leave_other_cases_as_they_were(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Aborts come from their own stream: without them each case is what it was before
+    aborts existed (same knobs, same requests); some cases have aborts, others not."""
+    cases = [random_case(SEED, i) for i in range(40)]
+    monkeypatch.setattr(generate, "ABORT_CASE_CHANCE", 0.0)
+    with_aborts = 0
+    for i, (config, trace) in enumerate(cases):
+        keys = ("abort_step", "abort_in_step")
+        plain = [{k: v for k, v in r.items() if k not in keys} for r in trace]
+        assert (config, plain) == random_case(SEED, i)
+        aborted = [(r, r.get("abort_step", r.get("abort_in_step"))) for r in trace]
+        aborted = [(r, at) for r, at in aborted if at is not None]
+        with_aborts += bool(aborted)
+        assert all(at >= r["arrival_step"] for r, at in aborted)
+        in_step = [r["abort_in_step"] for r in trace if "abort_in_step" in r]
+        assert len(in_step) == len(set(in_step))
+    assert 0 < with_aborts < 40
 
 
 def test_cases_cover_every_listed_knob() -> None:
