@@ -168,20 +168,32 @@ def write_manifest(path: Path, digests: dict[str, str]) -> None:
     path.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
 
 
+BUILD_IMPORTS = ("numpy", "simpy", "cbor2", "xxhash")
+"""The third-party packages :data:`NATIVE_MODULES` import, build requirements too
+(``pyproject.toml``): mypyc must see their types. Were one missing, mypy would take its
+names as ``Any`` (``--ignore-missing-imports``) and mypyc would compile a class deriving
+from one of its classes (``sim.engine_fast_forward.StepTimeout`` from ``simpy.Timeout``)
+into one that fails at run time; :func:`mypyc_extensions` refuses to build then."""
+
 MYPYC_OPTIONS = (
     "--ignore-missing-imports",
     "--follow-imports=silent",
     "--disable-error-code=annotation-unchecked",
 )
-"""mypy options of the build: third-party modules (numpy, simpy, ...) need not be
-installed where it runs (pip's isolated build environment has only the build
-requirements); their values are then plain objects to mypyc."""
+"""mypy options of the build. The modules the compiled ones import from elsewhere in the
+package (followed silently, not compiled) import third-party packages that pip's isolated
+build environment lacks (pandas, pydantic, ...): mypy takes those as ``Any``, which
+only costs the compiled code some type knowledge of values that come from them."""
 
 
 def mypyc_extensions(target_dir: Path) -> list[Any]:
     """Type-check :data:`NATIVE_MODULES` and generate their C code into ``target_dir``;
     returns the setuptools ``Extension`` objects to compile (one per module and the
-    group's shared library). Raises ``SystemExit`` when mypy finds errors."""
+    group's shared library). Raises ``SystemExit`` when mypy finds errors, and
+    ``ImportError`` when a package of :data:`BUILD_IMPORTS` is not installed."""
+    missing = [m for m in BUILD_IMPORTS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"{', '.join(missing)} not installed where the build runs")
     from mypyc.build import mypycify
 
     cwd = os.getcwd()
