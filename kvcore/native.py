@@ -27,6 +27,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -212,8 +213,10 @@ def mypyc_extensions(target_dir: Path) -> list[Any]:
 
 
 def fallback_notice(reason: str) -> str:
-    """The one line an install (or build) prints when it goes on in pure Python."""
-    reason = " ".join(reason.split())[:300] or "unknown error"
+    """The one line an install (or build) prints when it goes on in pure Python; a
+    compiler's command line in ``reason`` is cut to its program."""
+    reason = re.sub(r"'?\['([^']*)'(?:, '[^']*')*\]'?", r"'\1 ...'", " ".join(reason.split()))
+    reason = (reason if len(reason) <= 300 else reason[:297] + "...") or "unknown error"
     return (
         f"kvsim: the hot modules stay pure Python (slower, same results): {reason}; "
         "a C compiler and a reinstall (or python -m kvcore.native_cli build) compile them"

@@ -131,6 +131,10 @@ def test_fallback_notice_is_one_line() -> None:
     line = native.fallback_notice("CompileError: command '/bin/false'\nfailed with exit code 1")
     assert "\n" not in line and line.startswith("kvsim: ")
     assert "CompileError: command '/bin/false' failed with exit code 1" in line
+    compiler = "CompileError: Command '['/bin/false', '-O3', '-c', 'x.c']' returned non-zero"
+    line = native.fallback_notice(compiler + " exit status 1." + " x" * 400)
+    assert "CompileError: Command '/bin/false ...' returned non-zero exit status 1." in line
+    assert "-O3" not in line and len(line) < 500
 
 
 # The build step (setup.py) on a copy of the sources: its fall-backs, and the manifest it
