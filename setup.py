@@ -17,9 +17,8 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
-from setuptools import Distribution, setup
+from setuptools import Distribution, Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -44,26 +43,25 @@ class CompiledDistribution(Distribution):
 
 class build_native(build_ext):
     """``build_ext`` for mypyc's extensions of ``NATIVE_MODULES``, falling back to pure
-    Python with a notice when they cannot be generated or compiled."""
+    Python with a notice when they cannot be generated or compiled.
+
+    mypyc runs in :meth:`run` only: setuptools finalizes this command for the package's
+    metadata too (``egg_info`` lists the extensions' sources), so the extensions are
+    named there (``kvcore.native.extension_names``) and mypyc's code fills them in when
+    the build runs."""
 
     def finalize_options(self) -> None:
-        self.set_undefined_options("build", ("build_temp", "build_temp"))
         self._kvsim = _native()
         self._up_to_date = False
         self._fallback: str | None = None
-        self._digests: dict[str, str] = {}
         self._manifest: Path | None = None
-        extensions: list[Any] = []
+        extensions: list[Extension] = []
         if (self.inplace or self.editable_mode) and self._kvsim.is_current():
             self._up_to_date = True
         elif os.environ.get(self._kvsim.PURE_ENV, "") not in ("", "0"):
             self._fallback = f"{self._kvsim.PURE_ENV} is set"
         else:
-            self._digests = self._kvsim.source_digests()
-            try:  # type-checks and generates C (mypy's errors end in SystemExit)
-                extensions = self._kvsim.mypyc_extensions(Path(self.build_temp).resolve() / "mypyc")
-            except (Exception, SystemExit) as exc:
-                self._fallback = _reason(exc)
+            extensions = [Extension(n, sources=[]) for n in self._kvsim.extension_names()]
         self.distribution.ext_modules = extensions
         if self.parallel is None:  # the modules' small extensions beside the big one
             self.parallel = os.cpu_count() or 1
@@ -77,10 +75,13 @@ class build_native(build_ext):
         if inplace:
             self._kvsim.clean()  # an old build must not outlive a failed one
         if self._fallback is None:
+            digests = self._kvsim.source_digests()
             try:
+                # type-checks and generates C (mypy's errors end in SystemExit)
+                self._fill(self._kvsim.mypyc_extensions(Path(self.build_temp).resolve() / "mypyc"))
                 super().run()  # into build_lib; then beside the sources if inplace
             except (Exception, SystemExit) as exc:
-                self._fallback = _reason(exc)
+                self._fallback = f"{type(exc).__name__}: {exc}"
             self.inplace = inplace  # setuptools clears it while compiling
         if self._fallback is not None:
             self._remove_built()
@@ -91,7 +92,16 @@ class build_native(build_ext):
             if self.inplace
             else Path(self.build_lib) / "kvcore" / self._kvsim.MANIFEST.name
         )
-        self._kvsim.write_manifest(self._manifest, self._digests)
+        self._kvsim.write_manifest(self._manifest, digests)
+
+    def _fill(self, generated: list[Extension]) -> None:
+        """Give the named extensions mypyc's sources and flags."""
+        by_name = {ext.name: ext for ext in generated}
+        if sorted(by_name) != sorted(ext.name for ext in self.extensions):
+            raise RuntimeError(f"mypyc made other extensions than expected: {sorted(by_name)}")
+        for ext in self.extensions:
+            public = {k: v for k, v in vars(by_name[ext.name]).items() if not k.startswith("_")}
+            vars(ext).update(public)
 
     def _remove_built(self) -> None:
         """Remove what a failed build left, so no partial build is installed."""
@@ -107,10 +117,6 @@ class build_native(build_ext):
         if self._manifest is not None and not self.inplace:
             outputs.append(str(self._manifest))
         return outputs
-
-
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 setup(distclass=CompiledDistribution, cmdclass={"build_ext": build_native})

@@ -187,6 +187,12 @@ build environment lacks (pandas, pydantic, ...): mypy takes those as ``Any``, wh
 only costs the compiled code some type knowledge of values that come from them."""
 
 
+def extension_names() -> tuple[str, ...]:
+    """The extension modules a build makes: one per listed module, and the group's shared
+    library."""
+    return (*NATIVE_MODULES, _SHARED_LIB)
+
+
 def mypyc_extensions(target_dir: Path) -> list[Any]:
     """Type-check :data:`NATIVE_MODULES` and generate their C code into ``target_dir``;
     returns the setuptools ``Extension`` objects to compile (one per module and the

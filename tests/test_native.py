@@ -142,23 +142,7 @@ def test_fallback_notice_is_one_line() -> None:
 # package; the stand-in's extension is a real C module, compiled by the real compiler.
 
 PACKAGES = ("kvcore", "sim", "calibrate", "workloads", "reports")
-FAKE_MYPYC = """
-import os
-from pathlib import Path
-from setuptools import Extension
-
-def mypycify(paths, *, target_dir, **kwargs):
-    if os.environ.get("FAKE_MYPYC_FAILS"):
-        raise SystemExit("error: mypy found 1 error in kvcore/block_pool.py")
-    Path(target_dir).mkdir(parents=True, exist_ok=True)
-    c = Path(target_dir) / "block_pool.c"
-    c.write_text(
-        "#include <Python.h>\\n"
-        "static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, \\"block_pool\\", 0, -1, 0};\\n"
-        "PyMODINIT_FUNC PyInit_block_pool(void) { return PyModule_Create(&m); }\\n"
-    )
-    return [Extension("kvcore.block_pool", [str(c)])]
-"""
+FAKE_MYPYC = Path(__file__).with_name("native_fake_mypyc.py")
 
 
 def _source_copy(tmp: Path) -> Path:
@@ -173,7 +157,7 @@ def _source_copy(tmp: Path) -> Path:
     fake = tmp / "fake" / "mypyc"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "build.py").write_text(FAKE_MYPYC)
+    (fake / "build.py").write_bytes(FAKE_MYPYC.read_bytes())
     return tree
 
 
@@ -250,27 +234,30 @@ def test_install_falls_back_to_pure_python(
 
 @needs_cc
 def test_install_builds_in_place_and_the_guard_checks_it(tmp_path: Path) -> None:
-    """An editable install's build lands beside the sources with the manifest; one
-    compiled module of the list is not a current build, so the guard imports every
-    listed module from source. A reinstall with nothing changed compiles nothing."""
+    """An editable install's build lands beside the sources with the manifest, and runs;
+    a reinstall with nothing changed compiles nothing; an edited source makes the guard
+    import every listed module from source, until a reinstall compiles again."""
     tree = _source_copy(tmp_path)
     done = _setup_py(tree, "--inplace")
     assert done.returncode == 0, done.stderr
     assert "kvsim: " not in done.stderr
     suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
-    assert _built(tree) == [f"kvcore/block_pool{suffix}"]
+    expected = sorted(n.replace(".", "/") + suffix for n in native.extension_names())
+    assert _built(tree) == expected
     manifest = json.loads((tree / "kvcore" / native.MANIFEST.name).read_text())
-    assert sorted(manifest) == sorted(native.NATIVE_MODULES)
-    assert manifest["sim.engine"] == native.source_digests()["sim.engine"]
-    assert _status_in(tree) == ["stale", "block_pool.py"]
-    # With every module compiled and unchanged, a reinstall leaves the build as it is
-    # (the stand-in would fail, and the fall-back remove it, were it run).
-    for name in native.NATIVE_MODULES:
-        (tree / (name.replace(".", "/") + suffix)).touch()
+    assert manifest == native.source_digests()
+    assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
+    # Nothing changed: the build is left as it is (the stand-in would fail, and the
+    # fall-back remove the build, were mypyc run).
     done = _setup_py(tree, "--inplace", FAKE_MYPYC_FAILS="1")
     assert done.returncode == 0 and "kvsim: " not in done.stderr, done.stderr
-    assert len(_built(tree)) == len(native.NATIVE_MODULES)
-    assert (tree / "kvcore" / native.MANIFEST.name).exists()
+    assert _built(tree) == expected
+    with (tree / "sim" / "engine.py").open("a") as f:
+        f.write("# edited\n")
+    assert _status_in(tree) == ["stale", "block_pool.py"]
+    done = _setup_py(tree, "--inplace")
+    assert done.returncode == 0, done.stderr
+    assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
 
 
 @needs_cc
@@ -282,7 +269,8 @@ def test_wheel_build_puts_the_manifest_beside_the_modules(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert _built(tree) == []
     suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
-    assert (tmp_path / "lib" / "kvcore" / f"block_pool{suffix}").exists()
+    for name in native.extension_names():
+        assert (tmp_path / "lib" / (name.replace(".", "/") + suffix)).exists(), name
     manifest = json.loads((tmp_path / "lib" / "kvcore" / native.MANIFEST.name).read_text())
     assert manifest == native.source_digests()
 
@@ -333,3 +321,21 @@ def test_no_build_without_the_packages_it_needs(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(native, "BUILD_IMPORTS", ("numpy", "no_such_package_here"))
     with pytest.raises(ImportError, match="no_such_package_here not installed"):
         native.mypyc_extensions(Path("unused"))
+
+
+def test_package_metadata_runs_no_mypyc(tmp_path: Path) -> None:
+    """pip asks for the metadata before building (``egg_info``, which lists the
+    extensions' sources): mypyc runs once, in the build, not there."""
+    tree = _source_copy(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    done = subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)],
+        cwd=tree,
+        env=dict(environ, PYTHONPATH=str(tmp_path / "fake")),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "kvsim: " not in done.stderr and not (tree / "build").exists()
+    sources = (tmp_path / "kvsim.egg-info" / "SOURCES.txt").read_text().split()
+    assert "setup.py" in sources and "kvcore/native.py" in sources
