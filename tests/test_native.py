@@ -339,3 +339,24 @@ def test_package_metadata_runs_no_mypyc(tmp_path: Path) -> None:
     assert "kvsim: " not in done.stderr and not (tree / "build").exists()
     sources = (tmp_path / "kvsim.egg-info" / "SOURCES.txt").read_text().split()
     assert "setup.py" in sources and "kvcore/native.py" in sources
+
+
+@needs_cc
+def test_native_cli_build_rebuilds_in_place(tmp_path: Path) -> None:
+    """``python -m kvcore.native_cli build`` (no reinstall) makes the same in-place build."""
+    tree = _source_copy(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k not in (native.PURE_ENV, "CC")}
+    fake = str(tmp_path / "fake")
+    subprocess.run(
+        [sys.executable, "-m", "kvcore.native_cli", "build"],
+        cwd=tree,
+        env=dict(environ, PYTHONPATH=os.pathsep.join([fake, str(tree)])),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    assert _built(tree) == sorted(n.replace(".", "/") + suffix for n in native.extension_names())
+    manifest = json.loads((tree / "kvcore" / native.MANIFEST.name).read_text())
+    assert manifest == native.source_digests()
+    assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
