@@ -1,5 +1,6 @@
-"""``python -m kvcore.native_cli {build,status,clean}``: the optional compiled build of
-the hot modules (see :mod:`kvcore.native`)."""
+"""``python -m kvcore.native_cli {build,status,clean}``: the compiled build of the hot
+modules (see :mod:`kvcore.native`), which installing kvsim makes; ``build`` makes it again
+in place (after editing a source, without reinstalling; needs the ``native`` extra)."""
 
 from __future__ import annotations
 

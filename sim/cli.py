@@ -843,8 +843,13 @@ def list_catalog() -> None:
 
 @app.command(cls=KvsimCommand)
 def version() -> None:
-    """Print kvsim's version and the vLLM version kvcore mirrors."""
+    """Print kvsim's version, the vLLM version kvcore mirrors, and which build of the
+    hot modules runs (compiled or pure Python)."""
+    from kvcore import NATIVE_STATUS
+    from kvcore.native import BUILD_LABELS
+
     typer.echo(f"kvsim {__version__} (kvcore mirrors vLLM {VLLM_VERSION})")
+    typer.echo(f"hot modules: {BUILD_LABELS[NATIVE_STATUS]}")
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import simpy
 import yaml
 
-from kvcore import VLLM_VERSION, __version__
+from kvcore import NATIVE_STATUS, VLLM_VERSION, __version__
 from sim import offload
 from sim.cluster import Cluster
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
@@ -191,6 +191,7 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
     return {
         "kvsim_version": __version__,
         "mirrors_vllm_version": VLLM_VERSION,
+        "native_build": NATIVE_STATUS,  # which build of the hot modules ran (same results)
         "seed": resolved.workload_config.get("seed", resolved.seed),
         "workload": resolved.workload_config,
         "model": resolved.model_name,

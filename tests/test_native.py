@@ -3,8 +3,10 @@ used when it no longer matches its sources."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +36,7 @@ def _digests(pure: bool) -> dict[str, str]:
 
 @pytest.mark.skipif(
     kvcore.NATIVE_STATUS != "compiled",
-    reason="no current compiled build (python -m kvcore.native_cli build); CI builds one",
+    reason="no current compiled build (pip install -e . compiles one; a C compiler needed)",
 )
 def test_compiled_equals_pure() -> None:
     """60 simulator workloads and 120 conformance traces (40 of them also with async
@@ -107,3 +109,254 @@ def test_source_finder_only_takes_listed_modules() -> None:
     assert spec is not None and spec.origin.endswith("sim/engine.py")
     assert finder.find_spec("kvcore.request_queue") is None
     assert finder.find_spec("block_pool") is None
+
+
+def test_is_current_needs_every_module_compiled_and_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editable reinstall skips compiling only when nothing would change."""
+    _fake_package(tmp_path, monkeypatch)
+    assert native.is_current()
+    monkeypatch.setenv(native.PURE_ENV, "1")  # forcing the pure modules changes no file
+    assert native.is_current()
+    (tmp_path / "sim" / "records.py").write_text("X = 'edited'\n")
+    assert not native.is_current()
+    native.write_manifest(native.MANIFEST, native.source_digests())
+    assert native.is_current()
+    next(iter(native._compiled_files("kvcore.request"))).unlink()
+    assert not native.is_current()
+
+
+def test_fallback_notice_is_one_line() -> None:
+    line = native.fallback_notice("CompileError: command '/bin/false'\nfailed with exit code 1")
+    assert "\n" not in line and line.startswith("kvsim: ")
+    assert "CompileError: command '/bin/false' failed with exit code 1" in line
+    compiler = "CompileError: Command '['/bin/false', '-O3', '-c', 'x.c']' returned non-zero"
+    line = native.fallback_notice(compiler + " exit status 1." + " x" * 400)
+    assert "CompileError: Command '/bin/false ...' returned non-zero exit status 1." in line
+    assert "-O3" not in line and len(line) < 500
+
+
+# The build step (setup.py) on a copy of the sources: its fall-backs, and the manifest it
+# writes. mypyc is replaced by a stand-in (FAKE_MYPYC) so no test type-checks the whole
+# package; the stand-in's extension is a real C module, compiled by the real compiler.
+
+PACKAGES = ("kvcore", "sim", "calibrate", "workloads", "reports")
+FAKE_MYPYC = Path(__file__).with_name("native_fake_mypyc.py")
+
+
+def _source_copy(tmp: Path) -> Path:
+    """The build's inputs (setup.py, pyproject.toml, the packages' sources) in ``tmp``."""
+    tree = tmp / "src"
+    tree.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        (tree / name).write_bytes((native.ROOT / name).read_bytes())
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", native.MANIFEST.name)
+    for package in PACKAGES:
+        shutil.copytree(native.ROOT / package, tree / package, ignore=skip)
+    fake = tmp / "fake" / "mypyc"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "build.py").write_bytes(FAKE_MYPYC.read_bytes())
+    return tree
+
+
+def _setup_py(tree: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in (native.PURE_ENV, "CC")}
+    environ.update(env, PYTHONPATH=str(tree.parent / "fake"))
+    return subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", *args],
+        cwd=tree,
+        env=environ,
+        capture_output=True,
+        text=True,
+    )
+
+
+def _built(tree: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(tree))
+        for package in PACKAGES
+        for p in (tree / package).rglob("*")
+        if p.name.endswith(tuple(native.importlib.machinery.EXTENSION_SUFFIXES))
+    )
+
+
+def _status_in(tree: Path) -> list[str]:
+    """``kvcore.NATIVE_STATUS`` and where ``kvcore.block_pool`` came from, imported in
+    ``tree``."""
+    code = (
+        "import kvcore, kvcore.block_pool as b\n"
+        "print(kvcore.NATIVE_STATUS); print(b.__file__.rpartition('/')[2])\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tree,
+        env=dict(environ, PYTHONPATH=str(tree)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+HAS_CC = shutil.which(os.environ.get("CC", "cc").split()[0]) is not None
+needs_cc = pytest.mark.skipif(not HAS_CC, reason="no C compiler (cc) to build the stand-in module")
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({native.PURE_ENV: "1"}, "KVSIM_PURE_PYTHON is set"),
+        ({"FAKE_MYPYC_FAILS": "1"}, "SystemExit: error: mypy found 1 error"),
+        ({"CC": "/bin/false"}, "CompileError"),
+    ],
+    ids=["forced", "mypyc-fails", "no-compiler"],
+)
+def test_install_falls_back_to_pure_python(
+    tmp_path: Path, env: dict[str, str], reason: str
+) -> None:
+    """Without a compiler, when mypyc fails, or when told to, the build succeeds in pure
+    Python: one notice line, no compiled file left, no manifest, and an old build beside
+    the sources removed (an editable install builds in place)."""
+    tree = _source_copy(tmp_path)
+    stale_so = tree / "sim" / ("engine" + native.importlib.machinery.EXTENSION_SUFFIXES[0])
+    stale_so.write_bytes(b"")
+    done = _setup_py(tree, "--inplace", **env)
+    assert done.returncode == 0, done.stderr
+    notices = [line for line in done.stderr.splitlines() if line.startswith("kvsim: ")]
+    assert len(notices) == 1, done.stderr
+    assert "pure Python" in notices[0] and reason in notices[0], notices[0]
+    assert _built(tree) == [] and not (tree / "kvcore" / native.MANIFEST.name).exists()
+    assert _status_in(tree) == ["pure", "block_pool.py"]
+
+
+@needs_cc
+def test_install_builds_in_place_and_the_guard_checks_it(tmp_path: Path) -> None:
+    """An editable install's build lands beside the sources with the manifest, and runs;
+    a reinstall with nothing changed compiles nothing; an edited source makes the guard
+    import every listed module from source, until a reinstall compiles again."""
+    tree = _source_copy(tmp_path)
+    done = _setup_py(tree, "--inplace")
+    assert done.returncode == 0, done.stderr
+    assert "kvsim: " not in done.stderr
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    expected = sorted(n.replace(".", "/") + suffix for n in native.extension_names())
+    assert _built(tree) == expected
+    manifest = json.loads((tree / "kvcore" / native.MANIFEST.name).read_text())
+    assert manifest == native.source_digests()
+    assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
+    # Nothing changed: the build is left as it is (the stand-in would fail, and the
+    # fall-back remove the build, were mypyc run).
+    done = _setup_py(tree, "--inplace", FAKE_MYPYC_FAILS="1")
+    assert done.returncode == 0 and "kvsim: " not in done.stderr, done.stderr
+    assert _built(tree) == expected
+    with (tree / "sim" / "engine.py").open("a") as f:
+        f.write("# edited\n")
+    assert _status_in(tree) == ["stale", "block_pool.py"]
+    done = _setup_py(tree, "--inplace")
+    assert done.returncode == 0, done.stderr
+    assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
+
+
+@needs_cc
+def test_wheel_build_puts_the_manifest_beside_the_modules(tmp_path: Path) -> None:
+    """``pip install .``: the build goes into the build directory (the wheel's
+    contents), manifest included; the sources are left alone."""
+    tree = _source_copy(tmp_path)
+    done = _setup_py(tree, "--build-lib", str(tmp_path / "lib"))
+    assert done.returncode == 0, done.stderr
+    assert _built(tree) == []
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name in native.extension_names():
+        assert (tmp_path / "lib" / (name.replace(".", "/") + suffix)).exists(), name
+    manifest = json.loads((tmp_path / "lib" / "kvcore" / native.MANIFEST.name).read_text())
+    assert manifest == native.source_digests()
+
+
+@pytest.mark.skipif(
+    kvcore.NATIVE_STATUS != "compiled",
+    reason="no current compiled build (pip install -e . compiles one; a C compiler needed)",
+)
+def test_an_edited_source_of_a_real_build_runs_from_source(tmp_path: Path) -> None:
+    """The installed compiled build, copied with its sources: as is, the compiled
+    modules run; with one source edited, every listed module runs from its ``.py``."""
+    tree = tmp_path / "copy"
+    for package in PACKAGES:
+        shutil.copytree(
+            native.ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    assert _status_in(tree)[0] == "compiled"
+    assert _status_in(tree)[1] != "block_pool.py"
+    with (tree / "sim" / "engine.py").open("a") as f:
+        f.write("# edited\n")
+    assert _status_in(tree) == ["stale", "block_pool.py"]
+
+
+def _third_party_imports(name: str) -> set[str]:
+    tree = ast.parse(native._source(name).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    tops = {n.partition(".")[0] for n in names}
+    return tops - set(sys.stdlib_module_names) - {*PACKAGES, "__future__"}
+
+
+def test_build_requires_the_packages_the_compiled_modules_import() -> None:
+    """mypyc must see the types of what the compiled modules import: each such package
+    is in BUILD_IMPORTS and in pyproject.toml's build requirements."""
+    imported = set().union(*(_third_party_imports(n) for n in native.NATIVE_MODULES))
+    assert "simpy" in imported  # sim.engine_fast_forward.StepTimeout derives from it
+    assert imported <= set(native.BUILD_IMPORTS)
+    text = (native.ROOT / "pyproject.toml").read_text()
+    build_system = text[text.index("[build-system]") : text.index("[project]")]
+    start = build_system.index("requires = [")
+    requires = build_system[start : build_system.index("]", start)]
+    for package in native.BUILD_IMPORTS:
+        assert f'"{package}>=' in requires, package
+    assert '"mypy>=' in requires and "torch" not in requires
+
+
+def test_no_build_without_the_packages_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "BUILD_IMPORTS", ("numpy", "no_such_package_here"))
+    with pytest.raises(ImportError, match="no_such_package_here not installed"):
+        native.mypyc_extensions(Path("unused"))
+
+
+def test_package_metadata_runs_no_mypyc(tmp_path: Path) -> None:
+    """pip asks for the metadata before building (``egg_info``, which lists the
+    extensions' sources): mypyc runs once, in the build, not there."""
+    tree = _source_copy(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    done = subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)],
+        cwd=tree,
+        env=dict(environ, PYTHONPATH=str(tmp_path / "fake")),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "kvsim: " not in done.stderr and not (tree / "build").exists()
+    sources = (tmp_path / "kvsim.egg-info" / "SOURCES.txt").read_text().split()
+    assert "setup.py" in sources and "kvcore/native.py" in sources
+
+
+@needs_cc
+def test_native_cli_build_rebuilds_in_place(tmp_path: Path) -> None:
+    """``python -m kvcore.native_cli build`` (no reinstall) makes the same in-place build."""
+    tree = _source_copy(tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k not in (native.PURE_ENV, "CC")}
+    fake = str(tmp_path / "fake")
+    subprocess.run(
+        [sys.executable, "-m", "kvcore.native_cli", "build"],
+        cwd=tree,
+        env=dict(environ, PYTHONPATH=os.pathsep.join([fake, str(tree)])),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    assert _built(tree) == sorted(n.replace(".", "/") + suffix for n in native.extension_names())
+    manifest = json.loads((tree / "kvcore" / native.MANIFEST.name).read_text())
+    assert manifest == native.source_digests()
+    assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
