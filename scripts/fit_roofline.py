@@ -47,9 +47,11 @@ def main() -> int:
 
     g = gemm_fit.fit_gemm()
     print("GEMM (max of (2KN + W0) / (e_m BW) and 2 (n + n0) K N / (e_c F))")
-    print(f"  e_m {g.memory_efficiency:.3f}, W0 {g.kernel_bytes / 1e6:.2f} MB, "
+    print(f"  e_m {g.memory_efficiency:.3f}, W0 {g.kernel_bytes / 1e6:.2f} MB "
+          f"({1e6 * g.kernel_s:.2f} us at peak), "
           f"e_c {g.compute_efficiency:.3f}, n0 {g.kernel_tokens:.1f} tokens")  # fmt: skip
-    for name in ("memory_train", "memory_holdout", "compute_train", "compute_holdout", "ridge"):
+    names = ("memory", "ridge", "compute")
+    for name in [f"{r}_{part}" for r in names for part in ("train", "holdout")]:
         print(_row(name.replace("_", " "), getattr(g, name)))
     d = gemm_fit.load()
     n, k, nn = (d[c].to_numpy(np.float64) for c in ("num_tokens", "k", "n_out"))
@@ -58,7 +60,10 @@ def main() -> int:
     for name, sel in (
         ("memory held-out, constants", (n <= gemm_fit.MEMORY_MAX_TOKENS) & held),
         ("compute held-out, constants", (n >= gemm_fit.COMPUTE_MIN_TOKENS) & held),
-        ("ridge, constants", (n > gemm_fit.MEMORY_MAX_TOKENS) & (n < gemm_fit.COMPUTE_MIN_TOKENS)),
+        (
+            "ridge held-out, constants",
+            (n > gemm_fit.MEMORY_MAX_TOKENS) & (n < gemm_fit.COMPUTE_MIN_TOKENS) & held,
+        ),
     ):
         print(_row(name, Errors.of(old[sel], d.seconds.to_numpy()[sel])))
 

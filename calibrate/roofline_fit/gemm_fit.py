@@ -12,11 +12,14 @@ A ``K x N`` BF16 projection of ``n`` tokens takes, on the roofline,
   plus ``n0`` tokens' worth per kernel, so ``n`` tokens reach ``e_c n / (n + n0)``
   (tiles fill as the token count grows).
 
-``e_m, W0`` are fitted on the memory-bound sizes (``n <= 32``), ``e_c, n0`` on the
-compute-bound ones (``n >= 1024``), least absolute relative error; every third token
-count is held out, and the ridge between the two (``64 <= n <= 512``), fitted by
-neither, is reported as its own regime. Both curves are in bytes and tokens, so on
-another GPU they apply with its own peaks ``BW`` and ``F``.
+``e_m, W0`` are fitted on the memory-bound sizes (``n <= 32``), ``e_c`` on the
+compute-bound ones (``n >= 1024``), least absolute relative error, for each ``n0`` of a
+grid (0-200 tokens); ``n0`` is the one whose model errs least (median) on the ridge and
+compute-bound sizes together (``n >= 64``). Every third token count is held out of all
+of it; errors are reported per regime: memory-bound, ridge (``32 < n < 1024``),
+compute-bound. On another GPU the roofline takes ``W0`` as the same time (``W0 / BW``:
+a kernel's fixed start and drain) and ``n0`` as the same tokens, with that GPU's own
+peaks ``BW`` and ``F``.
 """
 
 from __future__ import annotations
@@ -57,13 +60,20 @@ class GemmFit:
 
     memory_efficiency: float  # e_m
     kernel_bytes: float  # W0
+
+    @property
+    def kernel_s(self) -> float:
+        """``W0`` in seconds at the A100's peak HBM bandwidth."""
+        return self.kernel_bytes / A100_HBM_BYTES_PER_S
+
     compute_efficiency: float  # e_c
     kernel_tokens: float  # n0
     memory_train: Errors
     memory_holdout: Errors
     compute_train: Errors
     compute_holdout: Errors
-    ridge: Errors
+    ridge_train: Errors
+    ridge_holdout: Errors
 
     def predict(
         self,
@@ -112,19 +122,26 @@ def fit_gemm(data: pd.DataFrame | None = None) -> GemmFit:
     bw, f = A100_HBM_BYTES_PER_S, A100_BF16_FLOPS
     x_mem = np.column_stack([2.0 * k * nn / bw, np.full_like(n, 1.0 / bw)])
     a, b = relative_lstsq(x_mem[mem & ~held], y[mem & ~held])
-    x_comp = np.column_stack([2.0 * n * k * nn / f, 2.0 * k * nn / f])
-    c, e = relative_lstsq(x_comp[comp & ~held], y[comp & ~held])
-    fit = GemmFit(1.0 / a, b / a, 1.0 / c, e / c, *([Errors(0, 0.0, 0.0)] * 5))
+    x_comp = 2.0 * n * k * nn / f
+    best: tuple[float, float, float] | None = None  # (error, n0, 1 / e_c)
+    for n0 in np.arange(0.0, 201.0, 2.0):
+        x = (x_comp + 2.0 * n0 * k * nn / f)[:, None]
+        inv = relative_lstsq(x[comp & ~held], y[comp & ~held])[0]
+        pred = np.maximum((x_mem @ np.array([a, b])), x[:, 0] * inv)
+        err = float(np.median(np.abs(pred / y - 1.0)[(n >= 2 * MEMORY_MAX_TOKENS) & ~held]))
+        if best is None or err < best[0]:
+            best = (err, float(n0), float(inv))
+    assert best is not None
+    fit = GemmFit(1.0 / a, b / a, 1.0 / best[2], best[1], *([Errors(0, 0.0, 0.0)] * 6))
     pred = fit.predict(n, k, nn)
     ridge = ~mem & ~comp
+
+    def errs(sel: np.ndarray) -> tuple[Errors, Errors]:
+        return Errors.of(pred[sel & ~held], y[sel & ~held]), Errors.of(
+            pred[sel & held], y[sel & held]
+        )
+
     return GemmFit(
-        fit.memory_efficiency,
-        fit.kernel_bytes,
-        fit.compute_efficiency,
-        fit.kernel_tokens,
-        Errors.of(pred[mem & ~held], y[mem & ~held]),
-        Errors.of(pred[mem & held], y[mem & held]),
-        Errors.of(pred[comp & ~held], y[comp & ~held]),
-        Errors.of(pred[comp & held], y[comp & held]),
-        Errors.of(pred[ridge], y[ridge]),
-    )
+        fit.memory_efficiency, fit.kernel_bytes, fit.compute_efficiency, fit.kernel_tokens,
+        *errs(mem), *errs(comp), *errs(ridge),
+    )  # fmt: skip
