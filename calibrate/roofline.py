@@ -9,8 +9,8 @@ For one tensor-parallel rank and one step with ``N`` tokens over ``R`` requests:
   of the ``G = 4 * layers + 1`` GEMM kernels (QKV, output, up, down; LM head) costs
   ``W0 = gemm_kernel_s * BW_peak`` bytes' worth more (a fixed time per kernel), and
   each GEMM ``n0`` tokens' worth more FLOPs: a matrix of ``W`` bytes streams at
-  ``W / (W + W0)`` of ``BW``, ``N`` tokens reach ``N / (N + n0)``
-  of ``F``. The LM head runs on one position per request (vLLM's ``logits_indices``).
+  ``W / (W + W0)`` of ``BW``, ``N`` tokens reach ``N / (N + n0)`` of ``F``. The LM head
+  runs on one position per request (vLLM's ``logits_indices``).
 * attention, per layer kind (full / sliding window / MLA) and per phase (prefill chunks,
   decodes), ``max(pair_flops / F_attn, kv_bytes_read / BW)``. A chunk of ``q`` tokens on
   ``c`` cached ones does ``sum_{i=1..q} min(c + i, W)`` query-key pairs (causal,
@@ -34,7 +34,9 @@ The phases run one after another, so their times add. ``F`` and ``BW`` are the c
 peaks times the efficiency factors below. The size curves (``W0``, ``n0``, ``kappa``)
 and the all-reduce costs are fitted on A100-80GB measurements (Vidur's public profiling
 data, microsoft/vidur; :mod:`calibrate.roofline_fit`); on other GPUs the same curves
-apply in bytes, tokens and pairs, scaled by that GPU's own peaks and link. Not
+apply (the same seconds per GEMM kernel at peak bandwidth, tokens per GEMM, weight of the
+causal triangle, all-reduce latencies and link efficiencies), scaled by that GPU's own
+peaks and link. Not
 modelled: CUDA-graph batch padding, activation traffic, kernel launch gaps inside a
 step, expert parallelism.
 """
@@ -65,9 +67,9 @@ class RooflineEfficiency:
     ``0.79 W / (W + W0)`` of HBM bandwidth, ``W0`` 9.5 MB, which is 4.65 us of the
     A100's peak bandwidth; on another GPU the same 4.65 us, ``W0`` scaled by its peak
     bandwidth: a kernel's fixed start and drain time; the decode-attention kernel's
-    fit, 0.80, agrees), ``compute`` 0.755 and ``gemm_kernel_tokens`` 110 (the same projections at
-    >= 1024 tokens give 0.755; 110 tokens' worth per kernel fits the ridge in between
-    best: ``0.755 N / (N + 110)`` of the BF16 peak), ``attention`` 0.42 and
+    fit, 0.80, agrees), ``compute`` 0.755 and ``gemm_kernel_tokens`` 110 (the same
+    projections at >= 1024 tokens give 0.755; 110 tokens' worth per kernel fits the
+    ridge in between best: ``0.755 N / (N + 110)`` of the BF16 peak), ``attention`` 0.42 and
     ``prefill_causal_weight`` 2.33 (FlashAttention prefill: pairs on the cache at 0.42
     of the tensor-core peak, the chunk's causal triangle 2.33 times as costly per pair),
     ``attention_kernel_s`` 15 us per layer and phase (the decode kernel's fitted floor).
