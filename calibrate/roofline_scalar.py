@@ -33,7 +33,7 @@ class ScalarRoofline:
         # AllReducePlan.parts' constants: fast (custom / symmetric memory) max,
         # one-shot max, custom latency, one-shot and ring seconds per byte, NCCL latency
         self.ar: tuple[float, float, float, float, float, float] = (
-            (0.0,) * 6
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
             if plan is None
             else (
                 float(plan.fast_max), float(plan.one_shot_max), float(plan.custom_latency),
