@@ -5,13 +5,15 @@ sizes stay within bounds set just above what was measured when the fits were mad
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from calibrate.allreduce import LINKS, NCCL_LATENCY_2_S, NCCL_LATENCY_4_S, AllReducePlan
 from calibrate.catalog import load_gpu
-from calibrate.roofline import RooflineEfficiency
+from calibrate.model_spec import ModelSpec
+from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel, prefill_pairs
 from calibrate.roofline_fit import allreduce_fit, attention_fit, gemm_fit
-from calibrate.roofline_fit.common import Errors
+from calibrate.roofline_fit.common import Errors, holdout_mask
 
 # measured at fitting time (median / p90 of |predicted / measured - 1| on held-out sizes):
 # NCCL 2 GPUs 16.2% / 39.5%, 4 GPUs 1.7% / 5.0%; GEMM memory-bound 2.0% / 6.1%,
@@ -93,3 +95,60 @@ def test_every_catalog_gpu_has_a_plan(name: str, tp: int) -> None:
     latency, per_byte = plan.parts_array(sizes)
     assert np.all(latency > 0) and np.all(per_byte > 0)
     assert [plan.parts(float(s)) for s in sizes] == list(zip(latency, per_byte))
+
+
+# ---- the wired roofline on the same data ------------------------------------------------
+
+CODELLAMA_34B = ModelSpec(
+    name="CodeLlama-34B (projections only)", num_layers=48, hidden_size=8192,
+    intermediate_size=22016, num_attention_heads=64, num_kv_heads=8, head_size=128,
+    vocab_size=1, max_position_embeddings=16384, layer_types=("full",) * 48,
+)  # fmt: skip
+"""Vidur's profiled shapes; a vocabulary of 1 leaves the LM head out, as the data does."""
+
+
+def test_the_roofline_times_a_34b_layer_stack_as_measured() -> None:
+    """The default roofline's dense time for CodeLlama-34B on the catalog A100 against 48
+    times Vidur's four projections, at held-out token counts, per regime (measured
+    1.3% / 2.7% memory-bound, 4.6% / 14.6% ridge, 1.8% / 4.8% compute-bound; the old
+    constant efficiencies: 4.1% / 12.8%, 7.5% / 27.5%, 3.8% / 7.4%)."""
+    wide = pd.read_csv(gemm_fit.DATA / "mlp_codellama34b.csv")
+    ops = [op + "_ms" for op in gemm_fit.shapes(1)]
+    pred, meas, tokens = [], [], []
+    for tp, sub in wide.groupby("tp"):
+        rf = RooflineLatencyModel(CODELLAMA_34B, load_gpu("A100-80GB"), int(tp))
+        n = sub.num_tokens.to_numpy(np.float64)
+        pred.append(rf._dense_time(n, np.ones_like(n)))
+        meas.append(48e-3 * sub[ops].sum(axis=1).to_numpy())
+        tokens.append(n)
+    p, y, n = np.concatenate(pred), np.concatenate(meas), np.concatenate(tokens)
+    held = holdout_mask(n)
+    for sel, median, p90 in (
+        (n <= 32, 0.02, 0.035),
+        ((n > 32) & (n < 1024), 0.055, 0.165),
+        (n >= 1024, 0.025, 0.055),
+    ):
+        _within(Errors.of(p[sel & held], y[sel & held]), median, p90)
+
+
+def test_the_roofline_times_attention_kernels_as_measured() -> None:
+    """The default roofline's attention phase per layer (TP 2 of CodeLlama-34B's heads)
+    against Vidur's decode and prefill kernels at held-out sizes (measured 10.6% / 27.7%
+    decode, 9.1% / 27.4% prefill; old constants 16.0% / 39.7%, 21.0% / 42.1%)."""
+    rf = RooflineLatencyModel(CODELLAMA_34B, load_gpu("A100-80GB"), 2)
+    g, kappa = rf.groups[0], rf.eff.prefill_causal_weight
+    d = pd.read_csv(gemm_fit.DATA / "attention_decode_tp2.csv")
+    b, c = d.batch_size.to_numpy(np.float64), d.kv_cache_size.to_numpy(np.float64)
+    pred = [rf._attn_phase(g, x * (k + 1), x * (k + 1), True) for x, k in zip(b, c)]
+    held = holdout_mask(c)
+    got = np.array(pred)[held] / g.num_layers
+    _within(Errors.of(got, 1e-3 * d.decode_ms.to_numpy()[held]), 0.12, 0.30)
+    d = pd.read_csv(gemm_fit.DATA / "attention_prefill_tp2.csv")
+    q, c = d.prefill_chunk_size.to_numpy(np.float64), d.kv_cache_size.to_numpy(np.float64)
+    pred = [
+        rf._attn_phase(g, prefill_pairs(np.array([x]), np.array([k]), None, kappa), k + x, False)
+        for x, k in zip(q, c)
+    ]
+    held = holdout_mask(q)
+    got = np.array(pred)[held] / g.num_layers
+    _within(Errors.of(got, 1e-3 * d.prefill_ms.to_numpy()[held]), 0.10, 0.30)
