@@ -5,14 +5,22 @@ below the datasheet's decimal GB) or decimal GB (``memory_gb``: the datasheet fi
 throughput in TFLOP/s (10^12 FLOP per second, dense, i.e. without 2:4 sparsity);
 bandwidths in GB/s (10^9 bytes per second). ``interconnect_bandwidth_gbps`` is one GPU's
 bandwidth to its peers in one direction (NVLink / Infinity Fabric / PCIe), which is what
-a ring all-reduce moves data at.
+a ring all-reduce moves data at. ``link``, ``peer_to_peer``, ``compute_capability`` and
+``custom_allreduce_latency_us`` decide how vLLM all-reduces across GPUs of this kind
+and what a call costs (:mod:`calibrate.allreduce`).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 1 << 30
+
+LinkKind = Literal["nvlink", "pcie", "xgmi"]
+"""How GPUs of one node reach each other: NVLink (a full mesh through NVSwitch, or a
+pair), PCIe only, or AMD Infinity Fabric (XGMI)."""
 
 
 class GPUSpec(BaseModel):
@@ -30,11 +38,35 @@ class GPUSpec(BaseModel):
     hbm_bandwidth_gbps: float = Field(gt=0, description="device memory bandwidth, GB/s")
     interconnect: str = ""
     interconnect_bandwidth_gbps: float = Field(gt=0, description="per GPU, one direction, GB/s")
+    link: LinkKind | None = Field(
+        default=None, description="peer link kind; None: read from `interconnect`'s text"
+    )
+    peer_to_peer: bool = Field(
+        default=True, description="GPUs map each other's memory (CUDA P2P) over PCIe"
+    )
+    compute_capability: str | None = Field(
+        default=None, description="CUDA compute capability, e.g. '9.0' (vLLM's size tables)"
+    )
+    custom_allreduce_latency_us: float | None = Field(
+        default=None, ge=0, description="vLLM custom all-reduce, per call, us; None: link default"
+    )
     source: str = Field(min_length=1, description="where the figures come from (URLs)")
     notes: str = ""
     price_per_gpu_hour: float | None = Field(
         default=None, ge=0, description="what one GPU costs per hour, USD (kvsim recommend)"
     )
+
+    @property
+    def link_kind(self) -> LinkKind:
+        """``link``, or read from ``interconnect``: PCIe, Infinity Fabric, else NVLink."""
+        if self.link is not None:
+            return self.link
+        text = self.interconnect.lower()
+        if "pcie" in text:
+            return "pcie"
+        if "infinity" in text or "xgmi" in text:
+            return "xgmi"
+        return "nvlink"
 
     @property
     def memory_gib(self) -> float:

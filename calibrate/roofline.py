@@ -2,28 +2,43 @@
 
 For one tensor-parallel rank and one step with ``N`` tokens over ``R`` requests:
 
-* dense layers: ``max(weight_bytes / BW, (N * 2 * P_active + R * 2 * V * H) / F)``. All
-  non-expert weights are read once per step; for MoE layers, the expected number of
-  distinct experts ``N`` tokens route to, ``E * (1 - (1 - k/E)^N)`` (uniform routing),
-  is read. The LM head runs on one position per request (vLLM's ``logits_indices``).
+* dense layers: ``max(memory, compute)`` with ``memory = (weight_bytes + G W0) / BW``
+  and ``compute = ((N + n0) * 2 * P_active + (R + n0) * 2 * V * H) / F``: all non-expert
+  weights are read once per step (for MoE layers, the expected number of distinct
+  experts ``N`` tokens route to, ``E * (1 - (1 - k/E)^N)`` under uniform routing), each
+  of the ``G = 4 * layers + 1`` GEMM kernels (QKV, output, up, down; LM head) costs
+  ``W0 = gemm_kernel_s * BW_peak`` bytes' worth more (a fixed time per kernel), and
+  each GEMM ``n0`` tokens' worth more FLOPs: a matrix of ``W`` bytes streams at
+  ``W / (W + W0)`` of ``BW``, ``N`` tokens reach ``N / (N + n0)`` of ``F``. The LM head
+  runs on one position per request (vLLM's ``logits_indices``).
 * attention, per layer kind (full / sliding window / MLA) and per phase (prefill chunks,
   decodes), ``max(pair_flops / F_attn, kv_bytes_read / BW)``. A chunk of ``q`` tokens on
   ``c`` cached ones does ``sum_{i=1..q} min(c + i, W)`` query-key pairs (causal,
-  capped by the window ``W``) and reads ``min(c + q, W + q - 1)`` tokens of KV (the
-  keys some query of the chunk sees). MLA prefill
-  works in the expanded head space (``qk_nope + qk_rope`` and ``v_head_dim`` per head),
-  MLA decode in the absorbed latent space (``kv_lora_rank + qk_rope`` and
+  capped by the window ``W``), its causal triangle on itself (``q (q + 1) / 2`` pairs,
+  window-capped) counted ``kappa`` times (partly masked tiles), and reads
+  ``min(c + q, W + q - 1)`` tokens of KV (the keys some query of the chunk sees). MLA
+  prefill works in the expanded head space (``qk_nope + qk_rope`` and ``v_head_dim`` per
+  head), MLA decode in the absorbed latent space (``kv_lora_rank + qk_rope`` and
   ``kv_lora_rank``); its latent cache is replicated on every rank.
 * tensor parallelism: work and weights are split ``tp`` ways (KV heads: at least one per
-  rank), plus two all-reduces per layer of ``N * H`` activations, each
-  ``latency + 2 (tp - 1) / tp * bytes / link_BW`` (ring).
+  rank), plus two all-reduces per layer of ``N * H`` activations, each as vLLM runs it
+  on this GPU's link (custom one-/two-shot kernel or NCCL ring,
+  :class:`calibrate.allreduce.AllReducePlan`): its latency scaled by
+  ``allreduce_latency_s / 36 us`` (NCCL's fitted 2-GPU latency), its bytes' time
+  divided by ``interconnect``.
 * ``attention_kernel_s`` per layer and attention phase present (kernel floor);
 * ``step_overhead_s`` per step (scheduler, input preparation, sampling, launch) and
   ``per_request_overhead_s`` per scheduled request.
 
 The phases run one after another, so their times add. ``F`` and ``BW`` are the catalog's
-peaks times the efficiency factors below. Not modelled: CUDA-graph batch padding,
-activation traffic, kernel launch gaps inside a step, expert parallelism.
+peaks times the efficiency factors below. The size curves (``W0``, ``n0``, ``kappa``)
+and the all-reduce costs are fitted on A100-80GB measurements (Vidur's public profiling
+data, microsoft/vidur; :mod:`calibrate.roofline_fit`); on other GPUs the same curves
+apply (the same seconds per GEMM kernel at peak bandwidth, tokens per GEMM, weight of the
+causal triangle, all-reduce latencies and link efficiencies), scaled by that GPU's own
+peaks and link. Not
+modelled: CUDA-graph batch padding, activation traffic, kernel launch gaps inside a
+step, expert parallelism.
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from calibrate.allreduce import NCCL_LATENCY_2_S, AllReducePlan
 from calibrate.gpu_spec import GPUSpec
 from calibrate.latency_interface import LatencyModel, as_decode_arrays, as_token_arrays
 from calibrate.model_spec import LayerKind, ModelSpec
@@ -41,31 +57,44 @@ from kvcore.kv_cache_interface import get_dtype_size
 
 @dataclass(frozen=True)
 class RooflineEfficiency:
-    """Fractions of catalog peaks a real engine reaches, and fixed overheads (seconds).
+    """Fractions of catalog peaks a real engine reaches, fixed overheads (seconds), and
+    the shapes of the size curves.
 
-    Defaults are read off Vidur's A100-80GB operator profile (shared/data/vidur_a100):
-    ``compute`` 0.7 (its QKV/O/MLP GEMMs reach 0.68-0.79 of the BF16 peak at >= 2048
-    tokens; torchao assumes 0.6 on H100), ``memory`` 0.75 (the same GEMMs at <= 16
-    tokens stream weights at 0.64-0.78 of HBM peak; torchao 0.92, BLIS 0.72),
-    ``attention`` 0.3 (FlashAttention prefill chunks there reach about 0.25 of the
-    tensor-core peak; newer kernels do better), ``attention_kernel_s`` 10 us per layer
-    and phase (the decode-attention kernel's floor there is 12-15 us), ``interconnect``
-    0.6 of the link with ``allreduce_latency_s`` 20 us (its TP-2 NCCL all-reduce: 7 us
-    for 2 KB, 53-74 us for 0.5-8 MB, 0.53 of the link at 32 MB; vLLM's custom all-reduce
-    is faster on small messages). ``step_overhead_s`` 0.4 ms and
-    ``per_request_overhead_s`` 5 us per scheduled request: scheduler, input preparation
-    and sampling (BLIS's fitted terms: 0.13 ms per step, 4 us per request and 32 us per
-    layer).
+    Fitted on Vidur's A100-80GB operator profile (microsoft/vidur, MIT; excerpts and
+    fits in ``tests/data/vidur_a100`` and :mod:`calibrate.roofline_fit`, holdout errors
+    in ``tests/test_roofline_fit.py``): ``memory`` 0.79 and ``gemm_kernel_s`` 4.65 us
+    (CodeLlama-34B projections at <= 32 tokens: a ``W``-byte matrix streams at
+    ``0.79 W / (W + W0)`` of HBM bandwidth, ``W0`` 9.5 MB, which is 4.65 us of the
+    A100's peak bandwidth; on another GPU the same 4.65 us, ``W0`` scaled by its peak
+    bandwidth: a kernel's fixed start and drain time; the decode-attention kernel's
+    fit, 0.80, agrees), ``compute`` 0.755 and ``gemm_kernel_tokens`` 110 (the same
+    projections at >= 1024 tokens give 0.755; 110 tokens' worth per kernel fits the
+    ridge in between best: ``0.755 N / (N + 110)`` of the BF16 peak), ``attention`` 0.42 and
+    ``prefill_causal_weight`` 2.33 (FlashAttention prefill: pairs on the cache at 0.42
+    of the tensor-core peak, the chunk's causal triangle 2.33 times as costly per pair),
+    ``attention_kernel_s`` 15 us per layer and phase (the decode kernel's fitted floor).
+    All-reduces follow :mod:`calibrate.allreduce` (vLLM's custom kernel or NCCL, NCCL
+    fitted on Vidur's all-reduce data): ``interconnect`` multiplies the link's fitted
+    efficiency (1: as fitted), ``allreduce_latency_s`` is NCCL's 2-GPU per-call latency
+    (36 us fitted), which every algorithm's modelled latency scales with.
+    ``step_overhead_s`` 0.4 ms and ``per_request_overhead_s`` 5 us per scheduled
+    request: scheduler, input preparation and sampling (BLIS's fitted terms: 0.13 ms
+    per step, 4 us per request and 32 us per layer). The first eight fields are what
+    ``kvsim calibrate --from-trace`` fits (:mod:`calibrate.roofline_terms`): multipliers
+    on the size curves, whose shapes stay fixed.
     """
 
-    compute: float = 0.7
-    memory: float = 0.75
-    attention: float = 0.3
-    interconnect: float = 0.6
-    allreduce_latency_s: float = 20e-6
-    attention_kernel_s: float = 10e-6
+    compute: float = 0.755
+    memory: float = 0.79
+    attention: float = 0.42
+    interconnect: float = 1.0
+    allreduce_latency_s: float = 36e-6
+    attention_kernel_s: float = 15e-6
     step_overhead_s: float = 0.4e-3
     per_request_overhead_s: float = 5e-6
+    gemm_kernel_s: float = 4.65e-6
+    gemm_kernel_tokens: float = 110.0
+    prefill_causal_weight: float = 2.33
 
     def __post_init__(self) -> None:
         for name in ("compute", "memory", "attention", "interconnect"):
@@ -80,6 +109,9 @@ class RooflineEfficiency:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 seconds")
+        for name in ("gemm_kernel_s", "gemm_kernel_tokens", "prefill_causal_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -103,6 +135,14 @@ def _causal_pairs(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarra
     w = float(window)
     straddle = (a + w) * (w - a + 1.0) / 2.0 + (b - w) * w
     return np.where(b <= w, full, np.where(a > w, q * w, straddle))
+
+
+def prefill_pairs(q: np.ndarray, c: np.ndarray, window: int | None, kappa: float) -> float:
+    """Query-key pairs a prefill phase costs: every chunk's causal pairs, its triangle on
+    itself (the pairs of the chunk at ``c = 0``) weighted ``kappa`` instead of 1."""
+    pairs = float(_causal_pairs(q, c, window).sum())
+    triangle = float(_causal_pairs(q, np.zeros_like(c), window).sum())
+    return pairs + (kappa - 1.0) * triangle
 
 
 def _kv_reach(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarray:
@@ -156,9 +196,11 @@ class RooflineLatencyModel(LatencyModel):
         self.bytes_per_s = gpu.hbm_bandwidth_bytes_per_s * eff.memory
         lm_head_bytes = counts.embedding * abytes  # tied or not, the head reads V x H
         non_expert = counts.attention + counts.dense_mlp + counts.moe_shared
+        self.gemm_kernels = 4 * model.num_layers + 1
+        # what the memory bound charges: the weights plus W0 per GEMM kernel
         self.dense_weight_bytes = (
             non_expert * wbytes + (counts.router + counts.norms) * abytes + lm_head_bytes
-        ) / tp
+        ) / tp + self.gemm_kernels * eff.gemm_kernel_s * gpu.hbm_bandwidth_bytes_per_s
         self.expert_bytes = 3 * model.hidden_size * model.moe_intermediate_size * wbytes / tp
         active_routed = counts.active_per_token - (
             counts.embedding + counts.lm_head + non_expert + counts.router + counts.norms
@@ -166,6 +208,7 @@ class RooflineLatencyModel(LatencyModel):
         self.flops_per_token = 2.0 * (non_expert + counts.router + active_routed) / tp
         self.lm_head_flops_per_request = 2.0 * counts.embedding / tp
         self.allreduce_bytes_per_token = model.hidden_size * abytes
+        self.allreduce = AllReducePlan(gpu, tp) if tp > 1 else None
         self.groups = self._attention_groups(model, kv_cache_dtype)
 
     def _attention_groups(self, model: ModelSpec, kv_cache_dtype: str) -> list[_AttentionGroup]:
@@ -199,15 +242,30 @@ class RooflineLatencyModel(LatencyModel):
         weights = self.dense_weight_bytes + (
             self.model.num_moe_layers * self._distinct_experts(num_tokens) * self.expert_bytes
         )
-        flops = num_tokens * self.flops_per_token + num_requests * self.lm_head_flops_per_request
+        flops = self.gemm_flops(num_tokens, num_requests)
         return np.maximum(weights / self.bytes_per_s, flops / self.gemm_flops_per_s)
 
-    def _allreduce_time(self, num_tokens: np.ndarray) -> np.ndarray:
-        if self.tp == 1:
-            return np.zeros_like(num_tokens, dtype=np.float64)
-        link = self.gpu.interconnect_bytes_per_s * self.eff.interconnect
+    def gemm_flops(self, num_tokens: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
+        """FLOPs the compute bound charges: each GEMM ``n0`` tokens' worth more."""
+        n0 = self.eff.gemm_kernel_tokens
+        return (num_tokens + n0) * self.flops_per_token + (
+            num_requests + n0
+        ) * self.lm_head_flops_per_request
+
+    def allreduce_parts(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One all-reduce call of ``num_tokens`` tokens' activations: its latency in
+        units of ``NCCL_LATENCY_2_S`` and its bytes' seconds at the link's fitted
+        efficiency (:class:`calibrate.allreduce.AllReducePlan`)."""
+        assert self.allreduce is not None
         size = num_tokens * self.allreduce_bytes_per_token
-        one = self.eff.allreduce_latency_s + 2.0 * (self.tp - 1) / self.tp * size / link
+        latency, per_byte = self.allreduce.parts_array(size)
+        return latency / NCCL_LATENCY_2_S, size * per_byte
+
+    def _allreduce_time(self, num_tokens: np.ndarray) -> np.ndarray:
+        if self.allreduce is None:
+            return np.zeros_like(num_tokens, dtype=np.float64)
+        latency, link = self.allreduce_parts(num_tokens)
+        one = latency * self.eff.allreduce_latency_s + link / self.eff.interconnect
         return 2.0 * self.model.num_layers * one
 
     def _overhead(self, num_requests: np.ndarray) -> np.ndarray:
@@ -240,7 +298,10 @@ class RooflineLatencyModel(LatencyModel):
                 if not sel.any():
                     continue
                 q, c = new[sel], ctx[sel]
-                pairs = float(_causal_pairs(q, c, g.window).sum())
+                if decode:
+                    pairs = float(_causal_pairs(q, c, g.window).sum())
+                else:
+                    pairs = prefill_pairs(q, c, g.window, self.eff.prefill_causal_weight)
                 reach = _kv_reach(q, c, g.window)
                 total += self._attn_phase(g, pairs, float(reach.sum()), decode)
         return total

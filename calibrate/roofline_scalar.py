@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from calibrate.allreduce import NCCL_LATENCY_2_S
+
 
 class ScalarRoofline:
     """The roofline's constants, and its step formulas in Python floats."""
@@ -23,12 +25,25 @@ class ScalarRoofline:
         self.gfs = float(model.gemm_flops_per_s)
         self.fpt = float(model.flops_per_token)
         self.lm = float(model.lm_head_flops_per_request)
-        tp, eff = model.tp, model.eff
-        self.ar_coef: tuple[float, float, float] | None = None
-        if tp != 1:
-            link = float(model.gpu.interconnect_bytes_per_s * eff.interconnect)
-            self.ar_coef = (2.0 * (tp - 1) / tp, float(model.allreduce_bytes_per_token), link)
+        eff = model.eff
+        self.n0 = float(eff.gemm_kernel_tokens)
+        self.kappa1 = float(eff.prefill_causal_weight) - 1.0
+        plan = model.allreduce  # an AllReducePlan, or None at TP 1
+        self.has_ar = plan is not None
+        # AllReducePlan.parts' constants: fast (custom / symmetric memory) max,
+        # one-shot max, custom latency, one-shot and ring seconds per byte, NCCL latency
+        self.ar: tuple[float, float, float, float, float, float] = (
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            if plan is None
+            else (
+                float(plan.fast_max), float(plan.one_shot_max), float(plan.custom_latency),
+                float(plan.one_shot), float(plan.ring), float(plan.nccl_latency),
+            )
+        )  # fmt: skip
+        self.ar_per_tok = float(model.allreduce_bytes_per_token)
+        self.ar_ic = float(eff.interconnect)
         self.ar_lat = float(eff.allreduce_latency_s)
+        self.ar_ref = NCCL_LATENCY_2_S
         self.two_layers = 2.0 * model.model.num_layers
         self.step_oh = float(eff.step_overhead_s)
         self.req_oh = float(eff.per_request_overhead_s)
@@ -47,11 +62,15 @@ class ScalarRoofline:
         """The step's terms that do not depend on context: weights or GEMM flops,
         all-reduce and overheads, for ``t`` tokens of ``r`` requests."""
         weights = self.dense_w / self.bps
-        flops = (t * self.fpt + r * self.lm) / self.gfs
+        flops = ((t + self.n0) * self.fpt + (r + self.n0) * self.lm) / self.gfs
         out = weights if weights >= flops else flops
-        if self.ar_coef is not None:
-            c, per_tok, link = self.ar_coef
-            out = out + self.two_layers * (self.ar_lat + c * (t * per_tok) / link)
+        if self.has_ar:  # RooflineLatencyModel._allreduce_time, AllReducePlan.parts inlined
+            fast_max, one_shot_max, custom_lat, one_shot, ring, nccl_lat = self.ar
+            size = t * self.ar_per_tok
+            latency = custom_lat if size < fast_max else nccl_lat
+            per_byte = one_shot if size < one_shot_max else ring
+            one = latency / self.ar_ref * self.ar_lat + size * per_byte / self.ar_ic
+            out = out + self.two_layers * one
         return out + (self.step_oh + self.req_oh * r)
 
     def _attention(
@@ -69,7 +88,7 @@ class ScalarRoofline:
         """``step_time`` for per-request lists, summing in request order (numpy sums
         pairwise, so the two may differ in the last bits)."""
         n_tok = n_req = n_prefill = n_decode = 0
-        p_pairs = p_reach = d_pairs = d_reach = 0.0
+        p_pairs = p_tri = p_reach = d_pairs = d_reach = 0.0
         for q, c in zip(new_tokens, context_tokens):
             if q <= 0:
                 continue
@@ -83,12 +102,14 @@ class ScalarRoofline:
             else:
                 n_prefill += 1
                 p_pairs += q * ((c + 1.0) + end) / 2.0
+                p_tri += q * (1.0 + q) / 2.0
                 p_reach += end
         if not n_req:
             return 0.0
         total = self.base_time(float(n_tok), float(n_req))
         if n_prefill:
-            total += self._attention(self.prefill_groups, p_pairs, p_reach)
+            pairs = p_pairs + self.kappa1 * p_tri  # the chunks' triangles weigh kappa
+            total += self._attention(self.prefill_groups, pairs, p_reach)
         if n_decode:
             total += self._attention(self.groups, d_pairs, d_reach)
         return total

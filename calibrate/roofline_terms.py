@@ -8,10 +8,14 @@ dense and attention phase), ``RooflineLatencyModel.step_time`` is a dot product
 attention_kernel_s, step_overhead_s, per_request_overhead_s)``
 
 (the efficiency factors of :class:`calibrate.roofline.RooflineEfficiency`) and terms at
-the catalog's nominal peaks (seconds for the first four, counts for the rest: all-reduce
-calls, attention kernels, steps, scheduled requests). The branches are those the model
-takes at its own efficiency. This is what fitting the efficiencies to measured request
-times solves linearly (:mod:`calibrate.trace_fit`).
+the catalog's nominal peaks, with the model's size curves (GEMM kernel bytes and tokens,
+the prefill triangle's weight) and its all-reduce model in them: seconds for the first
+four (``link_s``: the modelled all-reduce bytes' time, which ``interconnect`` divides),
+counts for the rest (all-reduce calls, each weighted by its algorithm's latency over
+NCCL's 2-GPU one; attention kernels; steps; scheduled requests).
+The efficiencies are thus multipliers on fixed curves, not the curves' shapes. The
+branches are those the model takes at its own efficiency. This is what fitting the
+efficiencies to measured request times solves linearly (:mod:`calibrate.trace_fit`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from calibrate.roofline import (
     _causal_pairs,
     _kv_reach,
     decode_kv_tokens,
+    prefill_pairs,
 )
 
 TERMS = (
@@ -64,7 +69,8 @@ def theta_of(eff: RooflineEfficiency) -> np.ndarray:
 def efficiency_of(theta: np.ndarray) -> RooflineEfficiency:
     """The ``RooflineEfficiency`` whose coefficient vector is ``theta``."""
     t = [float(x) for x in theta]
-    values = [1.0 / x for x in t[:_INVERSE]] + t[_INVERSE:]
+    # a coefficient at its bound 1 may come back a rounding error below it
+    values = [min(1.0 / x, 1.0) for x in t[:_INVERSE]] + t[_INVERSE:]
     return RooflineEfficiency(**dict(zip(PARAMETERS, values)))
 
 
@@ -77,7 +83,6 @@ class RooflineTerms:
         self.peak_bw = model.bytes_per_s / eff.memory
         self.peak_gemm = model.gemm_flops_per_s / eff.compute
         self.peak_attn = model.attn_flops_per_s / eff.attention
-        self.peak_link = model.gpu.interconnect_bytes_per_s
 
     def _base(self, out: np.ndarray, n_tok: np.ndarray, n_req: np.ndarray) -> None:
         """Dense layers, all-reduce and overheads into ``out`` (rows: steps)."""
@@ -85,16 +90,16 @@ class RooflineTerms:
         weights = rf.dense_weight_bytes + (
             rf.model.num_moe_layers * rf._distinct_experts(n_tok) * rf.expert_bytes
         )
-        flops = n_tok * rf.flops_per_token + n_req * rf.lm_head_flops_per_request
+        flops = rf.gemm_flops(n_tok, n_req)
         memory_bound = weights / rf.bytes_per_s >= flops / rf.gemm_flops_per_s
         on = (n_req > 0).astype(np.float64)
         out[:, 0] += np.where(memory_bound, weights / self.peak_bw, 0.0) * on
         out[:, 1] += np.where(memory_bound, 0.0, flops / self.peak_gemm) * on
         if rf.tp > 1:
-            size = n_tok * rf.allreduce_bytes_per_token
             calls = 2.0 * rf.model.num_layers
-            out[:, 3] += calls * 2.0 * (rf.tp - 1) / rf.tp * size / self.peak_link * on
-            out[:, 4] += calls * on
+            latency, link = rf.allreduce_parts(n_tok)
+            out[:, 3] += calls * link * on
+            out[:, 4] += calls * latency * on
         out[:, 6] += on
         out[:, 7] += n_req
 
@@ -116,7 +121,10 @@ class RooflineTerms:
                 if not sel.any():
                     continue
                 q, c = new[sel], ctx[sel]
-                pairs = float(_causal_pairs(q, c, g.window).sum())
+                if decode:
+                    pairs = float(_causal_pairs(q, c, g.window).sum())
+                else:
+                    pairs = prefill_pairs(q, c, g.window, rf.eff.prefill_causal_weight)
                 per_pair = g.decode_flops_per_pair if decode else g.prefill_flops_per_pair
                 flops = g.num_layers * pairs * per_pair
                 kv = g.num_layers * float(_kv_reach(q, c, g.window).sum()) * g.kv_bytes_per_token

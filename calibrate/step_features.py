@@ -7,8 +7,9 @@ and ``BW`` (bytes/s):
 
 * ``const``: 1 (per-step fixed cost, seconds);
 * ``dense``: ``max(weight_bytes / BW, GEMM FLOPs / F)`` (seconds; LM head included);
-* ``prefill_attn``: causal query-key pairs of prefill chunks x FLOPs per pair / F,
-  summed over layers (windows cap the pairs);
+* ``prefill_attn``: causal query-key pairs of prefill chunks (each chunk's triangle on
+  itself weighted as the roofline weighs it) x FLOPs per pair / F, summed over layers
+  (windows cap the pairs);
 * ``prefill_kv``: KV tokens prefill chunks read x KV bytes per token / BW, over layers;
 * ``decode_kv``: KV tokens decodes read x KV bytes per token / BW, over layers;
 * ``requests``: scheduled requests (count);
@@ -30,9 +31,9 @@ from calibrate.model_spec import ModelSpec
 from calibrate.roofline import (
     RooflineEfficiency,
     RooflineLatencyModel,
-    _causal_pairs,
     _kv_reach,
     decode_kv_tokens,
+    prefill_pairs,
 )
 
 FEATURES = (
@@ -84,7 +85,7 @@ class StepFeatures:
                 if decode:
                     out[4] += kv
                 else:
-                    pairs = _causal_pairs(q, c, g.window).sum()
+                    pairs = prefill_pairs(q, c, g.window, rf.eff.prefill_causal_weight)
                     out[2] += g.num_layers * pairs * g.prefill_flops_per_pair / rf.attn_flops_per_s
                     out[3] += kv
         return out

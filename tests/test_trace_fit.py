@@ -29,9 +29,10 @@ ENGINE = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "gpu_memory_utili
 
 @pytest.mark.parametrize("model", ["Llama-3.1-8B", "Gemma-3-27B", "DeepSeek-V3"])
 @pytest.mark.parametrize("tp", [1, 2, 8])
-def test_terms_dot_theta_is_the_roofline(model: str, tp: int) -> None:
+@pytest.mark.parametrize("gpu", ["H100-SXM", "L40S"])
+def test_terms_dot_theta_is_the_roofline(model: str, tp: int, gpu: str) -> None:
     eff = RooflineEfficiency(memory=0.6, attention=0.4, step_overhead_s=1e-3)
-    rf = RooflineLatencyModel(load_model(model), load_gpu("H100-SXM"), tp, eff)
+    rf = RooflineLatencyModel(load_model(model), load_gpu(gpu), tp, eff)
     terms, theta = RooflineTerms(rf), theta_of(eff)
     rng = np.random.default_rng(tp)
     for _ in range(40):

@@ -6,8 +6,9 @@ from __future__ import annotations
 from sim.validate.serving import DATA, RUNS, validate_serving
 
 # Median |signed error of the mean| over the four runs, default latency model, as
-# measured when these bounds were set: TTFT 19.6%, TPOT 13.7%, E2E 16.1%.
-BOUNDS = {"ttft_mean": 0.22, "tpot_mean": 0.16, "e2e_mean": 0.18}
+# measured when these bounds were set: TTFT 18.0%, TPOT 12.4%, E2E 14.8% (before the
+# size-dependent efficiencies and vLLM's all-reduce algorithms: 19.6%, 13.7%, 16.1%).
+BOUNDS = {"ttft_mean": 0.19, "tpot_mean": 0.13, "e2e_mean": 0.155}
 
 
 def test_every_public_run_replays_within_the_bounds() -> None:
