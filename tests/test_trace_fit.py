@@ -90,11 +90,16 @@ def test_fit_recovers_factors_of_a_simulated_run() -> None:
         req["finish_s"].to_numpy(),
         req["output_tokens"].to_numpy(),
     )
-    fit = fit_trace([(spec, measured)])
+    fit = fit_trace([(spec, measured)], prior_weight=0.01)  # a weak pull on every factor
     assert abs(fit.prior_errors[0]["e2e_mean"]) > 0.1
     for key in ("ttft_mean", "tpot_mean", "e2e_mean"):
         assert abs(fit.errors[0][key]) < 0.02, (key, fit.errors[0])
     assert fit.efficiency.memory == pytest.approx(0.5, rel=0.05)
+    # the default holds memory efficiency firmly (it is fitted on operator timings):
+    # the times are still reproduced, memory moves part of the way
+    firm = fit_trace([(spec, measured)])
+    assert abs(firm.errors[0]["e2e_mean"]) < 0.03
+    assert 0.5 < firm.efficiency.memory < 0.75
 
 
 def test_fit_on_a_real_run_reproduces_it() -> None:
@@ -204,8 +209,8 @@ def test_a_vllm_bench_detailed_result_is_fitted_client_side(tmp_path: Path) -> N
     assert res.returncode == 0, res.stderr
     cal = yaml.safe_load(out.read_text())
     fitted = cal["fitted_on"][0]["errors"]["fitted"]
-    assert abs(fitted["e2e_mean"]) < 0.02 and abs(fitted["tpot_mean"]) < 0.02
-    assert cal["efficiency"]["memory"] == pytest.approx(0.5, rel=0.05)
+    assert abs(fitted["e2e_mean"]) < 0.03 and abs(fitted["tpot_mean"]) < 0.03
+    assert cal["efficiency"]["memory"] < RooflineEfficiency().memory  # moved towards 0.5
     assert cal["fitted_on"][0]["trace"] == str(bench)
 
 

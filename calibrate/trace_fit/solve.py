@@ -58,19 +58,21 @@ def solve(
     idle: np.ndarray,
     prior: np.ndarray,
     lower: np.ndarray,
-    prior_weight: float,
+    prior_weight: float | np.ndarray,
     row_weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """``theta >= lower`` minimizing ``sum_r v_r^2 ((idle_r + rows_r . theta) /
     measured_r - 1)^2 + w^2 sum_k (theta_k / prior_k - 1)^2``, with ``v`` the
-    ``row_weights`` (default 1) and ``w = prior_weight * sqrt(sum v^2)``
+    ``row_weights`` (default 1) and ``w = prior_weight * sqrt(sum v^2)`` (one weight, or
+    one per coefficient: the prior's confidence in each)
     (``measured``, ``idle``: seconds per row; ``measured > 0``)."""
     v = np.ones(len(measured)) if row_weights is None else np.asarray(row_weights, float)
     a = rows / measured[:, None] * prior[None, :] * v[:, None]  # in psi = theta / prior
     lo = lower / prior
     w = prior_weight * np.sqrt(float(np.sum(v**2)))
     k = len(prior)
-    stacked = np.vstack([a, w * np.eye(k)])
+    w = np.broadcast_to(np.asarray(w, dtype=np.float64), (k,))
+    stacked = np.vstack([a, np.diag(w)])
     rhs = np.concatenate([(1.0 - idle / measured) * v - a @ lo, w * (1.0 - lo)])
     phi = nnls(stacked, rhs)
     return (lo + phi) * prior
