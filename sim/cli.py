@@ -833,6 +833,28 @@ def calibrate(
     )
 
 
+@app.command(
+    name="import-workload",
+    cls=KvsimCommand,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def import_workload(
+    ctx: typer.Context,
+    source: str = typer.Argument(
+        ...,
+        metavar="vllm-bench|inference-perf",
+        help="vllm-bench, then optionally --out FILE and --force, then -- and vllm bench "
+        "serve's options; or inference-perf CONFIG.yaml, optionally --out FILE and --force",
+    ),
+) -> None:
+    """Write a kvsim workload YAML rebuilt from a benchmark's settings (standard output
+    unless --out; docs/workload.md lists what is kept and what is not modelled)."""
+    from workloads.import_cli import main as import_main
+    from workloads.import_cli import passed_through
+
+    raise typer.Exit(import_main([source, *passed_through(source, ctx.args)]))
+
+
 @app.command(name="list", cls=KvsimCommand)
 def list_catalog() -> None:
     """Bundled workload presets, models and GPUs, one line each."""

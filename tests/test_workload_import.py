@@ -162,3 +162,26 @@ def test_cli_writes_a_loadable_workload(tmp_path: Path, capsys: pytest.CaptureFi
     assert err.startswith("error: vllm bench serve: --dataset-name:") and "Traceback" not in err
     assert main(["inference-perf", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml: cannot read" in capsys.readouterr().err
+
+
+def test_kvsim_import_workload_writes_and_never_overwrites_a_users_file(tmp_path: Path) -> None:
+    from sim_run_helpers import kvsim_cli
+
+    out = tmp_path / "bench.yaml"
+    bench = ["--request-rate", "8", "--num-prompts", "10", "--random-input-len", "256"]
+    res = kvsim_cli("import-workload", "vllm-bench", "--out", str(out), "--", *bench)
+    assert res.returncode == 0, res.stderr
+    spec = yaml.safe_load(out.read_text())
+    assert spec["arrival"] == {"type": "poisson", "rate": 8.0} and spec["prompt_len"] == 256
+    again = kvsim_cli(
+        "import-workload", "vllm-bench", "--out", str(out), "--", "--request-rate", "9"
+    )
+    assert again.returncode == 0, again.stderr  # its own file: replaced
+    assert yaml.safe_load(out.read_text())["arrival"]["rate"] == 9.0
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("my: notes\n")
+    res = kvsim_cli("import-workload", "vllm-bench", "--out", str(mine), "--", *bench)
+    assert res.returncode == 2 and "--force" in res.stderr
+    assert mine.read_text() == "my: notes\n"
+    res = kvsim_cli("import-workload", "vllm-bench", "--out", str(mine), "--force", "--", *bench)
+    assert res.returncode == 0 and "arrival" in mine.read_text()

@@ -17,6 +17,9 @@ from pydantic import ValidationError
 from workloads.errors import WorkloadError, from_validation_error
 from workloads.spec import WorkloadSpec
 
+HEADER = "# kvsim workload built from: "
+"""The first line of every imported workload YAML (how a rewrite knows its own file)."""
+
 
 @dataclass
 class ImportedWorkload:
@@ -37,7 +40,7 @@ class ImportedWorkload:
 
     def to_yaml(self) -> str:
         """The workload YAML: a header naming the source, the notes, then the fields."""
-        head = [f"# kvsim workload built from: {self.source}"]
+        head = [f"{HEADER}{self.source}"]
         head += [f"# note: {n}" for n in self.notes]
         body = yaml.safe_dump(self.data, sort_keys=False, default_flow_style=None)
         return "\n".join(head) + "\n" + body
