@@ -172,7 +172,9 @@ def test_runs_file_errors_name_file_and_field(tmp_path: Path) -> None:
 
 def test_runs_file_fits_two_runs(tmp_path: Path) -> None:
     runs = tmp_path / "runs.yaml"
-    entry = {"trace": str(RUN / "requests.jsonl"), "model": "Llama-3.1-8B", "engine": ENGINE}
+    head = tmp_path / "head.jsonl"  # the run's first 60 requests: enough to fit, quick
+    head.write_text("".join((RUN / "requests.jsonl").read_text().splitlines(True)[:60]))
+    entry = {"trace": head.name, "model": "Llama-3.1-8B", "engine": ENGINE}
     runs.write_text(yaml.safe_dump({"runs": [entry, entry]}))
     out = tmp_path / "eff.yaml"
     res = _kvsim(
