@@ -68,7 +68,7 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
         }
     ),
     "autoscale": frozenset(
-        {"autoscale.json", "replica-plan", "replica-plan-workload.yaml", "autoscaled", "peak"}
+        {"autoscale.json", "replica-plan", "replica-plan-workloads", "autoscaled", "peak"}
     ),
 }
 """Top-level entries kvsim writes in a directory of each kind (besides the marker)."""

@@ -115,7 +115,53 @@ def test_capacity_is_planned_when_not_given(tmp_path: Path) -> None:
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     doc = json.loads((out / "autoscale.json").read_text())
-    plan = json.loads((out / "replica-plan" / "plan.json").read_text())
+    plan = json.loads((out / "replica-plan" / "mix-0" / "plan.json").read_text())
     assert doc["replica_rate"] == plan["answer"] and doc["replica_rate_source"].startswith("plan")
-    planned = yaml.safe_load((out / "replica-plan-workload.yaml").read_text())
-    assert planned["arrival"]["type"] == "poisson"
+    assert {w["replica_rate"] for w in doc["schedule"]} == {plan["answer"]}
+    planned = yaml.safe_load((out / "replica-plan-workloads" / "mix-0.yaml").read_text())
+    assert planned["arrival"]["type"] == "poisson"  # the YAML itself, arrivals made Poisson
+    assert planned["prompt_len"] == {"type": "fixed", "value": 64}
+
+
+def test_each_request_mix_gets_its_own_planned_capacity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace whose outputs get longer halfway: two mixes, a capacity plan each (on a
+    workload of that mix's own lengths), and each window the capacity of its mix. The
+    plan itself is stood in for (the test above runs a real one): it answers by the mean
+    output length of the workload it is given."""
+    import sim.plan.runner
+    from sim.autoscale.runner import AutoscaleSpec, replica_capacities
+    from sim.autoscale.windows import arrival_windows, draw_arrivals
+    from sim.slo import SLO
+
+    rows = [
+        {"request_id": f"r{i}", "arrival_s": i * 0.25, "prompt_tokens": 32,
+         "output_tokens": 8 if i < 120 else 64}
+        for i in range(240)
+    ]  # fmt: skip
+    trace = tmp_path / "mixes.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    planned: list[str] = []
+
+    def fake_plan(plan, out, source="plan", force=False, on_run=None):  # noqa: ANN001
+        planned.append(plan.workload)
+        return {"answer": 640.0 / _mean_output(plan.workload)}
+
+    monkeypatch.setattr(sim.plan.runner, "run_plan", fake_plan)
+    spec = AutoscaleSpec(workload=str(trace), model="Llama-3.1-8B", gpu="H100-SXM",
+                         slo=SLO(ttft_p90_s=0.3), window_s=30.0)  # fmt: skip
+    arrivals = draw_arrivals(str(trace), None)
+    windows = arrival_windows(arrivals, 30.0)
+    rates, member, docs = replica_capacities(spec, tmp_path / "as", arrivals, windows)
+    assert member == [0, 1] and len(docs) == 2 and len(planned) == 2
+    assert rates == [80.0, 10.0]  # 640 / 8 and 640 / 64: each mix its own
+    mix1 = yaml.safe_load(Path(planned[1]).read_text())
+    assert mix1["output_len"]["type"] == "empirical" and mix1["arrival"]["type"] == "poisson"
+    assert set(Path(mix1["output_len"]["path"]).read_text().split()) == {"64"}
+
+
+def _mean_output(workload_yaml: str) -> float:
+    spec = yaml.safe_load(Path(workload_yaml).read_text())
+    values = [int(v) for v in Path(spec["output_len"]["path"]).read_text().split()]
+    return sum(values) / len(values)

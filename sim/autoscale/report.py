@@ -17,17 +17,21 @@ def print_report(doc: dict[str, Any], out: Path) -> None:
     """Print the schedule (per window) and the comparison table."""
     console = Console()
     sched = Table(
-        title=f"replicas per window ({doc['window_s']:g} s; one replica: "
-        f"{doc['replica_rate']:.2f} req/s, {doc['replica_rate_source']})"
+        title=f"replicas per window ({doc['window_s']:g} s; one replica's capacity, "
+        f"req/s: {doc['replica_rate_source']})"
     )
-    for name in ("start (s)", "rate (req/s)", "replicas", "meets SLOs (autoscaled)"):
+    for name in ("start (s)", "rate (req/s)", "capacity", "replicas", "meets SLOs (autoscaled)"):
         sched.add_column(name, justify="right")
     windows = doc["autoscaled"].get("windows", []) if "autoscaled" in doc else []
     for i, row in enumerate(doc["schedule"]):
         mark = " (mix differs)" if row["mix_differs"] else ""
         verdict = _yes(windows[i]["meets_slo"]) if windows else "not simulated"
         sched.add_row(
-            f"{row['start_s']:,.0f}", f"{row['rate']:.2f}{mark}", str(row["replicas"]), verdict
+            f"{row['start_s']:,.0f}",
+            f"{row['rate']:.2f}{mark}",
+            f"{row['replica_rate']:.2f}",
+            str(row["replicas"]),
+            verdict,
         )
     console.print(sched)
     if "autoscaled" not in doc:

@@ -1,10 +1,9 @@
 """``kvsim autoscale``: replicas over time for a time-varying workload.
 
 1. The workload's arrivals, window by window (:mod:`sim.autoscale.windows`).
-2. One replica's capacity: ``replica_rate``, or ``kvsim plan --question max_rate`` under
-   the SLOs on the same workload with its arrivals made Poisson (same lengths, prefixes
-   and mix; ``replica-plan/``). A capacity measured on the whole workload's mix: a window
-   whose mean lengths differ from it is marked.
+2. One replica's capacity per window: ``replica_rate``, or ``kvsim plan --question
+   max_rate`` under the SLOs, once per request mix (:mod:`sim.autoscale.mix`;
+   ``replica-plan/mix-K``).
 3. Replicas per window and each replica's plan (:mod:`sim.autoscale.schedule`).
 4. Two simulations of the whole workload: the autoscaled cluster, whose router sends
    each request only to the replicas routable at its arrival (``autoscaled/``), and a
@@ -33,9 +32,10 @@ from sim.autoscale.costs import (
     slo_figures,
     window_attainment,
 )
+from sim.autoscale.mix import MIX_TOLERANCE, empirical_workload, group_windows
 from sim.autoscale.router import ScheduledRouter
 from sim.autoscale.schedule import Schedule, build_schedule, replicas_needed
-from sim.autoscale.windows import Window, arrival_windows, draw_arrivals
+from sim.autoscale.windows import Arrivals, Window, arrival_windows, draw_arrivals
 from sim.engine_config import EngineConfig
 from sim.outdir import check_output, write_marker
 from sim.router import make_router
@@ -48,9 +48,6 @@ LOAD_BYTES_PER_S = 2e9
 """Weights load speed assumed for a starting replica (bytes/s per GPU)."""
 WARMUP_S = 60.0
 """Start-up beyond loading weights (engine start, compile, CUDA-graph capture), s."""
-MIX_TOLERANCE = 0.2
-"""A window whose mean prompt or output length differs by more from the whole
-workload's is marked: the capacity was measured at the whole workload's mix."""
 
 
 @dataclass
@@ -80,15 +77,23 @@ def startup_seconds(weights_bytes: float) -> float:
     return float(weights_bytes) / LOAD_BYTES_PER_S + WARMUP_S
 
 
-def _poisson_workload(workload: str, path: Path) -> Path:
-    """A copy of a YAML workload with Poisson arrivals, for the capacity plan."""
-    source = preset_path(workload) or Path(workload)
-    if source.suffix not in YAML_SUFFIXES:
-        raise ValueError(
-            f"{workload}: a trace's capacity cannot be planned at its own arrivals; "
-            "give --replica-rate (a plan's max_rate on a Poisson workload of its mix)"
-        )
+def _absolute_paths(node: Any, base: Path) -> None:
+    """Make every empirical distribution's ``path`` under ``node`` absolute."""
+    if isinstance(node, dict):
+        if node.get("type") == "empirical" and isinstance(node.get("path"), str):
+            node["path"] = str((base / node["path"]).resolve())
+        for value in node.values():
+            _absolute_paths(value, base)
+    elif isinstance(node, list):
+        for value in node:
+            _absolute_paths(value, base)
+
+
+def _poisson_workload(source: Path, path: Path) -> Path:
+    """A copy of the YAML workload ``source`` with Poisson arrivals, for the capacity
+    plan (its empirical length files named by absolute paths: the copy lives elsewhere)."""
     data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    _absolute_paths(data, source.parent)
     data["arrival"] = {"type": "poisson", "rate": 1.0}
     for key in ("num_requests", "duration_s"):
         data.pop(key, None)
@@ -97,24 +102,47 @@ def _poisson_workload(workload: str, path: Path) -> Path:
     return path
 
 
-def replica_capacity(spec: AutoscaleSpec, out: Path) -> tuple[float, dict[str, Any] | None]:
-    """``(req/s, plan result or None)``: the given rate, or a max_rate plan's answer."""
+def replica_capacities(
+    spec: AutoscaleSpec, out: Path, arrivals: Arrivals, windows: list[Window]
+) -> tuple[list[float], list[int], list[dict[str, Any]]]:
+    """``(capacity per window, mix group per window, the plans' results)``: the given
+    rate for every window, or a max_rate plan's answer per mix group
+    (:mod:`sim.autoscale.mix`), each in ``replica-plan/mix-K``."""
     if spec.replica_rate is not None:
-        return spec.replica_rate, None
+        return [spec.replica_rate] * len(windows), [0] * len(windows), []
     if spec.slo is None:
         raise ValueError("give --replica-rate, or SLO flags to plan one replica's capacity")
     from sim.plan.runner import run_plan
     from sim.plan.spec import PlanSpec
 
-    workload = _poisson_workload(spec.workload, out / "replica-plan-workload.yaml")
-    plan = PlanSpec(
-        workload=str(workload), model=spec.model, gpu=spec.gpu, engine=spec.engine,
-        slo=spec.slo, question="max_rate", num_requests=spec.plan_num_requests,
-    )  # fmt: skip
-    doc = run_plan(plan, out / "replica-plan", source="autoscale")
-    if doc["answer"] is None:
-        raise ValueError("the capacity plan found no rate meeting the SLOs on one replica")
-    return float(doc["answer"]), doc
+    groups = group_windows(arrivals, windows, spec.window_s)
+    source = preset_path(spec.workload) or Path(spec.workload)
+    inputs = out / "replica-plan-workloads"
+    inputs.mkdir(parents=True, exist_ok=True)
+    capacity = [0.0] * len(windows)
+    member = [0] * len(windows)
+    docs = []
+    for k, group in enumerate(groups):
+        name = f"mix-{k}"
+        if len(groups) == 1 and source.suffix in YAML_SUFFIXES:
+            workload = _poisson_workload(source, inputs / f"{name}.yaml")
+        else:
+            workload = empirical_workload(group, name, spec.seed or 0, inputs)
+        plan = PlanSpec(
+            workload=str(workload), model=spec.model, gpu=spec.gpu, engine=spec.engine,
+            slo=spec.slo, question="max_rate", num_requests=spec.plan_num_requests,
+        )  # fmt: skip
+        out.joinpath("replica-plan").mkdir(exist_ok=True)
+        doc = run_plan(plan, out / "replica-plan" / name, source="autoscale")
+        if doc["answer"] is None:
+            raise ValueError(
+                f"the capacity plan of {name} (windows {list(group.windows)}) found no rate "
+                "meeting the SLOs on one replica"
+            )
+        docs.append(doc)
+        for i in group.windows:
+            capacity[i], member[i] = float(doc["answer"]), k
+    return capacity, member, docs
 
 
 def _mix_marks(windows: list[Window], prompt: float, output: float) -> list[bool]:
@@ -177,8 +205,8 @@ def run_autoscale(
         check_output(out, "autoscale", force=force)
         out.mkdir(parents=True, exist_ok=True)
         write_marker(out, "autoscale")
-    rate, plan_doc = replica_capacity(spec, out)
-    need = replicas_needed(windows, rate, spec.headroom, spec.min_replicas)
+    rates, member, plans = replica_capacities(spec, out, arrivals, windows)
+    need = replicas_needed(windows, rates, spec.headroom, spec.min_replicas)
     delay = spec.scale_up_delay_s
     if delay is None:
         delay = startup_seconds(resolved.budget_terms["weights_bytes"])
@@ -197,8 +225,10 @@ def run_autoscale(
         "gpu": resolved.gpu_name,
         "tensor_parallel_size": tp,
         "slo": None if spec.slo is None else spec.slo.bounds(),
-        "replica_rate": rate,
-        "replica_rate_source": "given" if plan_doc is None else "plan (replica-plan/)",
+        "replica_rate": min(rates),
+        "replica_rate_source": (
+            "given" if not plans else f"plan per request mix ({len(plans)}: replica-plan/)"
+        ),
         "window_s": spec.window_s,
         "headroom": spec.headroom,
         "scale_up_delay_s": delay,
@@ -209,11 +239,13 @@ def run_autoscale(
                 "start_s": w.start_s,
                 "rate": w.rate,
                 "replicas": n,
+                "replica_rate": r,
+                "mix_group": g,
                 "mean_prompt_tokens": w.mean_prompt_tokens,
                 "mean_output_tokens": w.mean_output_tokens,
                 "mix_differs": mark,
             }
-            for w, n, mark in zip(windows, need, marks)
+            for w, n, mark, r, g in zip(windows, need, marks, rates, member)
         ],
     }
     if dry_run:

@@ -60,18 +60,23 @@ class Schedule:
 
 
 def replicas_needed(
-    windows: list[Window], replica_rate: float, headroom: float, min_replicas: int
+    windows: list[Window],
+    replica_rate: float | list[float],
+    headroom: float,
+    min_replicas: int,
 ) -> list[int]:
-    """``need`` per window (see the module docstring)."""
-    if not replica_rate > 0:
-        raise ValueError(f"--replica-rate: must be > 0 req/s (got {replica_rate})")
+    """``need`` per window (see the module docstring); ``replica_rate``: one capacity, or
+    one per window (its request mix's)."""
+    rates = list(replica_rate) if isinstance(replica_rate, list) else [replica_rate] * len(windows)
+    if not all(r > 0 for r in rates):
+        raise ValueError(f"--replica-rate: must be > 0 req/s (got {min(rates)})")
     if headroom < 0:
         raise ValueError(f"--headroom: must be >= 0 (got {headroom})")
     if min_replicas < 1:
         raise ValueError(f"--min-replicas: must be >= 1 (got {min_replicas})")
     return [
-        max(min_replicas, math.ceil(w.rate * (1.0 + headroom) / replica_rate - 1e-9))
-        for w in windows
+        max(min_replicas, math.ceil(w.rate * (1.0 + headroom) / r - 1e-9))
+        for w, r in zip(windows, rates)
     ]
 
 
