@@ -325,3 +325,31 @@ def test_max_probes_note_only_for_a_bracket_wider_than_the_tolerance() -> None:
     assert narrow.last_pass - narrow.first_fail > 0.001 * narrow.last_pass
     assert note not in describe(_doc("max_probes", 8215, 8193))  # 0.3% wide
     assert note in describe(_doc("max_probes", 2214, 513))
+
+
+def test_a_workload_with_relative_length_files_plans(tmp_path: Path) -> None:
+    """Each probe writes its own copy of the workload: lengths files named relative to
+    the user's YAML are still found (before, every probe failed to read them)."""
+    from sim_run_helpers import kvsim_cli
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "prompts.txt").write_text("64\n128\n256\n")
+    (data / "outputs.txt").write_text("8\n16\n")
+    workload = data / "w.yaml"
+    workload.write_text(
+        "arrival: {type: poisson, rate: 1}\n"
+        "prompt_len: {type: empirical, path: prompts.txt}\n"
+        "output_len: {type: empirical, path: outputs.txt}\nnum_requests: 50\n"
+    )
+    out = tmp_path / "plan"
+    res = kvsim_cli(
+        "plan", "--workload", str(workload), "--question", "max_rate", "--ttft-p90-s", "1",
+        "--latency-model", "constant", "--constant-step-s", "0.01", "--max-probes", "2",
+        "--seeds", "1", "--confirm-sojourns", "0", "--out", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((out / "plan.json").read_text())
+    failures = [f for p in doc["probes"] for s in p["seeds"] for f in s["failures"]]
+    assert not [f for f in failures if "cannot read" in f], failures
+    assert any(p["passed"] for p in doc["probes"])

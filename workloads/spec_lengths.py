@@ -12,6 +12,7 @@ Every distribution yields integers >= 1. A bare integer in YAML means ``fixed``:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -133,6 +134,21 @@ class EmpiricalLength(StrictModel):
 
     type: Literal["empirical"]
     path: str = Field(min_length=1)
+
+
+def absolute_empirical_paths(data: Any, base_dir: Path) -> None:
+    """Make every ``empirical`` distribution's relative ``path`` in a spec's plain data
+    absolute against ``base_dir`` (where the YAML that named it lives), in place: for a
+    copy of the spec written elsewhere (a plan's probe, a capacity plan)."""
+    if isinstance(data, dict):
+        path = data.get("path")
+        if data.get("type") == "empirical" and isinstance(path, str):
+            data["path"] = str((base_dir / path).resolve())
+        for value in data.values():
+            absolute_empirical_paths(value, base_dir)
+    elif isinstance(data, list):
+        for value in data:
+            absolute_empirical_paths(value, base_dir)
 
 
 def _fixed_shorthand(value: Any) -> Any:

@@ -43,6 +43,7 @@ from sim.run import RunSpec, run
 from sim.setup import resolve_run
 from sim.slo import SLO
 from workloads.loader import YAML_SUFFIXES, preset_path
+from workloads.spec_lengths import absolute_empirical_paths
 
 LOAD_BYTES_PER_S = 2e9
 """Weights load speed assumed for a starting replica (bytes/s per GPU)."""
@@ -77,23 +78,11 @@ def startup_seconds(weights_bytes: float) -> float:
     return float(weights_bytes) / LOAD_BYTES_PER_S + WARMUP_S
 
 
-def _absolute_paths(node: Any, base: Path) -> None:
-    """Make every empirical distribution's ``path`` under ``node`` absolute."""
-    if isinstance(node, dict):
-        if node.get("type") == "empirical" and isinstance(node.get("path"), str):
-            node["path"] = str((base / node["path"]).resolve())
-        for value in node.values():
-            _absolute_paths(value, base)
-    elif isinstance(node, list):
-        for value in node:
-            _absolute_paths(value, base)
-
-
 def _poisson_workload(source: Path, path: Path) -> Path:
     """A copy of the YAML workload ``source`` with Poisson arrivals, for the capacity
     plan (its empirical length files named by absolute paths: the copy lives elsewhere)."""
     data = yaml.safe_load(source.read_text(encoding="utf-8"))
-    _absolute_paths(data, source.parent)
+    absolute_empirical_paths(data, source.parent)
     data["arrival"] = {"type": "poisson", "rate": 1.0}
     for key in ("num_requests", "duration_s"):
         data.pop(key, None)

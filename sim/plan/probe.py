@@ -30,6 +30,7 @@ from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.overrides import RATED_ARRIVALS, WorkloadOverrides, override_spec
 from workloads.spec import WorkloadSpec
+from workloads.spec_lengths import absolute_empirical_paths
 
 PARAM = {"max_rate": "rate", "min_replicas": "num_replicas"}
 OnRun = Callable[[int, str, "int | None"], "Callable[[int], None] | None"]
@@ -112,6 +113,8 @@ class ProbeRunner:
         except WorkloadError as e:
             raise PlanError(str(e)) from None
         data = spec.model_dump(mode="json", exclude_none=True)
+        source = preset_path(self.plan.workload) or Path(self.plan.workload)
+        absolute_empirical_paths(data, source.parent)  # the copy lives in probe_dir
         data["name"] = self.base.name or Path(self.plan.workload).stem
         name = "workload.yaml" if factor == 1 else f"workload-x{factor}.yaml"
         path = probe_dir / name
