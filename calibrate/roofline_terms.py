@@ -66,6 +66,12 @@ def theta_of(eff: RooflineEfficiency) -> np.ndarray:
     return np.array([1.0 / v for v in values[:_INVERSE]] + values[_INVERSE:], dtype=np.float64)
 
 
+def theta_lower() -> np.ndarray:
+    """The least each coefficient may be: 1 for the inverse efficiencies (an
+    efficiency is at most 1), 0 for the times."""
+    return np.array([1.0] * _INVERSE + [0.0] * (len(PARAMETERS) - _INVERSE))
+
+
 def efficiency_of(theta: np.ndarray) -> RooflineEfficiency:
     """The ``RooflineEfficiency`` whose coefficient vector is ``theta``."""
     t = [float(x) for x in theta]

@@ -17,12 +17,10 @@ import numpy as np
 import pandas as pd
 
 from calibrate.roofline import RooflineEfficiency
-from calibrate.roofline_terms import PARAMETERS, efficiency_of, theta_of
+from calibrate.roofline_terms import PARAMETERS, efficiency_of, theta_lower, theta_of
 from calibrate.trace_fit.replay import Replay, replay
 from calibrate.trace_fit.solve import interval_rows, solve
 from sim.run import RunSpec
-
-_INVERSE = 4  # theta's first four entries are 1 / efficiency (at least 1)
 
 PRIOR_WEIGHTS = {
     "memory": 0.2,
@@ -169,7 +167,7 @@ def fit_trace(
     prior = prior or RooflineEfficiency()
     frames = [(spec, m.frame()) for spec, m in runs]
     theta_prior = theta_of(prior)
-    lower = np.array([1.0] * _INVERSE + [0.0] * (len(PARAMETERS) - _INVERSE))
+    lower = theta_lower()
     theta = theta_prior
     history: list[Iteration] = []
     for _ in range(max_iterations):
