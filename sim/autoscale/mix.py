@@ -37,7 +37,9 @@ def window_of(arrivals: Arrivals, window_s: float, num_windows: int) -> np.ndarr
     return np.minimum((arrivals.arrival_s // window_s).astype(np.int64), num_windows - 1)
 
 
-def _close(a: float, b: float) -> bool:
+def same_mix(a: float, b: float) -> bool:
+    """Whether mean length ``a`` is within :data:`MIX_TOLERANCE` of ``b`` (any ``a``
+    when ``b`` is 0)."""
     return b <= 0 or abs(a / b - 1.0) <= MIX_TOLERANCE
 
 
@@ -51,7 +53,7 @@ def group_windows(arrivals: Arrivals, windows: list[Window], window_s: float) ->
         if w.num_requests == 0:
             continue
         for k, (p, o) in enumerate(refs):
-            if _close(w.mean_prompt_tokens, p) and _close(w.mean_output_tokens, o):
+            if same_mix(w.mean_prompt_tokens, p) and same_mix(w.mean_output_tokens, o):
                 members[k].append(i)
                 break
         else:

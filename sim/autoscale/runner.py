@@ -32,7 +32,7 @@ from sim.autoscale.costs import (
     slo_figures,
     window_attainment,
 )
-from sim.autoscale.mix import MIX_TOLERANCE, empirical_workload, group_windows
+from sim.autoscale.mix import empirical_workload, group_windows, same_mix
 from sim.autoscale.router import ScheduledRouter
 from sim.autoscale.schedule import Schedule, build_schedule, replicas_needed
 from sim.autoscale.windows import Arrivals, Window, arrival_windows, draw_arrivals
@@ -135,12 +135,10 @@ def replica_capacities(
 
 
 def _mix_marks(windows: list[Window], prompt: float, output: float) -> list[bool]:
-    def off(a: float, b: float) -> bool:
-        return b > 0 and abs(a / b - 1.0) > MIX_TOLERANCE
-
+    """Per window: whether its mix is another than the whole workload's."""
     return [
         w.num_requests > 0
-        and (off(w.mean_prompt_tokens, prompt) or off(w.mean_output_tokens, output))
+        and not (same_mix(w.mean_prompt_tokens, prompt) and same_mix(w.mean_output_tokens, output))
         for w in windows
     ]
 
