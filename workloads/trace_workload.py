@@ -99,15 +99,17 @@ class TraceWorkload(Workload):
         for row, when in enumerate(self.table.arrival_s.tolist()):
             if when > env.now:
                 yield env.timeout(when - env.now)
-            request = self.request(row, float(env.now))
+            tokens: Any = None
+            hashes = None
             if ahead is not None:
                 if pos == len(chunk):
                     chunk, pos = ahead.next(), 0
                 tokens, hashes = chunk[pos]
                 pos += 1
-                if not isinstance(tokens, int):  # drawn and hashed by the helper
-                    request = self.request(row, float(env.now), tokens.tolist(), hashes)
-            self._emit(request)
+            if tokens is None or isinstance(tokens, int):  # built when first used
+                self._emit(self.request(row, float(env.now)))
+            else:  # drawn and hashed by the helper
+                self._emit(self.request(row, float(env.now), tokens.tolist(), hashes))
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table
