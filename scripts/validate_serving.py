@@ -20,36 +20,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from calibrate.efficiency_file import EfficiencyCalibration, FittedOn, write_efficiency  # noqa: E402
-from calibrate.roofline_terms import PARAMETERS  # noqa: E402
-from calibrate.trace_fit.cli import measured_requests  # noqa: E402
-from calibrate.trace_fit.fit import fit_trace  # noqa: E402
-from sim.run import RunSpec  # noqa: E402
+from calibrate.efficiency_file import write_efficiency  # noqa: E402
+from calibrate.trace_fit.cli import fit_efficiency  # noqa: E402
+from calibrate.trace_fit.runs_file import FitRun  # noqa: E402
 from sim.validate.serving import DATA, METRICS, RUNS, ServingRun, replay_run  # noqa: E402
 
 
 def _fit_file(runs: list[ServingRun], path: Path) -> None:
-    pairs = []
-    for run in runs:
-        log = DATA / run.name / "requests.jsonl"
-        spec = RunSpec(workload=str(log), model=run.model, gpu=run.gpu, engine=run.engine)
-        pairs.append((spec, measured_requests(str(log))))
-    fit = fit_trace(pairs)
-    from calibrate.catalog import load_gpu
-
-    cal = EfficiencyCalibration(
-        kvsim_version="validation",
-        gpu=load_gpu(runs[0].gpu),
-        efficiency={n: float(getattr(fit.efficiency, n)) for n in PARAMETERS},
-        prior={n: float(getattr(fit.prior, n)) for n in PARAMETERS},
-        fitted_on=[
-            FittedOn(
-                trace=r.name, sha256="-", model=r.model, tensor_parallel_size=1,
-                engine={}, num_requests=1, errors={"prior": b, "fitted": a},
-            )
-            for r, b, a in zip(runs, fit.prior_errors, fit.errors)
-        ],
-    )  # fmt: skip
+    """Fit the runs' GPU as ``kvsim calibrate --from-trace RUNS.yaml`` would; write the
+    efficiency file to ``path``."""
+    fit_on = [FitRun(DATA / r.name / "requests.jsonl", r.model, r.engine) for r in runs]
+    _, cal = fit_efficiency(fit_on, runs[0].gpu, "validation")
     write_efficiency(cal, path)
 
 

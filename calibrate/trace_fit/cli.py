@@ -107,38 +107,19 @@ def fit_runs(
     return [FitRun(_trace_file(trace), model, engine)]
 
 
-def from_trace_command(
-    trace: str,
-    model: str,
-    gpu: str,
-    tp: int,
-    engine_file: str | None,
-    engine_overrides: dict[str, Any],
-    out: str | None,
-    force: bool,
-    version: str,
-) -> int:
-    """Run ``kvsim calibrate --from-trace``; return the exit status."""
-    out_path = Path(out) if out else Path(f"efficiency-{Path(gpu).stem.lower()}.yaml")
-    if out_path.is_dir():
-        return _fail(f"--out {out_path}: is a directory; name a file")
-    if out_path.exists() and not force and not is_efficiency_file(out_path):
-        return _fail(
-            f"--out {out_path}: exists and was not written by kvsim calibrate --from-trace; "
-            "name another file or pass --force to replace it"
-        )
-    try:
-        with tempfile.TemporaryDirectory(prefix="kvsim-fit-") as tmp:
-            runs = fit_runs(trace, model, tp, engine_file, engine_overrides)
-            pairs, resolved = [], []
-            for run in runs:
-                measured, replayed = load_measured(str(run.trace), Path(tmp))
-                spec = RunSpec(workload=str(replayed), model=run.model, gpu=gpu, engine=run.engine)
-                resolved.append(resolve_run(spec))
-                pairs.append((spec, measured))
-            fit = fit_trace(pairs)
-    except ValueError as exc:
-        return _fail(str(exc))
+def fit_efficiency(
+    runs: list[FitRun], gpu: str, version: str
+) -> tuple[TraceFit, EfficiencyCalibration]:
+    """Fit ``gpu``'s factors to the measured ``runs``; the fit and the efficiency file's
+    content (each run with its trace's sha256, model, engine and errors)."""
+    with tempfile.TemporaryDirectory(prefix="kvsim-fit-") as tmp:
+        pairs, resolved = [], []
+        for run in runs:
+            measured, replayed = load_measured(str(run.trace), Path(tmp))
+            spec = RunSpec(workload=str(replayed), model=run.model, gpu=gpu, engine=run.engine)
+            resolved.append(resolve_run(spec))
+            pairs.append((spec, measured))
+        fit = fit_trace(pairs)
     cal = EfficiencyCalibration(
         kvsim_version=version,
         gpu=resolved[0].latency_model.gpu,
@@ -163,6 +144,34 @@ def from_trace_command(
             for it in fit.iterations
         ],
     )
+    return fit, cal
+
+
+def from_trace_command(
+    trace: str,
+    model: str,
+    gpu: str,
+    tp: int,
+    engine_file: str | None,
+    engine_overrides: dict[str, Any],
+    out: str | None,
+    force: bool,
+    version: str,
+) -> int:
+    """Run ``kvsim calibrate --from-trace``; return the exit status."""
+    out_path = Path(out) if out else Path(f"efficiency-{Path(gpu).stem.lower()}.yaml")
+    if out_path.is_dir():
+        return _fail(f"--out {out_path}: is a directory; name a file")
+    if out_path.exists() and not force and not is_efficiency_file(out_path):
+        return _fail(
+            f"--out {out_path}: exists and was not written by kvsim calibrate --from-trace; "
+            "name another file or pass --force to replace it"
+        )
+    try:
+        runs = fit_runs(trace, model, tp, engine_file, engine_overrides)
+        fit, cal = fit_efficiency(runs, gpu, version)
+    except ValueError as exc:
+        return _fail(str(exc))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out_path, lambda tmp: write_efficiency(cal, tmp))
     console = Console()
