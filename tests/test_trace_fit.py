@@ -221,3 +221,11 @@ def test_a_result_without_per_request_times_is_refused(tmp_path: Path) -> None:
     bench.write_text(json.dumps({"completed": 3, "duration": 1.0, "latencies": [1, 1, 1]}))
     res = _kvsim("calibrate", "--from-trace", str(bench), "--gpu", PRO6000, cwd=tmp_path)
     assert res.returncode == 2 and "--save-detailed" in res.stderr
+
+
+def test_every_run_weighs_alike_whatever_its_length() -> None:
+    from calibrate.trace_fit.fit import run_weights
+
+    w = run_weights([600, 150, 50])
+    parts = np.split(w**2, [600, 750])
+    assert [p.sum() for p in parts] == pytest.approx([800 / 3] * 3)

@@ -133,6 +133,14 @@ def _rows(measured: pd.DataFrame, rep: Replay, theta: np.ndarray) -> tuple[np.nd
     return rows[keep], y[keep], idle[keep]
 
 
+def run_weights(num_rows: list[int]) -> np.ndarray:
+    """Row weights that make every run weigh alike in the fit whatever its length: each
+    run's rows scaled by ``sqrt(mean rows per run / its rows)``, so the squared weights
+    of each run sum to the same."""
+    mean = sum(num_rows) / len(num_rows)
+    return np.concatenate([np.full(k, np.sqrt(mean / k)) for k in num_rows])
+
+
 def _round(
     runs: list[tuple[RunSpec, pd.DataFrame]], theta: np.ndarray
 ) -> tuple[Iteration, list[tuple[np.ndarray, ...]]]:
@@ -173,11 +181,7 @@ def fit_trace(
     for _ in range(max_iterations):
         it, systems = _round(frames, theta)
         history.append(it)
-        n = sum(len(y) for _, y, _ in systems)
-        # each run weighs alike: its rows scaled by sqrt(mean rows per run / its rows)
-        weight = np.concatenate(
-            [np.full(len(y), np.sqrt(n / len(runs) / len(y))) for _, y, _ in systems]
-        )
+        weight = run_weights([len(y) for _, y, _ in systems])
         rows = np.vstack([r for r, _, _ in systems])
         y = np.concatenate([y for _, y, _ in systems])
         idle = np.concatenate([i for _, _, i in systems])
