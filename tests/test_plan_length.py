@@ -146,15 +146,15 @@ def _undecided_summary(t: float) -> dict:
     }
 
 
-@pytest.mark.parametrize(("t", "passes_at_limit"), [(3.0, True), (0.0, True), (6.0, False)])
-def test_at_the_length_limit_only_a_clear_rise_fails_an_undecided_seed(
-    t: float, passes_at_limit: bool
-) -> None:
+@pytest.mark.parametrize("t", [0.0, 3.0, 6.0])
+def test_an_undecided_seed_fails_however_unclear_its_rise(t: float) -> None:
+    # Not shown steady is not steady: near capacity a seed undecided at the longest
+    # run went on to break its SLO in longer runs.
     bounds = {"ttft_p90_s": 0.1}
-    assert not judge_summary(_undecided_summary(t), bounds)["passed"]
-    judged = judge_summary(_undecided_summary(t), bounds, at_limit=True)
-    assert judged["passed"] is passes_at_limit
-    assert judged["unclear_rise"] is passes_at_limit
+    judged = judge_summary(_undecided_summary(t), bounds)
+    assert not judged["passed"]
+    assert judged["metrics"] is None
+    assert judged["failures"] == ["undecided: rising"]
 
 
 def test_the_answer_is_confirmed_by_longer_runs(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def check_cluster(payload: dict[str, Any]) -> dict[str, Any]:
             "metrics": None,
         }
     else:
-        judged = judge_summary(summary, bounds, at_limit=True)
+        judged = judge_summary(summary, bounds)
         window = summary.get("window") if isinstance(summary.get("window"), dict) else summary
         gpus = int(payload["replicas"]) * int(payload["tensor_parallel_size"])
         tpot = float(window["tpot_s"]["mean"])
