@@ -28,6 +28,7 @@ sequences) has 0.40 GiB of non-KV memory these terms do not explain (2791 blocks
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -276,3 +277,22 @@ def compute_kv_budget(
         num_kv_cache_groups=plan.num_groups,
         kv_cache_config=plan.kv_cache_config,
     )
+
+
+def budget_engine_args() -> tuple[str, ...]:
+    """The engine arguments the KV budget depends on (vLLM names): the parameters of
+    :func:`compute_kv_budget` after ``model`` and ``gpu``, read from its signature so the
+    function is the one list of them."""
+    params = inspect.signature(compute_kv_budget).parameters.values()
+    return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)[2:]
+
+
+def engine_kv_budget(
+    model: ModelSpec, gpu: GPUSpec, engine: object, *, measured: MeasuredMemoryTerms | None = None
+) -> KVBudget:
+    """:func:`compute_kv_budget` with each engine argument of :func:`budget_engine_args`
+    read by name from ``engine`` (a ``sim.engine_config.EngineConfig``: its fields carry
+    vLLM's names), so an argument added to the budget reaches it from the engine
+    configuration with no list of keywords in between."""
+    args = {name: getattr(engine, name) for name in budget_engine_args()}
+    return compute_kv_budget(model, gpu, **args, measured=measured)

@@ -19,6 +19,7 @@ from sim.cli_options import (
     WORKLOAD_PANEL,
     KvsimCommand,
     KvsimGroup,
+    engine_flags,
     engine_option,
     given,
     slo_option,
@@ -211,26 +212,6 @@ def run(
     from sim.run_cli import run_command
     from workloads.overrides import WorkloadOverrides
 
-    overrides = given(
-        ctx,
-        dict(
-            block_size=block_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            num_gpu_blocks_override=num_gpu_blocks_override,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            enable_chunked_prefill=enable_chunked_prefill,
-            enable_prefix_caching=enable_prefix_caching,
-            scheduling_policy=scheduling_policy,
-            kv_cache_dtype=kv_cache_dtype,
-            latency_model=latency_model,
-            constant_step_s=constant_step_s,
-            async_scheduling=async_scheduling,
-        ),
-    )
     named = given(ctx, {"model": model, "gpu": gpu})
     raise typer.Exit(
         run_command(
@@ -243,7 +224,7 @@ def run(
             out,
             decisions,
             check,
-            overrides,
+            engine_flags(ctx),
             num_replicas=num_replicas,
             router=router,
             fast_forward=fast_forward,
@@ -507,22 +488,9 @@ def budget(
     """The KV block budget (num_gpu_blocks) per GPU and each term it was derived from."""
     from sim.budget_cli import budget_command
 
-    named = given(ctx, {"model": model, "gpu": gpu, "tensor_parallel_size": tensor_parallel_size})
+    named = given(ctx, {"model": model, "gpu": gpu})
     raise typer.Exit(
-        budget_command(
-            named["model"],
-            named["gpu"],
-            named["tensor_parallel_size"],
-            gpu_memory_utilization,
-            max_model_len,
-            max_num_batched_tokens,
-            max_num_seqs,
-            block_size,
-            kv_cache_dtype,
-            num_gpu_blocks_override,
-            calibration,
-            as_json,
-        )
+        budget_command(named["model"], named["gpu"], engine_flags(ctx), calibration, as_json)
     )
 
 
@@ -810,19 +778,17 @@ def calibrate(
     if from_trace is not None:
         from calibrate.trace_fit.cli import from_trace_command
 
-        flags = given(
-            ctx,
-            {
-                "max_num_seqs": max_num_seqs,
-                "max_num_batched_tokens": max_num_batched_tokens,
-                "max_model_len": max_model_len,
-                "gpu_memory_utilization": gpu_memory_utilization,
-                "num_gpu_blocks_override": num_gpu_blocks_override,
-            },
-        )
         raise typer.Exit(
             from_trace_command(
-                from_trace, model or DEFAULT_MODEL, gpu, tp, engine, flags, out, force, __version__
+                from_trace,
+                model or DEFAULT_MODEL,
+                gpu,
+                tp,
+                engine,
+                engine_flags(ctx),
+                out,
+                force,
+                __version__,
             )
         )
     from calibrate.cli import calibrate_command
