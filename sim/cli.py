@@ -297,6 +297,7 @@ def compare(
 
 @app.command()
 def replay(
+    ctx: typer.Context,
     trace: str = typer.Argument(
         ...,
         help="replay trace: JSON list of {request_id, arrival_step, prompt_token_ids, "
@@ -336,7 +337,7 @@ def replay(
     watermark: float = typer.Option(
         0.0, "--watermark", help="fraction of blocks kept free when admitting requests"
     ),
-    reserve_full_isl: bool = typer.Option(
+    scheduler_reserve_full_isl: bool = typer.Option(
         True,
         "--reserve-full-isl/--no-reserve-full-isl",
         help="admit a request only if its whole sequence fits in free blocks",
@@ -380,7 +381,7 @@ def replay(
     num_lookahead_tokens: int = typer.Option(
         0, "--num-lookahead-tokens", help="speculative slots reserved per request per step"
     ),
-    kv_events: bool = typer.Option(
+    enable_kv_cache_events: bool = typer.Option(
         False, "--kv-events/--no-kv-events", help="add KV cache events to each step"
     ),
     dump_block_tables: bool = typer.Option(
@@ -391,31 +392,10 @@ def replay(
 ) -> None:
     """Replay a step-indexed trace through kvcore's V1 scheduler with a fake model; one
     JSON line per engine step (what vLLM 0.33.0 schedules)."""
+    # Each option's parameter is named as its kvcore.replay.ReplayConfig field.
     from sim.replay_cli import replay_command
 
-    knobs = dict(
-        block_size=block_size,
-        num_gpu_blocks=num_gpu_blocks,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        enable_chunked_prefill=enable_chunked_prefill,
-        enable_prefix_caching=enable_prefix_caching,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        policy=policy,
-        watermark=watermark,
-        scheduler_reserve_full_isl=reserve_full_isl,
-        kv_groups=kv_groups,
-        sliding_window=sliding_window,
-        attention_chunk_size=attention_chunk_size,
-        prefix_caching_hash_algo=prefix_caching_hash_algo,
-        max_model_len=max_model_len,
-        sample_token_id=sample_token_id,
-        none_hash_seed=none_hash_seed,
-        num_lookahead_tokens=num_lookahead_tokens,
-        enable_kv_cache_events=kv_events,
-        dump_block_tables=dump_block_tables,
-        async_scheduling=async_scheduling,
-    )
+    knobs = {k: v for k, v in ctx.params.items() if k not in ("trace", "out")}
     raise typer.Exit(replay_command(trace, out, knobs))
 
 
