@@ -40,7 +40,7 @@ from calibrate.budget_terms import default_non_torch_bytes as default_non_torch_
 from calibrate.budget_terms import rope_cache_bytes as rope_cache_bytes
 from calibrate.gpu_spec import GIB, GPUSpec
 from calibrate.model_spec import ModelSpec
-from kvcore.kv_cache_budget import plan_kv_cache_budget
+from kvcore.kv_cache_budget import KVCacheSizing, plan_kv_cache_budget
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_planning import InsufficientKVCacheMemoryError
 
@@ -234,11 +234,13 @@ def compute_kv_budget(
     try:
         plan = plan_kv_cache_budget(
             available_memory_bytes=max(available, 0),
-            max_model_len=max_len,
-            max_num_batched_tokens=mbt,
-            block_size=block_size,
-            tensor_parallel_size=tp,
-            num_gpu_blocks_override=num_gpu_blocks_override,
+            sizing=KVCacheSizing(
+                max_model_len=max_len,
+                max_num_batched_tokens=mbt,
+                block_size=block_size,
+                tensor_parallel_size=tp,
+                num_gpu_blocks_override=num_gpu_blocks_override,
+            ),
             **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
         )
     except InsufficientKVCacheMemoryError as exc:
