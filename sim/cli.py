@@ -636,15 +636,15 @@ def plan(
     again); anything else needs --force."""
     from sim.plan.cli import plan_command
 
-    values = given(
-        ctx, {k: v for k, v in ctx.params.items() if k not in ("plan_file", "out", "force")}
-    )
-    overrides = {}
+    engine = engine_flags(ctx)
+    skip = ("plan_file", "out", "force", *engine)
+    values = given(ctx, {k: v for k, v in ctx.params.items() if k not in skip})
+    overrides = {f"engine.{name}": value for name, value in engine.items()}
     for name, value in values.items():
         if name == "num_seeds":
             overrides["seeds"] = list(range(value)) if value is not None and value > 0 else value
         else:
-            overrides[PLAN_PATHS.get(name, f"engine.{name}")] = value
+            overrides[PLAN_PATHS[name]] = value
     raise typer.Exit(plan_command(plan_file, out, overrides, force=force))
 
 
