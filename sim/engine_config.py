@@ -4,10 +4,13 @@ Loaded from ``--engine FILE`` (YAML) and command-line flags; validated strictly:
 integer field takes only an integer (not ``"16"`` or ``16.0``), a float field a number,
 floats must be finite, and values vLLM 0.33.0 refuses are refused here.
 
-Every command builds its engine through :func:`load_engine_config` (defaults, then the
-file, then the flags given) and passes the one frozen object down: the run's setup, the
-KV budget (``calibrate.budget.engine_kv_budget`` reads its fields by name) and the
-engine take it whole, so a field needs no list of keywords in between.
+``kvsim run``, ``budget``, ``autoscale``, ``calibrate --from-trace`` and a sweep's points
+build it through :func:`load_engine_config` (defaults, then the file, then the flags
+given, which ``sim.cli_options.engine_flags`` collects); a plan's engine mapping, a
+recommend space's and a ``--from-trace`` runs file's are validated inside their own
+specs (so their messages name the spec's field). The one frozen object is passed down
+whole: the run's setup and the KV budget (``calibrate.budget.engine_kv_budget`` reads
+its fields by name), so a field needs no list of keywords in between.
 """
 
 from __future__ import annotations
