@@ -28,6 +28,7 @@ sequences) has 0.40 GiB of non-KV memory these terms do not explain (2791 blocks
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -39,7 +40,7 @@ from calibrate.budget_terms import default_non_torch_bytes as default_non_torch_
 from calibrate.budget_terms import rope_cache_bytes as rope_cache_bytes
 from calibrate.gpu_spec import GIB, GPUSpec
 from calibrate.model_spec import ModelSpec
-from kvcore.kv_cache_budget import plan_kv_cache_budget
+from kvcore.kv_cache_budget import KVCacheSizing, plan_kv_cache_budget
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_planning import InsufficientKVCacheMemoryError
 
@@ -233,11 +234,13 @@ def compute_kv_budget(
     try:
         plan = plan_kv_cache_budget(
             available_memory_bytes=max(available, 0),
-            max_model_len=max_len,
-            max_num_batched_tokens=mbt,
-            block_size=block_size,
-            tensor_parallel_size=tp,
-            num_gpu_blocks_override=num_gpu_blocks_override,
+            sizing=KVCacheSizing(
+                max_model_len=max_len,
+                max_num_batched_tokens=mbt,
+                block_size=block_size,
+                tensor_parallel_size=tp,
+                num_gpu_blocks_override=num_gpu_blocks_override,
+            ),
             **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
         )
     except InsufficientKVCacheMemoryError as exc:
@@ -276,3 +279,22 @@ def compute_kv_budget(
         num_kv_cache_groups=plan.num_groups,
         kv_cache_config=plan.kv_cache_config,
     )
+
+
+def budget_engine_args() -> tuple[str, ...]:
+    """The engine arguments the KV budget depends on (vLLM names): the parameters of
+    :func:`compute_kv_budget` after ``model`` and ``gpu``, read from its signature so the
+    function is the one list of them."""
+    params = inspect.signature(compute_kv_budget).parameters.values()
+    return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)[2:]
+
+
+def engine_kv_budget(
+    model: ModelSpec, gpu: GPUSpec, engine: object, *, measured: MeasuredMemoryTerms | None = None
+) -> KVBudget:
+    """:func:`compute_kv_budget` with each engine argument of :func:`budget_engine_args`
+    read by name from ``engine`` (a ``sim.engine_config.EngineConfig``: its fields carry
+    vLLM's names), so an argument added to the budget reaches it from the engine
+    configuration with no list of keywords in between."""
+    args = {name: getattr(engine, name) for name in budget_engine_args()}
+    return compute_kv_budget(model, gpu, **args, measured=measured)

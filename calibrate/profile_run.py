@@ -37,7 +37,7 @@ from calibrate.budget import (
 from calibrate.memory_backend import MemoryBackend
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
-from kvcore.kv_cache_budget import plan_kv_cache_budget
+from kvcore.kv_cache_budget import KVCacheSizing, plan_kv_cache_budget
 
 
 class ProfileRunner(Protocol):
@@ -115,10 +115,12 @@ def num_gpu_blocks(
     rank's ``available`` bytes (every rank gets the minimum, as ``get_kv_cache_configs``)."""
     plan = plan_kv_cache_budget(
         available_memory_bytes=max(0, min(available_per_rank)),
-        max_model_len=cfg.max_model_len,
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        block_size=cfg.block_size,
-        tensor_parallel_size=cfg.tensor_parallel_size,
+        sizing=KVCacheSizing(
+            max_model_len=cfg.max_model_len,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            block_size=cfg.block_size,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+        ),
         **spec.kv_planning_kwargs(cfg.kv_cache_dtype),  # type: ignore[arg-type]
     )
     return plan.num_blocks, plan.bytes_per_block, plan.num_groups

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from calibrate.budget import KVBudget, MeasuredMemoryTerms, compute_kv_budget
+from calibrate.budget import KVBudget, MeasuredMemoryTerms, engine_kv_budget
 from calibrate.calibration_file import (
     Calibration,
     CalibrationError,
@@ -60,10 +60,10 @@ def calibration_defaults(path: str | Path) -> dict[str, Any]:
     }
 
 
-def calibrated_budget(cal: Calibration, model: ModelSpec, gpu: GPUSpec, **kwargs: Any) -> KVBudget:
-    """``compute_kv_budget`` with the calibration's measured memory terms."""
+def calibrated_budget(cal: Calibration, model: ModelSpec, gpu: GPUSpec, engine: object) -> KVBudget:
+    """``engine_kv_budget`` with the calibration's measured memory terms."""
     measured = MeasuredMemoryTerms.from_profile(cal.kv_budget)
-    return compute_kv_budget(model, gpu, measured=measured, **kwargs)
+    return engine_kv_budget(model, gpu, engine, measured=measured)
 
 
 def resolve_efficiency(path: str | Path, gpu: str) -> tuple[EfficiencyCalibration, GPUSpec]:
@@ -85,15 +85,16 @@ def budget_inputs(
     calibration: str | Path | None, model: str, gpu: str, tensor_parallel_size: int
 ) -> tuple[Calibration | EfficiencyCalibration | None, ModelSpec, GPUSpec, Callable[..., KVBudget]]:
     """``(calibration or None, model spec, GPU spec, budget function)`` of a run: the
-    catalog's specs and ``compute_kv_budget``; with a calibration file, its specs and
+    catalog's specs and ``engine_kv_budget``; with a calibration file, its specs and
     :func:`calibrated_budget` on its measured memory terms; with an efficiency file
     (``kvsim calibrate --from-trace``), the catalog's model, the file's GPU and
-    ``compute_kv_budget`` (the file holds step-time factors only)."""
+    ``engine_kv_budget`` (the file holds step-time factors only). The budget function
+    takes ``(model spec, GPU spec, engine configuration)``."""
     if calibration is None:
-        return None, load_model(model), load_gpu(gpu), compute_kv_budget
+        return None, load_model(model), load_gpu(gpu), engine_kv_budget
     if is_efficiency_file(calibration):
         eff, hw = resolve_efficiency(calibration, gpu)
-        return eff, load_model(model), hw, compute_kv_budget
+        return eff, load_model(model), hw, engine_kv_budget
     cal, spec, hw = resolve_calibrated(calibration, model, gpu, tensor_parallel_size)
     return cal, spec, hw, partial(calibrated_budget, cal)
 

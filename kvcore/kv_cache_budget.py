@@ -2,7 +2,8 @@
 
 ``get_max_concurrency_for_kv_cache_config``, ``get_kv_cache_capacity`` and
 ``generate_scheduler_kv_cache_config`` mirror ``vllm/v1/core/kv_cache_utils.py``
-(vLLM 0.33.0). ``plan_kv_cache_budget`` takes a model described by plain numbers:
+(vLLM 0.33.0). ``plan_kv_cache_budget`` takes the engine arguments as one
+:class:`KVCacheSizing` and a model described by plain numbers:
 
 it builds vLLM-style per-layer specs from layer counts per attention kind, then runs the
 vLLM 0.33.0 planning path (``kvcore.kv_cache_planning``) for one worker (every
@@ -151,11 +152,42 @@ class KVCacheBudget:
     kv_cache_config: KVCacheConfig
 
 
+@dataclass(frozen=True)
+class KVCacheSizing:
+    """The engine arguments a KV budget plan depends on, resolved (vLLM 0.33.0 names):
+    tokens of one request (``max_model_len``) and of one step
+    (``max_num_batched_tokens``), tokens per block, tensor-parallel ranks, the block
+    count that replaces the memory's (``num_gpu_blocks_override``) and whether the
+    engine runs the async-scheduling loop (a second step's tokens in flight).
+
+    kvcore imports nothing of the simulator: its engine configuration is turned into
+    one of these at the edge (``calibrate.budget.compute_kv_budget``). ValueError on a
+    value vLLM refuses.
+    """
+
+    max_model_len: int
+    max_num_batched_tokens: int
+    block_size: int = 16
+    tensor_parallel_size: int = 1
+    num_gpu_blocks_override: int | None = None
+    async_scheduling: bool = False
+
+    def __post_init__(self) -> None:
+        tp = self.tensor_parallel_size
+        if tp < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tp!r}")
+        for name, value in (
+            ("max_model_len", self.max_model_len),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer (tokens), got {value!r}")
+
+
 def plan_kv_cache_budget(
     *,
     available_memory_bytes: int,
-    max_model_len: int,
-    max_num_batched_tokens: int,
+    sizing: KVCacheSizing,
     num_full_layers: int = 0,
     num_sliding_window_layers: int = 0,
     num_chunked_local_layers: int = 0,
@@ -163,16 +195,13 @@ def plan_kv_cache_budget(
     num_kv_heads: int = 1,
     head_size: int = 128,
     dtype: str = "bfloat16",
-    block_size: int = 16,
     sliding_window: int | None = None,
     attention_chunk_size: int | None = None,
     mla_head_size: int | None = None,
-    tensor_parallel_size: int = 1,
-    num_gpu_blocks_override: int | None = None,
     disable_hybrid_kv_cache_manager: bool | None = None,
-    async_scheduling: bool = False,
 ) -> KVCacheBudget:
-    """The KV block budget per GPU for ``available_memory_bytes`` of KV cache memory.
+    """The KV block budget per GPU for ``available_memory_bytes`` of KV cache memory,
+    for the engine arguments of ``sizing`` and a model of the given layer counts.
 
     ``num_kv_heads`` is the model's total; each tensor-parallel rank holds
     ``max(1, num_kv_heads // tensor_parallel_size)``. ``disable_hybrid_kv_cache_manager``
@@ -180,36 +209,31 @@ def plan_kv_cache_budget(
     Raises ``InsufficientKVCacheMemoryError`` when one ``max_model_len`` request does not
     fit, ValueError on bad input.
     """
-    if tensor_parallel_size < 1:
-        raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size!r}")
-    for name, value in (
-        ("max_model_len", max_model_len),
-        ("max_num_batched_tokens", max_num_batched_tokens),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer (tokens), got {value!r}")
+    max_model_len = sizing.max_model_len
     specs = build_layer_specs(
         num_full_layers=num_full_layers,
         num_sliding_window_layers=num_sliding_window_layers,
         num_chunked_local_layers=num_chunked_local_layers,
         num_mla_layers=num_mla_layers,
-        num_kv_heads=max(1, num_kv_heads // tensor_parallel_size),
+        num_kv_heads=max(1, num_kv_heads // sizing.tensor_parallel_size),
         head_size=head_size,
         dtype=dtype,
-        block_size=block_size,
+        block_size=sizing.block_size,
         sliding_window=sliding_window,
         attention_chunk_size=attention_chunk_size,
         mla_head_size=mla_head_size,
     )
     if disable_hybrid_kv_cache_manager is None:
         disable_hybrid_kv_cache_manager = num_chunked_local_layers > 0
-    in_flight = max_in_flight_tokens(max_num_batched_tokens, async_scheduling=async_scheduling)
+    in_flight = max_in_flight_tokens(
+        sizing.max_num_batched_tokens, async_scheduling=sizing.async_scheduling
+    )
     (config,) = get_kv_cache_configs(
         [specs],
         [available_memory_bytes],
         max_model_len,
         in_flight,
-        num_gpu_blocks_override=num_gpu_blocks_override,
+        num_gpu_blocks_override=sizing.num_gpu_blocks_override,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
     )
     groups = config.kv_cache_groups

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +18,7 @@ from calibrate.budget import KVBudget
 from calibrate.gpu_spec import GIB
 from calibrate.use_calibration import budget_inputs, calibration_defaults
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
+from sim.engine_config import load_engine_config
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "workloads" / "presets"
 
@@ -68,44 +70,28 @@ def _budget_table(b: KVBudget) -> Table:
 def budget_command(
     model: str | None,
     gpu: str | None,
-    tensor_parallel_size: int | None = 1,
-    gpu_memory_utilization: float | None = None,
-    max_model_len: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    block_size: int = 16,
-    kv_cache_dtype: str = "auto",
-    num_gpu_blocks_override: int | None = None,
+    engine_flags: dict[str, Any],
     calibration: str | None = None,
     as_json: bool = False,
 ) -> int:
     """Print the budget (rich table, or one JSON object); return the exit status.
 
-    ``model``, ``gpu`` and ``tensor_parallel_size`` left out (None) are the calibration
-    file's when there is one, else the defaults (Llama-3.1-8B, H100-SXM, 1)."""
+    ``engine_flags``: the engine flags given (``EngineConfig`` field -> value, None when
+    not given; :func:`sim.cli_options.engine_flags`). ``model``, ``gpu`` and
+    ``tensor_parallel_size`` left out (None) are the calibration file's when there is
+    one, else the defaults (Llama-3.1-8B, H100-SXM, 1). The values are checked by the
+    budget itself (``calibrate.budget.compute_kv_budget``, its messages), not as a run's
+    engine file is."""
     try:
         from_file = calibration_defaults(calibration) if calibration else {}
         model = model or from_file.get("model") or DEFAULT_MODEL
         gpu = gpu or from_file.get("gpu") or DEFAULT_GPU
-        tensor_parallel_size = tensor_parallel_size or from_file.get("tensor_parallel_size") or 1
-        _, spec, hw, budget_fn = budget_inputs(calibration, model, gpu, tensor_parallel_size)
-        kwargs = (
-            {}
-            if gpu_memory_utilization is None
-            else {"gpu_memory_utilization": gpu_memory_utilization}
+        tp = engine_flags.get("tensor_parallel_size") or from_file.get("tensor_parallel_size") or 1
+        engine = load_engine_config(
+            None, {**engine_flags, "tensor_parallel_size": tp}, checked=False
         )
-        budget = budget_fn(
-            spec,
-            hw,
-            tensor_parallel_size=tensor_parallel_size,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            block_size=block_size,
-            kv_cache_dtype=kv_cache_dtype,
-            num_gpu_blocks_override=num_gpu_blocks_override,
-            **kwargs,
-        )
+        _, spec, hw, budget_fn = budget_inputs(calibration, model, gpu, tp)
+        budget = budget_fn(spec, hw, engine)
     except ValueError as exc:  # CatalogError, KVBudgetError and kvcore's checks
         return _fail(str(exc))
     if as_json:

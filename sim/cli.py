@@ -19,6 +19,7 @@ from sim.cli_options import (
     WORKLOAD_PANEL,
     KvsimCommand,
     KvsimGroup,
+    engine_flags,
     engine_option,
     given,
     slo_option,
@@ -211,26 +212,6 @@ def run(
     from sim.run_cli import run_command
     from workloads.overrides import WorkloadOverrides
 
-    overrides = given(
-        ctx,
-        dict(
-            block_size=block_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            num_gpu_blocks_override=num_gpu_blocks_override,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            enable_chunked_prefill=enable_chunked_prefill,
-            enable_prefix_caching=enable_prefix_caching,
-            scheduling_policy=scheduling_policy,
-            kv_cache_dtype=kv_cache_dtype,
-            latency_model=latency_model,
-            constant_step_s=constant_step_s,
-            async_scheduling=async_scheduling,
-        ),
-    )
     named = given(ctx, {"model": model, "gpu": gpu})
     raise typer.Exit(
         run_command(
@@ -243,7 +224,7 @@ def run(
             out,
             decisions,
             check,
-            overrides,
+            engine_flags(ctx),
             num_replicas=num_replicas,
             router=router,
             fast_forward=fast_forward,
@@ -316,6 +297,7 @@ def compare(
 
 @app.command()
 def replay(
+    ctx: typer.Context,
     trace: str = typer.Argument(
         ...,
         help="replay trace: JSON list of {request_id, arrival_step, prompt_token_ids, "
@@ -355,7 +337,7 @@ def replay(
     watermark: float = typer.Option(
         0.0, "--watermark", help="fraction of blocks kept free when admitting requests"
     ),
-    reserve_full_isl: bool = typer.Option(
+    scheduler_reserve_full_isl: bool = typer.Option(
         True,
         "--reserve-full-isl/--no-reserve-full-isl",
         help="admit a request only if its whole sequence fits in free blocks",
@@ -399,7 +381,7 @@ def replay(
     num_lookahead_tokens: int = typer.Option(
         0, "--num-lookahead-tokens", help="speculative slots reserved per request per step"
     ),
-    kv_events: bool = typer.Option(
+    enable_kv_cache_events: bool = typer.Option(
         False, "--kv-events/--no-kv-events", help="add KV cache events to each step"
     ),
     dump_block_tables: bool = typer.Option(
@@ -410,31 +392,10 @@ def replay(
 ) -> None:
     """Replay a step-indexed trace through kvcore's V1 scheduler with a fake model; one
     JSON line per engine step (what vLLM 0.33.0 schedules)."""
+    # Each option's parameter is named as its kvcore.replay.ReplayConfig field.
     from sim.replay_cli import replay_command
 
-    knobs = dict(
-        block_size=block_size,
-        num_gpu_blocks=num_gpu_blocks,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        enable_chunked_prefill=enable_chunked_prefill,
-        enable_prefix_caching=enable_prefix_caching,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        policy=policy,
-        watermark=watermark,
-        scheduler_reserve_full_isl=reserve_full_isl,
-        kv_groups=kv_groups,
-        sliding_window=sliding_window,
-        attention_chunk_size=attention_chunk_size,
-        prefix_caching_hash_algo=prefix_caching_hash_algo,
-        max_model_len=max_model_len,
-        sample_token_id=sample_token_id,
-        none_hash_seed=none_hash_seed,
-        num_lookahead_tokens=num_lookahead_tokens,
-        enable_kv_cache_events=kv_events,
-        dump_block_tables=dump_block_tables,
-        async_scheduling=async_scheduling,
-    )
+    knobs = {k: v for k, v in ctx.params.items() if k not in ("trace", "out")}
     raise typer.Exit(replay_command(trace, out, knobs))
 
 
@@ -507,22 +468,9 @@ def budget(
     """The KV block budget (num_gpu_blocks) per GPU and each term it was derived from."""
     from sim.budget_cli import budget_command
 
-    named = given(ctx, {"model": model, "gpu": gpu, "tensor_parallel_size": tensor_parallel_size})
+    named = given(ctx, {"model": model, "gpu": gpu})
     raise typer.Exit(
-        budget_command(
-            named["model"],
-            named["gpu"],
-            named["tensor_parallel_size"],
-            gpu_memory_utilization,
-            max_model_len,
-            max_num_batched_tokens,
-            max_num_seqs,
-            block_size,
-            kv_cache_dtype,
-            num_gpu_blocks_override,
-            calibration,
-            as_json,
-        )
+        budget_command(named["model"], named["gpu"], engine_flags(ctx), calibration, as_json)
     )
 
 
@@ -688,15 +636,15 @@ def plan(
     again); anything else needs --force."""
     from sim.plan.cli import plan_command
 
-    values = given(
-        ctx, {k: v for k, v in ctx.params.items() if k not in ("plan_file", "out", "force")}
-    )
-    overrides = {}
+    engine = engine_flags(ctx)
+    skip = ("plan_file", "out", "force", *engine)
+    values = given(ctx, {k: v for k, v in ctx.params.items() if k not in skip})
+    overrides = {f"engine.{name}": value for name, value in engine.items()}
     for name, value in values.items():
         if name == "num_seeds":
             overrides["seeds"] = list(range(value)) if value is not None and value > 0 else value
         else:
-            overrides[PLAN_PATHS.get(name, f"engine.{name}")] = value
+            overrides[PLAN_PATHS[name]] = value
     raise typer.Exit(plan_command(plan_file, out, overrides, force=force))
 
 
@@ -810,19 +758,17 @@ def calibrate(
     if from_trace is not None:
         from calibrate.trace_fit.cli import from_trace_command
 
-        flags = given(
-            ctx,
-            {
-                "max_num_seqs": max_num_seqs,
-                "max_num_batched_tokens": max_num_batched_tokens,
-                "max_model_len": max_model_len,
-                "gpu_memory_utilization": gpu_memory_utilization,
-                "num_gpu_blocks_override": num_gpu_blocks_override,
-            },
-        )
         raise typer.Exit(
             from_trace_command(
-                from_trace, model or DEFAULT_MODEL, gpu, tp, engine, flags, out, force, __version__
+                from_trace,
+                model or DEFAULT_MODEL,
+                gpu,
+                tp,
+                engine,
+                engine_flags(ctx),
+                out,
+                force,
+                __version__,
             )
         )
     from calibrate.cli import calibrate_command

@@ -134,6 +134,15 @@ def given(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def engine_flags(ctx: typer.Context) -> dict[str, Any]:
+    """The engine flags of the command ``ctx`` runs: each of its parameters named as an
+    :data:`ENGINE_FLAGS` field (an ``EngineConfig`` field), None where not given
+    (:func:`given`). What every command hands to ``sim.engine_config.load_engine_config``,
+    so a flag declared with :func:`engine_option` reaches the engine with no list of
+    names in between."""
+    return given(ctx, {k: v for k, v in ctx.params.items() if k in ENGINE_FLAGS})
+
+
 def _hide_flag_types(params: list[Any]) -> None:
     """An on/off flag shows no ``<bool>`` type, as it takes no value."""
     for param in params:

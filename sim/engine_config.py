@@ -3,14 +3,33 @@
 Loaded from ``--engine FILE`` (YAML) and command-line flags; validated strictly: an
 integer field takes only an integer (not ``"16"`` or ``16.0``), a float field a number,
 floats must be finite, and values vLLM 0.33.0 refuses are refused here.
+
+``kvsim run``, ``budget``, ``autoscale``, ``calibrate --from-trace`` and a sweep's points
+build it through :func:`load_engine_config` (defaults, then the file, then the flags
+given, which ``sim.cli_options.engine_flags`` collects); a plan's engine mapping, a
+recommend space's and a ``--from-trace`` runs file's are validated inside their own
+specs (so their messages name the spec's field). The one frozen object is passed down
+whole: the run's setup and the KV budget (``calibrate.budget.engine_kv_budget`` reads
+its fields by name), so a field needs no list of keywords in between.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
+
+from workloads.errors import WorkloadError, yaml_problem
 
 BLOCK_SIZE_MULTIPLE = 16
 """vLLM 0.33.0 on CUDA/ROCm takes a ``--block-size`` that some attention backend
@@ -93,3 +112,62 @@ def engine_loop(engine: EngineConfig) -> str:
     if uses_async_scheduling(engine):
         return "async scheduling: AsyncScheduler, batch queue of 2 (step_with_batch_queue)"
     return "synchronous: Scheduler (EngineCore.step)"
+
+
+def format_validation_error(source: str, err: ValidationError) -> str:
+    """One line: ``source: field: problem`` for the first error pydantic reports."""
+    first = err.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        allowed = ", ".join(EngineConfig.model_fields)
+        msg = f"unknown key; allowed: {allowed}"
+    elif first["type"] == "literal_error":
+        msg = f"{msg} (got {first.get('input')!r})"
+    return f"{source}: {field}: {msg}"
+
+
+def _engine_file(path: str) -> dict[str, Any]:
+    """The mapping of engine arguments in YAML file ``path``; ValueError naming the file
+    (and the line of a syntax error) when it cannot be read or is not a mapping."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read engine file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {e.start}): an engine file is YAML"
+        ) from None
+    except yaml.YAMLError as e:
+        raise ValueError(str(WorkloadError(path, *yaml_problem(e)))) from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ValueError(f"{path}: expected a mapping of engine arguments")
+    return loaded or {}
+
+
+def load_engine_config(
+    path: str | None,
+    overrides: dict[str, Any],
+    defaults: dict[str, Any] | None = None,
+    *,
+    checked: bool = True,
+) -> EngineConfig:
+    """Engine settings from ``defaults`` (e.g. a calibration file's tensor-parallel
+    size), then a YAML file, then flags (flags win; a None flag was not given).
+    ValueError on bad input.
+
+    ``checked=False`` skips the model's validation: for ``kvsim budget``, whose values
+    the KV budget checks itself (``calibrate.budget.compute_kv_budget``, with its own
+    messages; it takes block sizes and KV cache dtypes a run refuses)."""
+    data: dict[str, Any] = dict(defaults or {})
+    source = "engine flags"
+    if path is not None:
+        source = path
+        data.update(_engine_file(path))
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if not checked:
+        return EngineConfig.model_construct(**data)
+    try:
+        return EngineConfig(**data)
+    except ValidationError as e:
+        raise ValueError(format_validation_error(source, e)) from None

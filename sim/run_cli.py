@@ -10,14 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from calibrate.use_calibration import calibration_defaults
 from reports.html import plus_minus
-from sim.engine_config import EngineConfig
+from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
 from sim.goodput import parse_goodput
 from sim.outdir import OutputError, check_output
@@ -34,55 +32,12 @@ from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
 from sim.step_parquet import check_format as check_steps_format
 from sim.step_thin import check_mode as check_steps_mode
-from workloads.errors import WorkloadError, yaml_problem
 from workloads.overrides import WorkloadOverrides
 
 
 def _fail(message: str) -> int:
     print(f"kvsim: error: {message}", file=sys.stderr)
     return 2
-
-
-def format_validation_error(source: str, err: ValidationError) -> str:
-    """One line: ``source: field: problem`` for the first error pydantic reports."""
-    first = err.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    msg = first["msg"]
-    if first["type"] == "extra_forbidden":
-        allowed = ", ".join(EngineConfig.model_fields)
-        msg = f"unknown key; allowed: {allowed}"
-    elif first["type"] == "literal_error":
-        msg = f"{msg} (got {first.get('input')!r})"
-    return f"{source}: {field}: {msg}"
-
-
-def load_engine_config(
-    path: str | None, overrides: dict[str, Any], defaults: dict[str, Any] | None = None
-) -> EngineConfig:
-    """Engine settings from ``defaults`` (e.g. a calibration file's tensor-parallel
-    size), then a YAML file, then flags (flags win). ValueError on bad input."""
-    data: dict[str, Any] = dict(defaults or {})
-    source = "engine flags"
-    if path is not None:
-        source = path
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ValueError(f"{path}: cannot read engine file: {e.strerror}") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(
-                f"{path}: not UTF-8 text (byte {e.start}): an engine file is YAML"
-            ) from None
-        except yaml.YAMLError as e:
-            raise ValueError(str(WorkloadError(path, *yaml_problem(e)))) from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of engine arguments")
-        data.update(loaded or {})
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return EngineConfig(**data)
-    except ValidationError as e:
-        raise ValueError(format_validation_error(source, e)) from None
 
 
 def _window_rows(t: Table, window: dict[str, Any]) -> None:

@@ -57,23 +57,6 @@ def check_cluster(spec: RunSpec) -> None:
     make_router(spec.router)
 
 
-def engine_budget(budget_fn: Any, model: Any, gpu: Any, engine: EngineConfig) -> Any:
-    """``budget_fn`` (from ``budget_inputs``) applied to an engine configuration's KV
-    budget fields; raises ``ValueError`` when the engine cannot start."""
-    return budget_fn(
-        model,
-        gpu,
-        tensor_parallel_size=engine.tensor_parallel_size,
-        gpu_memory_utilization=engine.gpu_memory_utilization,
-        max_model_len=engine.max_model_len,
-        max_num_batched_tokens=engine.max_num_batched_tokens,
-        max_num_seqs=engine.max_num_seqs,
-        block_size=engine.block_size,
-        kv_cache_dtype=engine.kv_cache_dtype,
-        num_gpu_blocks_override=engine.num_gpu_blocks_override,
-    )
-
-
 def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
     """Load and check everything (the cluster's replica count and router first); raise
     ValueError (naming the field) on bad input, and on work far beyond what one machine
@@ -86,7 +69,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
     cal, model, gpu, budget_fn = budget_inputs(
         spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
     )
-    budget = engine_budget(budget_fn, model, gpu, engine)
+    budget = budget_fn(model, gpu, engine)  # ValueError when the engine cannot start
     if engine.latency_model == "constant":
         latency = make_latency_model("constant", step_s=engine.constant_step_s)
     elif cal is not None and not isinstance(cal, EfficiencyCalibration):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvcore.kv_cache_budget import (
+    KVCacheSizing,
     generate_scheduler_kv_cache_config,
     get_max_concurrency_for_kv_cache_config,
     plan_kv_cache_budget,
@@ -215,13 +216,13 @@ def test_attention_free_model_has_only_the_null_block():
 def test_plan_kv_cache_budget():
     budget = plan_kv_cache_budget(
         available_memory_bytes=40 * GiB,
-        max_model_len=8192,
-        max_num_batched_tokens=2048,
+        sizing=KVCacheSizing(
+            max_model_len=8192, max_num_batched_tokens=2048, tensor_parallel_size=2
+        ),
         num_full_layers=8,
         num_sliding_window_layers=40,
         sliding_window=1024,
         num_kv_heads=16,
-        tensor_parallel_size=2,
     )
     assert budget.num_blocks == 81920
     assert budget.layers_per_group == [8] * 6
@@ -230,17 +231,14 @@ def test_plan_kv_cache_budget():
     with pytest.raises(ValueError, match="sliding_window"):
         plan_kv_cache_budget(
             available_memory_bytes=GiB,
-            max_model_len=8192,
-            max_num_batched_tokens=2048,
+            sizing=KVCacheSizing(max_model_len=8192, max_num_batched_tokens=2048),
             num_sliding_window_layers=2,
         )
     with pytest.raises(ValueError, match="block_size"):
         plan_kv_cache_budget(
             available_memory_bytes=GiB,
-            max_model_len=8192,
-            max_num_batched_tokens=2048,
+            sizing=KVCacheSizing(max_model_len=8192, max_num_batched_tokens=2048, block_size=0),
             num_full_layers=2,
-            block_size=0,
         )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from sim.cli_options import SLO_FLAGS, engine_option, given, slo_option
+from sim.cli_options import SLO_FLAGS, engine_flags, engine_option, slo_option
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
 from sim.outdir import FORCE_HELP, OutputError
 
@@ -117,19 +117,10 @@ def autoscale(
     size: SLOs per window, GPU-hours of both."""
     from sim.autoscale.report import print_report
     from sim.autoscale.runner import AutoscaleSpec, run_autoscale
-    from sim.run_cli import load_engine_config
+    from sim.engine_config import load_engine_config
     from sim.slo import SLO
 
-    names = (
-        "tensor_parallel_size",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "gpu_memory_utilization",
-        "latency_model",
-        "constant_step_s",
-        "async_scheduling",
-    )
-    values = given(ctx, {k: ctx.params[k] for k in names})
+    values = engine_flags(ctx)
     bounds = {k: ctx.params[k] for k in SLO_FLAGS if ctx.params[k] is not None}
     try:
         spec = AutoscaleSpec(

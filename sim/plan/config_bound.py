@@ -21,7 +21,7 @@ from calibrate.use_calibration import budget_inputs
 from kvcore.kv_cache_planning import blocks_per_request, max_in_flight_tokens
 from sim.engine_config import EngineConfig
 from sim.plan.spec import PlanSpec
-from sim.setup import ResolvedRun, engine_budget
+from sim.setup import ResolvedRun
 
 KNOB_FIELD = {
     "num_gpu_blocks": "num_gpu_blocks_override",
@@ -56,7 +56,7 @@ def engine_starts(plan: PlanSpec, engine: EngineConfig) -> bool:
         None, plan.model, plan.gpu, engine.tensor_parallel_size
     )
     try:
-        engine_budget(budget_fn, model, gpu, engine)
+        budget_fn(model, gpu, engine)
     except ValueError:
         return False
     return True

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from sim.engine_config import EngineConfig
+from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
 from sim.outdir import check_output, discard, publish, staging_dir
 from sim.run import NothingServed, RunSpec, run
@@ -38,7 +38,7 @@ ERROR_FILE = "error.json"
 def make_run_spec(run_kwargs: dict[str, Any], workload_path: str | Path | None) -> RunSpec:
     """A ``RunSpec`` from a point's run mapping (``engine`` as a mapping)."""
     kwargs = dict(run_kwargs)
-    kwargs["engine"] = EngineConfig(**(kwargs.get("engine") or {}))
+    kwargs["engine"] = load_engine_config(None, kwargs.get("engine") or {})
     if workload_path is not None:
         kwargs["workload"] = str(workload_path)
     return RunSpec(**kwargs)
