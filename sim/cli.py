@@ -204,6 +204,13 @@ def run(
     ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP, rich_help_panel=OUTPUT_PANEL),
     export: list[str] = EXPORT_OPTION,
+    report: bool = typer.Option(
+        True,
+        "--report/--no-report",
+        help="write the plots and report.html; --no-report skips them for batch use "
+        "(kvsim report DIR renders them later from the records)",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
 ) -> None:
     """Simulate vLLM replicas serving a workload; write summary, records, plots, report.
 
@@ -236,6 +243,7 @@ def run(
             steps=steps,
             steps_format=steps_format,
             export=export or [],
+            report=report,
         )
     )
 

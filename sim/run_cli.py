@@ -163,6 +163,7 @@ def run_command(
     steps: str = "full",
     steps_format: str = "csv",
     export: list[str] | None = None,
+    report: bool = True,
 ) -> int:
     """Body of ``kvsim run``; returns the exit status.
 
@@ -171,7 +172,8 @@ def run_command(
     ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``;
     ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`);
     ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
-    the run directory once it is complete."""
+    the run directory once it is complete; ``report``: False skips plots and
+    ``report.html`` (``--no-report``)."""
     from sim.interop.cli import check_format, export_run
 
     try:
@@ -227,9 +229,10 @@ def run_command(
                     resolved=resolved,
                     on_progress=lambda n: progress.advance(task, n),
                     target=target,
+                    render=report,
                 )
         else:
-            summary = run(spec, out_dir, resolved=resolved, target=target)
+            summary = run(spec, out_dir, resolved=resolved, target=target, render=report)
     except KeyboardInterrupt as e:
         before = "the earlier run there is unchanged" if target.exists else "nothing was written"
         print(f"kvsim: {interrupted(e)}; no run directory at {out_dir} ({before})", file=sys.stderr)

@@ -136,3 +136,16 @@ def test_conformance_bad_input_exit_2(tmp_path):
         assert res.returncode == 2, (args, res.stderr)
         assert res.stderr.startswith("kvsim: error: ") and needle in res.stderr, res.stderr
         assert "Traceback" not in res.stderr
+
+
+def test_run_no_report_skips_plots_and_report_until_kvsim_report(tmp_path):
+    from tests.sim_run_helpers import kvsim_cli
+
+    out = tmp_path / "batch"
+    proc = kvsim_cli("run", "chat", "--num-requests", "20", "--no-report", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "summary.json").is_file() and (out / "requests.csv").is_file()
+    assert not (out / "report.html").exists() and not list(out.glob("plots/*.png"))
+    proc = kvsim_cli("report", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "report.html").is_file() and list(out.glob("plots/*.png"))
