@@ -14,14 +14,20 @@ block; the tests run on whichever build is installed), about twice as fast on be
 
 Python imports an extension module in preference to the ``.py`` beside it, so a build
 that no longer matches its sources would silently run old code. :func:`install_guard`
-(called when ``kvcore`` is imported) therefore checks the manifest against the sources
-and, when any compiled module is stale, or ``KVSIM_PURE_PYTHON=1`` is set, makes every
-module of the list import from its ``.py``. ``python -m kvcore.native_cli status`` says
-which build runs; ``python -m kvcore.native_cli clean`` removes the compiled files.
+(called when ``kvcore`` is imported, which ``sim`` and ``calibrate`` do first) therefore
+checks the extension files actually on disk in :data:`PACKAGES` against the manifest:
+the build is stale when a listed module is not compiled or its source changed, when an
+extension file is not on today's list (left from an earlier build), or when a project
+module the compiled ones import (:func:`build_dependencies`, whose types mypyc compiled
+against) changed. When stale, or with ``KVSIM_PURE_PYTHON=1``, every listed module (and
+every unlisted one with a ``.py``) imports from its source. ``python -m
+kvcore.native_cli status`` says which build runs; ``python -m kvcore.native_cli clean``
+removes the compiled files.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -67,12 +73,25 @@ _SHARED_LIB = "kvcore." + GROUP.rpartition(".")[2] + "__mypyc"
 PURE_ENV = "KVSIM_PURE_PYTHON"
 
 
+PACKAGES = ("kvcore", "calibrate", "sim")
+"""The packages compiled modules lie in: the guard looks at every extension file in them
+(a file no longer on the build list is stale, and :func:`clean` removes it)."""
+PROJECT_PACKAGES = ("kvcore", "workloads", "sim", "calibrate", "reports")
+"""The project's packages: a compiled module's imports from these are hashed too."""
+MANIFEST_FORMAT = 2
+
+
 def _source(name: str) -> Path:
-    return ROOT / (name.replace(".", "/") + ".py")
+    path = ROOT / (name.replace(".", "/") + ".py")
+    package = ROOT / name.replace(".", "/") / "__init__.py"
+    return package if not path.exists() and package.exists() else path
 
 
-def _source_digest(name: str) -> str:
-    return hashlib.sha256(_source(name).read_bytes()).hexdigest()
+def _source_digest(name: str) -> str | None:
+    try:
+        return hashlib.sha256(_source(name).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _compiled_files(name: str) -> list[Path]:
@@ -84,12 +103,98 @@ def _compiled_files(name: str) -> list[Path]:
     ]
 
 
-def _stale(compiled: Sequence[str]) -> list[str]:
+def _extension_module(path: Path) -> str | None:
+    """The module an extension file ``path`` under :data:`ROOT` holds (None: not one)."""
+    for suffix in sorted(importlib.machinery.EXTENSION_SUFFIXES, key=len, reverse=True):
+        if path.name.endswith(suffix):
+            parts = path.relative_to(ROOT).parent.parts
+            return ".".join((*parts, path.name[: -len(suffix)]))
+    return None
+
+
+def extensions_on_disk() -> dict[str, list[Path]]:
+    """Every extension file in :data:`PACKAGES`, by the module it holds (sorted)."""
+    found: dict[str, list[Path]] = {}
+    for package in PACKAGES:
+        base = ROOT / package
+        if not base.is_dir():
+            continue
+        endings = {Path(suffix).suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES}
+        paths = {p for ending in endings for p in base.rglob("*" + ending)}
+        for path in sorted(paths):
+            name = _extension_module(path) if path.is_file() else None
+            if name is not None:
+                found.setdefault(name, []).append(path)
+    return found
+
+
+def project_imports(name: str) -> set[str]:
+    """The project modules (and their parent packages) that ``name``'s source imports,
+    anywhere in it (mypy reads function-level imports too)."""
+    source = _source(name)
+    tree = ast.parse(source.read_text())
+    package = name if source.name == "__init__.py" else name.rpartition(".")[0]
+    named: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            named.add(base)
+            named.update(f"{base}.{alias.name}" for alias in node.names)
+    found = set()
+    for module in named:
+        parts = module.split(".")
+        if parts[0] not in PROJECT_PACKAGES:
+            continue
+        for i in range(1, len(parts) + 1):
+            candidate = ".".join(parts[:i])
+            if _source(candidate).exists():
+                found.add(candidate)
+    return found
+
+
+def build_dependencies() -> list[str]:
+    """The project modules the compiled ones import, directly or not, that are not
+    compiled themselves: mypyc compiles against their types, so an edit to one makes the
+    build stale as an edit to a compiled module does."""
+    seen = set(NATIVE_MODULES)
+    todo = list(NATIVE_MODULES)
+    while todo:
+        for module in project_imports(todo.pop()):
+            if module not in seen:
+                seen.add(module)
+                todo.append(module)
+    return sorted(seen - set(NATIVE_MODULES))
+
+
+def _read_manifest() -> tuple[dict[str, str], dict[str, str]] | None:
+    """``(compiled, depends)`` digests from the manifest; None when there is none, it is
+    unreadable or of an earlier format."""
     try:
         recorded = json.loads(MANIFEST.read_text())
     except (OSError, ValueError):
-        recorded = {}
-    return [n for n in NATIVE_MODULES if n not in compiled or recorded.get(n) != _source_digest(n)]
+        return None
+    if not isinstance(recorded, dict) or recorded.get("format") != MANIFEST_FORMAT:
+        return None
+    return dict(recorded.get("compiled", {})), dict(recorded.get("depends", {}))
+
+
+def _stale(on_disk: dict[str, list[Path]]) -> list[str]:
+    """What makes the build on disk stale, one item per module: a listed module not
+    compiled or edited since, an extension no longer on the list, an edited or missing
+    module the build imports."""
+    manifest = _read_manifest()
+    compiled, depends = manifest if manifest is not None else ({}, {})
+    stale = [n for n in NATIVE_MODULES if n not in on_disk or compiled.get(n) != _source_digest(n)]
+    stale += [
+        f"{n} (no longer built)" for n in on_disk if n not in NATIVE_MODULES and n != _SHARED_LIB
+    ]
+    stale += [f"{n} (imported by the build)" for n, d in depends.items() if _source_digest(n) != d]
+    return stale
 
 
 def _pure_requested() -> bool:
@@ -97,23 +202,24 @@ def _pure_requested() -> bool:
 
 
 def status() -> tuple[str, list[str]]:
-    """``("compiled" | "pure" | "stale" | "disabled", details)`` for this checkout."""
-    compiled = [n for n in NATIVE_MODULES if _compiled_files(n)]
-    if not compiled:
+    """``("compiled" | "pure" | "stale" | "disabled", details)`` for this checkout, from
+    the extension files on disk and the manifest."""
+    on_disk = extensions_on_disk()
+    if not on_disk:
         return "pure", []
     if _pure_requested():
         return "disabled", [f"{PURE_ENV} is set"]
-    stale = _stale(compiled)
+    stale = _stale(on_disk)
     if stale:
         return "stale", stale
-    return "compiled", compiled
+    return "compiled", [n for n in NATIVE_MODULES if n in on_disk]
 
 
 def is_current() -> bool:
-    """Whether every listed module has a compiled file matching its source (whatever
-    ``KVSIM_PURE_PYTHON`` says): an in-place build would change nothing."""
-    compiled = [n for n in NATIVE_MODULES if _compiled_files(n)]
-    return len(compiled) == len(NATIVE_MODULES) and not _stale(compiled)
+    """Whether the build on disk matches the sources, whatever ``KVSIM_PURE_PYTHON``
+    says: an in-place build would change nothing."""
+    on_disk = extensions_on_disk()
+    return bool(on_disk) and not _stale(on_disk)
 
 
 BUILD_LABELS = {
@@ -144,13 +250,16 @@ def install_guard() -> str:
     if state in ("stale", "disabled") and not any(
         isinstance(f, _SourceFinder) for f in sys.meta_path
     ):
-        sys.meta_path.insert(0, _SourceFinder(NATIVE_MODULES))
+        unlisted = [n for n in extensions_on_disk() if n not in NATIVE_MODULES]
+        sources = [n for n in unlisted if n != _SHARED_LIB and _source(n).exists()]
+        sys.meta_path.insert(0, _SourceFinder([*NATIVE_MODULES, *sources]))
     return state
 
 
 def clean() -> list[Path]:
-    """Remove the compiled modules, the shared library and the manifest."""
-    removed = [p for n in (*NATIVE_MODULES, _SHARED_LIB) for p in _compiled_files(n)]
+    """Remove every extension file in :data:`PACKAGES` (the compiled modules, the shared
+    library, any left from an earlier build list) and the manifest."""
+    removed = [p for paths in extensions_on_disk().values() for p in paths]
     if MANIFEST.exists():
         removed.append(MANIFEST)
     for p in removed:
@@ -158,12 +267,17 @@ def clean() -> list[Path]:
     return removed
 
 
-def source_digests() -> dict[str, str]:
-    """Each listed module's source SHA-256: the manifest a build writes."""
-    return {n: _source_digest(n) for n in NATIVE_MODULES}
+def source_digests() -> dict[str, Any]:
+    """The manifest a build writes: each listed module's source SHA-256 (``compiled``)
+    and each module the build imports (``depends``, :func:`build_dependencies`)."""
+    return {
+        "format": MANIFEST_FORMAT,
+        "compiled": {n: _source_digest(n) for n in NATIVE_MODULES},
+        "depends": {n: _source_digest(n) for n in build_dependencies()},
+    }
 
 
-def write_manifest(path: Path, digests: dict[str, str]) -> None:
+def write_manifest(path: Path, digests: dict[str, Any]) -> None:
     """Write the manifest ``digests`` (taken before compiling) to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")

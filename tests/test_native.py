@@ -61,8 +61,7 @@ def _fake_package(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         stem.parent.mkdir(exist_ok=True)
         stem.with_suffix(".py").write_text(f"X = {name!r}\n")
         stem.with_name(stem.name + suffix).write_bytes(b"")
-    digests = {n: native._source_digest(n) for n in native.NATIVE_MODULES}
-    native.MANIFEST.write_text(json.dumps(digests))
+    native.write_manifest(native.MANIFEST, native.source_digests())
 
 
 def test_status_follows_the_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,6 +82,55 @@ def test_status_follows_the_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert not p.exists()
     monkeypatch.delenv(native.PURE_ENV)
     assert native.status() == ("pure", [])
+
+
+def test_an_extension_left_from_an_earlier_build_list_is_stale_and_cleaned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_package(tmp_path, monkeypatch)
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / "sim" / "plan").mkdir()
+    left = tmp_path / "sim" / "plan" / ("probe" + suffix)  # once compiled, now not
+    left.write_bytes(b"")
+    (tmp_path / "sim" / "plan" / "probe.py").write_text("X = 1\n")
+    assert native.status() == ("stale", ["sim.plan.probe (no longer built)"])
+    assert not native.is_current()
+    # The guard imports it from its source, with the listed modules.
+    monkeypatch.setattr(native.sys, "meta_path", list(native.sys.meta_path))
+    assert native.install_guard() == "stale"
+    finder = next(f for f in native.sys.meta_path if isinstance(f, native._SourceFinder))
+    assert "sim.plan.probe" in finder.fullnames and "sim.engine" in finder.fullnames
+    removed = native.clean()
+    assert left in removed and not left.exists()
+    assert native.status() == ("pure", [])
+
+
+def test_an_edited_module_the_build_imports_makes_it_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mypyc compiles against the types of the uncompiled modules it imports: those are
+    hashed too, however deep (a compiled module imports a package that imports one)."""
+    _fake_package(tmp_path, monkeypatch)
+    (tmp_path / "kvcore" / "block_pool.py").write_text("from kvcore.helpers import X\n")
+    (tmp_path / "kvcore" / "helpers").mkdir()
+    (tmp_path / "kvcore" / "helpers" / "__init__.py").write_text("from .deep import X\n")
+    (tmp_path / "kvcore" / "helpers" / "deep.py").write_text("X = 1\n")
+    assert native.build_dependencies() == ["kvcore.helpers", "kvcore.helpers.deep"]
+    native.write_manifest(native.MANIFEST, native.source_digests())
+    assert native.status()[0] == "compiled"
+    (tmp_path / "kvcore" / "helpers" / "deep.py").write_text("X = 2.0\n")
+    assert native.status() == ("stale", ["kvcore.helpers.deep (imported by the build)"])
+    (tmp_path / "kvcore" / "helpers" / "deep.py").unlink()
+    assert native.status() == ("stale", ["kvcore.helpers.deep (imported by the build)"])
+
+
+def test_a_manifest_of_an_earlier_format_is_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_package(tmp_path, monkeypatch)
+    flat = {n: native._source_digest(n) for n in native.NATIVE_MODULES}
+    native.MANIFEST.write_text(json.dumps(flat))
+    assert native.status() == ("stale", list(native.NATIVE_MODULES))
 
 
 def test_pure_env_imports_sources() -> None:
