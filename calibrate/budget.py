@@ -170,6 +170,7 @@ def compute_kv_budget(
     block_size: int = 16,
     kv_cache_dtype: str = "auto",
     num_gpu_blocks_override: int | None = None,
+    async_scheduling: bool | None = None,
     *,
     cudagraph_memory_bytes: int | None = None,
     non_torch_memory_bytes: int | None = None,
@@ -183,6 +184,9 @@ def compute_kv_budget(
     Raises ``KVBudgetError`` (a ValueError) naming the knob when the weights leave no
     room or one ``max_model_len`` request does not fit. ``measured`` (from a calibration
     file) replaces the total memory, weights, activation, non-torch and graph estimates.
+    ``async_scheduling`` None is vLLM 0.33.0's default, on (none of the options that turn
+    it off exists in kvsim): a second step's tokens are then in flight, which a
+    sliding-window or chunked-local layer must hold (``max_in_flight_tokens``).
     """
     tp = tensor_parallel_size
     _check_args(model, tp, gpu_memory_utilization, block_size, kv_cache_dtype)
@@ -240,6 +244,7 @@ def compute_kv_budget(
                 block_size=block_size,
                 tensor_parallel_size=tp,
                 num_gpu_blocks_override=num_gpu_blocks_override,
+                async_scheduling=async_scheduling is not False,
             ),
             **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
         )

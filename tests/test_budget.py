@@ -165,3 +165,19 @@ def test_every_model_fits_somewhere(model):
 def test_bad_configurations_name_the_knob(kwargs, knob):
     with pytest.raises(KVBudgetError, match=knob):
         budget(**kwargs)
+
+
+def test_async_scheduling_default_keeps_a_second_step_in_flight():
+    # vLLM 0.33.0 runs async scheduling by default: two steps' tokens are in flight
+    # (max_in_flight_tokens), which Gemma 3's sliding-window layers must also hold.
+    kwargs = {"model": "Gemma-3-27B", "max_model_len": 32768}
+    default = budget(**kwargs)
+    sync = budget(**kwargs, async_scheduling=False)
+    assert default.max_concurrency == budget(**kwargs, async_scheduling=True).max_concurrency
+    assert default.num_gpu_blocks == sync.num_gpu_blocks
+    assert default.max_concurrency < sync.max_concurrency
+    # Full-attention layers hold max_model_len whatever is in flight.
+    llama = {"max_model_len": 32768}
+    assert (
+        budget(**llama).max_concurrency == budget(**llama, async_scheduling=False).max_concurrency
+    )
