@@ -128,6 +128,21 @@ def extensions_on_disk() -> dict[str, list[Path]]:
     return found
 
 
+def imported_names(node: ast.stmt, package: str) -> set[str]:
+    """The dotted names an import statement ``node`` in ``package`` names (relative
+    imports resolved; ``from a import b`` names ``a`` and ``a.b``); empty for any other
+    statement."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*parts, base] if base else parts)
+    return {base, *(f"{base}.{alias.name}" for alias in node.names)}
+
+
 def project_imports(name: str) -> set[str]:
     """The project modules (and their parent packages) that ``name``'s source imports,
     anywhere in it (mypy reads function-level imports too)."""
@@ -136,15 +151,8 @@ def project_imports(name: str) -> set[str]:
     package = name if source.name == "__init__.py" else name.rpartition(".")[0]
     named: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            named.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            named.add(base)
-            named.update(f"{base}.{alias.name}" for alias in node.names)
+        if isinstance(node, ast.stmt):
+            named |= imported_names(node, package)
     found = set()
     for module in named:
         parts = module.split(".")
