@@ -45,7 +45,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
-from typing import Protocol
 
 from kvcore.cpu_offload_manager import (
     CPUOffloadingManager,
@@ -55,13 +54,10 @@ from kvcore.cpu_offload_manager import (
     make_offload_key,
 )
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig
+from kvcore.kv_cache_manager import KVCacheBlocks
 from kvcore.request import Request, RequestStatus
+from kvcore.sched_output import SchedulerOutput
 from kvcore.utils import cdiv
-
-
-class _BlocksLike(Protocol):
-    @property
-    def blocks(self) -> Sequence[Sequence[object]]: ...
 
 
 @dataclass(slots=True)
@@ -320,15 +316,13 @@ class OffloadingConnectorScheduler:
         return num_hit_tokens
 
     def update_state_after_alloc(
-        self, request: Request, blocks: _BlocksLike, num_external_tokens: int
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
     ) -> None:
         """After the scheduler allocated ``blocks`` (the request's whole table) for a
         hit of ``num_external_tokens`` CPU tokens: pin the chunks, make the load job."""
         for group_blocks in blocks.blocks:
             self._current_batch_allocated_block_ids.update(
-                b.block_id  # type: ignore[attr-defined]
-                for b in group_blocks
-                if b.block_id != 0  # type: ignore[attr-defined]
+                b.block_id for b in group_blocks if b.block_id != 0
             )
         if num_external_tokens == 0:
             return
@@ -345,16 +339,13 @@ class OffloadingConnectorScheduler:
             load_start = num_gpu_blocks
             for i in range(cdiv(num_local, tpb), num_gpu_blocks):
                 b = group_blocks[i]
-                if not b.is_null and b.block_hash is None:  # type: ignore[attr-defined]
+                if not b.is_null and b.block_hash is None:
                     load_start = i
                     break
             num_chunks = cdiv(num_cached, gc.tokens_per_chunk)
             if num_gpu_blocks - load_start:
                 keys_to_load.extend(gs.offload_keys[load_start // bpc : num_chunks])
-            dst_block_ids.extend(
-                b.block_id  # type: ignore[attr-defined]
-                for b in group_blocks[load_start:num_gpu_blocks]
-            )
+            dst_block_ids.extend(b.block_id for b in group_blocks[load_start:num_gpu_blocks])
             gs.next_stored_chunk_idx = num_chunks
         chunk_ids = self.manager.prepare_load(keys_to_load, rs.ctx)
         job_id = self._new_job_id()
@@ -376,13 +367,15 @@ class OffloadingConnectorScheduler:
 
     # -- end of schedule() ---------------------------------------------------------
 
-    def build_connector_meta(self, scheduler_output: object) -> OffloadingConnectorMetadata:
+    def build_connector_meta(
+        self, scheduler_output: SchedulerOutput
+    ) -> OffloadingConnectorMetadata:
         """``build_connector_meta``: called at the end of ``schedule()``, before the
         scheduled tokens are added to the requests' computed counts."""
         out = scheduler_output
-        num_scheduled: dict[str, int] = out.num_scheduled_tokens  # type: ignore[attr-defined]
+        num_scheduled = out.num_scheduled_tokens
         self._update_req_states(out)
-        for rid in out.preempted_req_ids:  # type: ignore[attr-defined]
+        for rid in out.preempted_req_ids:
             rs = self._req_status.get(rid)
             if rs is not None:
                 self._current_batch_jobs_to_flush.update(
@@ -393,7 +386,9 @@ class OffloadingConnectorScheduler:
             for bid in self._current_batch_allocated_block_ids:
                 if bid in pending:
                     self._current_batch_jobs_to_flush.update(pending[bid])
-        finished: set[str] = out.finished_req_ids  # type: ignore[attr-defined]
+        # vLLM iterates the set as it comes (an order that depends on string hashing);
+        # kvcore takes the ids sorted, so that runs are reproducible.
+        finished = sorted(out.finished_req_ids)
         store_jobs = self._build_store_jobs(num_scheduled, finished)
         meta = OffloadingConnectorMetadata(
             load_jobs=self._current_batch_load_jobs,
@@ -415,14 +410,14 @@ class OffloadingConnectorScheduler:
         self._current_batch_evicted = []
         return meta
 
-    def _update_req_states(self, out: object) -> None:
+    def _update_req_states(self, out: SchedulerOutput) -> None:
         """Follow the block tables: new and resumed requests carry their whole table,
         running ones the blocks added in this step."""
-        new_ids: list[str] = out.scheduled_new_reqs  # type: ignore[attr-defined]
-        resumed: list[str] = out.scheduled_resumed_reqs  # type: ignore[attr-defined]
-        running: list[str] = out.scheduled_running_reqs  # type: ignore[attr-defined]
+        new_ids = out.scheduled_new_reqs
+        resumed = out.scheduled_resumed_reqs
+        running = out.scheduled_running_reqs
         full_tables = set(new_ids) | set(resumed)
-        new_blocks = out.req_to_new_blocks  # type: ignore[attr-defined]
+        new_blocks = out.req_to_new_blocks
         for rid in chain(new_ids, running, resumed):
             rs = self._req_status[rid]
             rs.update_offload_keys()

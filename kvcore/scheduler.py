@@ -22,7 +22,7 @@ from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_manager import KVCacheBlocks, KVCacheManager, PrefixCacheStats
 from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorScheduler
 from kvcore.request import Request, RequestStatus, check_stop
-from kvcore.request_queue import create_request_queue
+from kvcore.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_request_queue
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler_config import SchedulerConfig
 from kvcore.utils import cdiv
@@ -342,11 +342,14 @@ class Scheduler:
         )
 
     def _skip_waiting(
-        self, queue: object, skipped: deque[Request], skipped_holding: deque[Request]
+        self,
+        queue: FCFSRequestQueue | PriorityRequestQueue,
+        skipped: deque[Request],
+        skipped_holding: deque[Request],
     ) -> None:
         """vLLM's ``skip_request``: set the head of ``queue`` aside for this step
         (block holders go back to ``kv_holding_waiting``)."""
-        request = queue.pop_request()  # type: ignore[attr-defined]
+        request = queue.pop_request()
         if self._holds_kv_blocks(request):
             skipped_holding.appendleft(request)
         else:
