@@ -46,7 +46,10 @@ CONFIG = {"num_gpu_blocks": 12, "max_num_seqs": 1, "cpu_chunks": 16}
 
 
 def _steps(config: dict, trace: list[dict]) -> list[dict]:
-    return [x for x in run_kvcore(config, trace) if x["type"] == "step"]
+    steps = [x for x in run_kvcore(config, trace) if x["type"] == "step"]
+    for s in steps:
+        s["scheduled"] = [[e["id"], e["n"]] for e in s["scheduled"]]
+    return steps
 
 
 def test_a_gpu_miss_held_by_the_cpu_tier_is_loaded_while_the_request_waits() -> None:

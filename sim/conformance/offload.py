@@ -189,7 +189,7 @@ def run_kvcore(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict
         line = {
             "type": "step",
             "step": step,
-            "scheduled": [[rid, n] for rid, n in out.num_scheduled_tokens.items()],
+            "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
             "preempted": sorted(out.preempted_req_ids),
             "finished": list(result.finished_req_ids),
             "aborted": aborted,
@@ -219,6 +219,14 @@ def run_kvcore(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict
         step += 1
     lines.append({"type": "summary", "steps": step, "free_blocks_end": pool.get_num_free_blocks()})
     return lines
+
+
+def run_kvcore_or_error(cfg: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`run_kvcore`, with a failure (an exception, no end) as one error line."""
+    try:
+        return run_kvcore(cfg, trace)
+    except Exception as e:  # noqa: BLE001 - any failure is a mismatch to report
+        return [{"type": "error", "error": f"{type(e).__name__}: {e}"}]
 
 
 def _prefix_json(stats: Any) -> dict[str, int]:
@@ -340,6 +348,8 @@ def compare(vllm_lines: list[dict[str, Any]], kvcore_lines: list[dict[str, Any]]
     """The first disagreement of one case (header, step lines, summary)."""
     if vllm_lines and vllm_lines[0].get("type") == "error":
         return Diff("oracle error", vllm_lines[0], {})
+    if kvcore_lines and kvcore_lines[0].get("type") == "error":
+        return Diff("kvcore error", {}, kvcore_lines[0])
     if vllm_lines[:1] != kvcore_lines[:1]:
         return Diff("header", vllm_lines[0], kvcore_lines[0])
     return first_line_diff(vllm_lines, kvcore_lines, "step", "step")

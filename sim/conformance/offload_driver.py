@@ -258,7 +258,7 @@ def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[
         line = {
             "type": "step",
             "step": step,
-            "scheduled": [[rid, n] for rid, n in out.num_scheduled_tokens.items()],
+            "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
             "preempted": sorted(out.preempted_req_ids or ()),
             "finished": vd.finished_ids(engine_outputs),
             "aborted": aborted,

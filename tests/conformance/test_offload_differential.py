@@ -27,12 +27,13 @@ import os
 import pytest
 
 from kvcore.cpu_offload_manager import LRUCachePolicy
+from kvcore.offloading_connector import OffloadingConnectorScheduler
 from sim.conformance.differential import DEFAULT_VLLM_PYTHON
 from sim.conformance.offload import (
     compare,
     random_case,
     run_capacity_kvcore,
-    run_kvcore,
+    run_kvcore_or_error,
     run_oracle,
 )
 
@@ -72,7 +73,7 @@ def test_offload_matches_vllm() -> None:
     vllm_lines, capacity = run_oracle(str(DEFAULT_VLLM_PYTHON), cases, timeout=1200)
     assert capacity == run_capacity_kvcore()
     assert vllm_lines[0][0]["vllm_version"] == "0.33.0"
-    ours = [run_kvcore(c, t) for c, t in cases]
+    ours = [run_kvcore_or_error(c, t) for c, t in cases]
     diffs = [(i, compare(v, k)) for i, (v, k) in enumerate(zip(vllm_lines, ours))]
     bad = [(i, d) for i, d in diffs if d is not None]
     assert not bad, f"seed {SEED}: {len(bad)} of {NUM_CASES} cases differ\n" + "\n".join(
@@ -97,7 +98,26 @@ def test_offload_lru_mutant_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     cases = [random_case(SEED, i) for i in range(20)]
     vllm_lines, _ = run_oracle(str(DEFAULT_VLLM_PYTHON), cases, timeout=600)
     monkeypatch.setattr(LRUCachePolicy, "on_request_finished", _head_first)
-    diffs = [compare(v, run_kvcore(c, t)) for v, (c, t) in zip(vllm_lines, cases)]
+    diffs = [compare(v, run_kvcore_or_error(c, t)) for v, (c, t) in zip(vllm_lines, cases)]
     caught = [d for d in diffs if d is not None]
     assert len(caught) >= 3, len(caught)
     assert any('"cpu"' in d.render() or '"loads"' in d.render() for d in caught)
+
+
+@needs_vllm
+def test_offload_shared_load_mutant_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that loads chunks another request is loading (instead of waiting
+    for that load) is caught: extra load jobs show up in the step lines."""
+    cases = [random_case(SEED, i) for i in range(20)]
+    vllm_lines, _ = run_oracle(str(DEFAULT_VLLM_PYTHON), cases, timeout=600)
+    init = OffloadingConnectorScheduler.__init__
+
+    def no_shared_load_wait(self: OffloadingConnectorScheduler, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        self._chunks_being_loaded = None
+
+    monkeypatch.setattr(OffloadingConnectorScheduler, "__init__", no_shared_load_wait)
+    diffs = [compare(v, run_kvcore_or_error(c, t)) for v, (c, t) in zip(vllm_lines, cases)]
+    caught = [d for d in diffs if d is not None]
+    assert len(caught) >= 3, len(caught)
+    assert any('"loads"' in d.render() for d in caught)
