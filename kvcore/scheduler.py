@@ -1,10 +1,20 @@
-"""The V1 scheduler, without connectors, encoders or drafts.
+"""The V1 scheduler, without encoders or drafts; KV connectors: only the CPU offload
+tier's (optional, off by default).
 
 Mirrors ``Scheduler.schedule``, ``_preempt_request``, ``_update_after_schedule``,
 ``update_from_output``, ``finish_requests`` and ``_free_request`` of
-``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0). There is no model and no clock:
-the caller hands sampled tokens to ``update_from_output`` and arrival times come with
-each ``Request``.
+``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0). With a connector
+(:class:`kvcore.offloading_connector.OffloadingConnectorScheduler`) it also mirrors
+vLLM's connector hooks where vLLM places them: ``get_num_new_matched_tokens`` after
+the prefix-cache lookup of a waiting request, ``update_state_after_alloc`` after its
+allocation, ``WAITING_FOR_REMOTE_KVS`` and the ``kv_holding_waiting`` queue for
+asynchronous loads (``_handle_blocked_waiting_request``,
+``_update_waiting_for_remote_kv``, ``_inflight_prefill_reserved_blocks``),
+``build_connector_meta`` at the end of ``schedule()``, ``request_finished`` in
+``_free_request`` and the worker's report in ``_update_from_kv_xfer_finished``.
+
+There is no model and no clock: the caller hands sampled tokens to
+``update_from_output`` and arrival times come with each ``Request``.
 
 As in vLLM, this class also holds the parts of asynchronous scheduling that live in
 vLLM's base ``Scheduler``: the checks on output placeholders (tokens in flight) and
