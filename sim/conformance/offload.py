@@ -285,6 +285,9 @@ def random_case(seed: int, index: int) -> tuple[dict[str, Any], list[dict[str, A
     longest = max(len(r["prompt_token_ids"]) + r["max_tokens"] for r in trace)
     min_blocks = (-(-longest // bs) + 2) * num_groups
     cfg["num_gpu_blocks"] = max(cfg["num_gpu_blocks"], min_blocks)
+    if rng.random() < 0.2:  # whole prefills: the budget must hold max_model_len
+        cfg["enable_chunked_prefill"] = False
+        cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], longest)
     return cfg, trace
 
 
