@@ -158,6 +158,7 @@ class KVCacheManager:
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
+        num_external_computed_tokens: int = 0,
     ) -> KVCacheBlocks | None:
         """Give the request slots for ``num_new_tokens`` more tokens (plus lookahead).
 
@@ -167,8 +168,18 @@ class KVCacheManager:
         blocks that left a sliding window). With ``full_sequence_must_fit`` the
         request's whole current sequence must fit before anything is allocated.
         Blocks the scheduled tokens fill are registered in the prefix cache here.
+
+        ``num_external_computed_tokens``: tokens after the prefix hits whose KV a KV
+        connector provides (a load from the CPU offload tier); they get blocks like
+        computed tokens (first, before the new tokens' blocks) but are not registered
+        in the prefix cache here (the caller passes ``delay_cache_blocks`` while the
+        load is in flight). Full-attention groups only.
         """
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+        if (
+            num_new_tokens == 0
+            and num_new_computed_tokens == 0
+            and num_external_computed_tokens == 0
+        ):
             raise ValueError("num_new_tokens must be > 0 when no computed tokens are adopted")
         full_attention = self.full_attention_managers
         if (
@@ -190,7 +201,10 @@ class KVCacheManager:
         coordinator = self.coordinator
         request_id = request.request_id
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
-        total_computed = min(num_local_computed, self.max_model_len)
+        num_external = num_external_computed_tokens
+        if num_external and full_attention is None:
+            raise NotImplementedError("external computed tokens need full-attention groups")
+        total_computed = min(num_local_computed + num_external, self.max_model_len)
         watermark = 0
         if has_scheduled_reqs and request.status in (
             RequestStatus.WAITING,
@@ -211,12 +225,14 @@ class KVCacheManager:
             request_id, max(0, total_computed - request.num_in_flight_tokens)
         )
         need = coordinator.get_num_blocks_to_allocate(
-            request_id, num_need_slot, computed_list, num_local_computed
+            request_id, num_need_slot, computed_list, num_local_computed + num_external
         )
         if need + watermark > free.num_free_blocks - reserved_blocks:
             return None
-        if computed_list is not empty:
+        if computed_list is not empty or num_external > 0:
             coordinator.allocate_new_computed_blocks(request_id, computed_list, num_local_computed)
+            if num_external > 0:  # allocate_external_computed_blocks (full attention)
+                coordinator.allocate_new_blocks(request_id, num_local_computed + num_external)
         new_blocks = coordinator.allocate_new_blocks(request_id, num_need_slot)
         if not delay_cache_blocks and self.enable_caching:
             coordinator.cache_blocks(

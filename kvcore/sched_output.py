@@ -32,6 +32,9 @@ class SchedulerOutput:
     preempted_req_ids: set[str]
     finished_req_ids: set[str]
     """Requests that finished since the previous step."""
+    kv_connector_metadata: object | None = None
+    """What the KV connector asks of its workers in this step (with the offloading
+    connector an ``OffloadingConnectorMetadata``); None without a connector."""
 
     def get_new_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """Block ids per group of ``req_to_new_blocks[request_id]``."""

@@ -1,10 +1,20 @@
-"""The V1 scheduler, without connectors, encoders or drafts.
+"""The V1 scheduler, without encoders or drafts; KV connectors: only the CPU offload
+tier's (optional, off by default).
 
 Mirrors ``Scheduler.schedule``, ``_preempt_request``, ``_update_after_schedule``,
 ``update_from_output``, ``finish_requests`` and ``_free_request`` of
-``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0). There is no model and no clock:
-the caller hands sampled tokens to ``update_from_output`` and arrival times come with
-each ``Request``.
+``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0). With a connector
+(:class:`kvcore.offloading_connector.OffloadingConnectorScheduler`) it also mirrors
+vLLM's connector hooks where vLLM places them: ``get_num_new_matched_tokens`` after
+the prefix-cache lookup of a waiting request, ``update_state_after_alloc`` after its
+allocation, ``WAITING_FOR_REMOTE_KVS`` and the ``kv_holding_waiting`` queue for
+asynchronous loads (``_handle_blocked_waiting_request``,
+``_update_waiting_for_remote_kv``, ``_inflight_prefill_reserved_blocks``),
+``build_connector_meta`` at the end of ``schedule()``, ``request_finished`` in
+``_free_request`` and the worker's report in ``_update_from_kv_xfer_finished``.
+
+There is no model and no clock: the caller hands sampled tokens to
+``update_from_output`` and arrival times come with each ``Request``.
 
 As in vLLM, this class also holds the parts of asynchronous scheduling that live in
 vLLM's base ``Scheduler``: the checks on output placeholders (tokens in flight) and
@@ -19,9 +29,10 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 from kvcore.kv_cache_interface import KVCacheConfig
-from kvcore.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from kvcore.kv_cache_manager import KVCacheBlocks, KVCacheManager, PrefixCacheStats
+from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorScheduler
 from kvcore.request import Request, RequestStatus, check_stop
-from kvcore.request_queue import create_request_queue
+from kvcore.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_request_queue
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler_config import SchedulerConfig
 from kvcore.utils import cdiv
@@ -61,10 +72,19 @@ class Scheduler:
         enable_kv_cache_events: bool = False,
         log_stats: bool = True,
         max_concurrent_batches: int = 1,
+        connector: OffloadingConnectorScheduler | None = None,
     ) -> None:
         """``max_concurrent_batches``: batches in flight at once (vLLM's
         ``VllmConfig.max_concurrent_batches``: 1 here, 2 for async scheduling); the KV
-        cache manager reserves window blocks for that many batches' tokens."""
+        cache manager reserves window blocks for that many batches' tokens.
+
+        ``connector``: the scheduler side of the CPU KV offload tier (vLLM's
+        ``OffloadingConnector`` in the scheduler role), or None (the default: no
+        connector, and none of the code below that reads it runs). Synchronous
+        scheduling only (with overlapping batches vLLM defers block frees for a
+        KV-consuming connector, which kvcore does not model)."""
+        if connector is not None and max_concurrent_batches != 1:
+            raise ValueError("the KV offloading connector needs synchronous scheduling")
         self.scheduler_config = scheduler_config
         self.max_concurrent_batches = max_concurrent_batches
         self.max_model_len = scheduler_config.max_model_len
@@ -87,6 +107,16 @@ class Scheduler:
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.reset_preempted_req_ids: set[str] = set()
+        self.connector = connector
+        # KV connector state (vLLM's): waiting requests that hold blocks (an async
+        # load's) are drained before ``waiting``; loads the worker reported done; and
+        # requests still prefilling, whose remaining blocks an async load must leave.
+        self.kv_holding_waiting = create_request_queue(self.policy)
+        self.finished_recving_kv_req_ids: set[str] = set()
+        self._inflight_prefills: set[Request] = set()
+        self.connector_prefix_cache_stats: PrefixCacheStats | None = (
+            PrefixCacheStats() if connector is not None and log_stats else None
+        )
 
     # -- requests ------------------------------------------------------------------
 
@@ -96,20 +126,33 @@ class Scheduler:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
+        if self.connector is not None:
+            self.connector.on_new_request(request)
 
     def get_num_unfinished_requests(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.kv_holding_waiting) + len(self.running)
 
     def has_requests(self) -> bool:
-        """Unfinished requests, or finished ones not yet reported in a step's output."""
-        return bool(self.waiting) or bool(self.running) or bool(self.finished_req_ids)
+        """Unfinished requests, or finished ones not yet reported in a step's output
+        (with a connector also: finished requests whose blocks wait for a load, and
+        transfers in flight)."""
+        if self.waiting or self.running or self.finished_req_ids:
+            return True
+        connector = self.connector
+        if connector is None:
+            return False
+        return (
+            bool(self.kv_holding_waiting)
+            or len(self.requests) > len(self.running) + len(self.kv_holding_waiting)
+            or connector.has_pending_push_work()
+        )
 
     # -- scheduling ----------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
         """Plan one step: tokens per request, block allocations, preemptions."""
         plan = _StepPlan(self.max_num_scheduled_tokens)
-        num_eligible = len(self.running) + len(self.waiting)
+        num_eligible = len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
         threshold = self.scheduler_config.long_prefill_token_threshold if num_eligible > 1 else 0
         self._schedule_running(plan, threshold)
         if not plan.preempted:
@@ -124,6 +167,8 @@ class Scheduler:
             preempted_req_ids=self.reset_preempted_req_ids,
             finished_req_ids=self.finished_req_ids,
         )
+        if self.connector is not None:
+            out.kv_connector_metadata = self.connector.build_connector_meta(out)
         self._update_after_schedule(plan.num_scheduled)
         return out
 
@@ -194,47 +239,94 @@ class Scheduler:
     def _schedule_waiting(self, plan: _StepPlan, threshold: int) -> None:
         kvm = self.kv_cache_manager
         waiting = self.waiting
+        holding = self.kv_holding_waiting  # empty without a connector
+        connector = self.connector
         chunked = self.scheduler_config.enable_chunked_prefill
         reserve_full = self.scheduler_config.scheduler_reserve_full_isl
         skipped: deque[Request] = deque()
-        while plan.budget > 0 and waiting:
+        skipped_holding: deque[Request] = deque()
+        while plan.budget > 0:
+            queue = holding if holding else waiting
+            if not queue:
+                break
             if len(self.running) >= self.max_num_running_reqs:
                 break
-            request = waiting.peek_request()
+            request = queue.peek_request()
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                # vLLM's _handle_blocked_waiting_request: wait for the load.
+                if request.request_id not in self.finished_recving_kv_req_ids:
+                    self._skip_waiting(queue, skipped, skipped_holding)
+                    continue
+                self._update_waiting_for_remote_kv(request)
+                request.status = (
+                    RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
+                )
             if request.num_stale_output_tokens:
                 # Async: output of a step from before its preemption is still in
                 # flight; resuming now could sample a position that output fills.
-                skipped.appendleft(waiting.pop_request())
+                self._skip_waiting(queue, skipped, skipped_holding)
                 continue
+            num_external = 0
+            load_kv_async = False
+            connector_queries = 0
             did_lookup = request.num_computed_tokens == 0
             if did_lookup:
                 computed_blocks, num_local = kvm.get_computed_blocks(request)
-                num_computed = num_local
+                if connector is not None:
+                    ext, load_kv_async = connector.get_num_new_matched_tokens(request, num_local)
+                    if request.skip_reading_prefix_cache:
+                        ext, load_kv_async = 0, False
+                    if ext is None:  # the connector decides later
+                        self._skip_waiting(queue, skipped, skipped_holding)
+                        continue
+                    num_external = ext
+                    connector_queries = request.num_tokens - num_local
+                num_computed = num_local + num_external
             else:
                 computed_blocks, num_local = kvm.empty_kv_cache_blocks, 0
                 num_computed = request.num_computed_tokens
-            n = request.num_tokens - num_computed
-            if 0 < threshold < n:
-                n = threshold
-            if not chunked and n > plan.budget:
-                break
-            n = min(n, plan.budget)
+            if load_kv_async:
+                n = 0  # loading: nothing to compute in this step
+            else:
+                n = request.num_tokens - num_computed
+                if 0 < threshold < n:
+                    n = threshold
+                if not chunked and n > plan.budget:
+                    break
+                n = min(n, plan.budget)
             new_blocks = kvm.allocate_slots(
                 request,
                 n,
                 num_new_computed_tokens=num_local,
                 new_computed_blocks=computed_blocks,
-                num_lookahead_tokens=self.num_lookahead_tokens,
+                num_lookahead_tokens=0 if load_kv_async else self.num_lookahead_tokens,
+                delay_cache_blocks=load_kv_async,
                 full_sequence_must_fit=reserve_full,
+                reserved_blocks=self._inflight_prefill_reserved_blocks() if load_kv_async else 0,
                 has_scheduled_reqs=bool(self.running),
+                num_external_computed_tokens=num_external,
             )
             if new_blocks is None:
                 break
+            if connector is not None:
+                connector.update_state_after_alloc(
+                    request, kvm.get_blocks(request.request_id), num_external
+                )
+                stats = self.connector_prefix_cache_stats
+                if stats is not None and connector_queries != 0:
+                    stats.record(connector_queries, num_external, request.num_preemptions > 0)
             if did_lookup:
                 kvm.record_prefix_cache_stats(request, num_local)
                 if request.num_cached_tokens < 0:
                     request.num_cached_tokens = num_local
-            waiting.pop_request()
+            if load_kv_async:
+                # Blocks are held while the KV arrives; the request waits for it.
+                request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+                request.num_computed_tokens = num_computed
+                self._inflight_prefills.add(request)
+                self._skip_waiting(queue, skipped, skipped_holding)
+                continue
+            queue.pop_request()
             self.running.append(request)
             if request.status == RequestStatus.WAITING:
                 plan.new.append(request)
@@ -245,13 +337,63 @@ class Scheduler:
             plan.budget -= n
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
+            if connector is not None and num_computed + n < request.num_tokens:
+                self._inflight_prefills.add(request)
+        if skipped_holding:
+            holding.prepend_requests(skipped_holding)
         if skipped:
             waiting.prepend_requests(skipped)
+
+    @staticmethod
+    def _holds_kv_blocks(request: Request) -> bool:
+        return (
+            request.num_computed_tokens > 0
+            or request.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+        )
+
+    def _skip_waiting(
+        self,
+        queue: FCFSRequestQueue | PriorityRequestQueue,
+        skipped: deque[Request],
+        skipped_holding: deque[Request],
+    ) -> None:
+        """vLLM's ``skip_request``: set the head of ``queue`` aside for this step
+        (block holders go back to ``kv_holding_waiting``)."""
+        request = queue.pop_request()
+        if self._holds_kv_blocks(request):
+            skipped_holding.appendleft(request)
+        else:
+            skipped.appendleft(request)
+
+    def _update_waiting_for_remote_kv(self, request: Request) -> None:
+        """The load is done: register the loaded blocks in the prefix cache; a whole
+        prompt loaded still recomputes its last token (to sample the next one)."""
+        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+        if request.num_computed_tokens == request.num_tokens:
+            request.num_computed_tokens = request.num_tokens - 1
+        self.finished_recving_kv_req_ids.remove(request.request_id)
+
+    def _inflight_prefill_reserved_blocks(self) -> int:
+        """Blocks the requests still prefilling need to hold their whole sequence."""
+        coordinator = self.kv_cache_manager.coordinator
+        empty = self.kv_cache_manager.empty_kv_cache_blocks.blocks
+        total = 0
+        for r in self._inflight_prefills:
+            total += coordinator.get_num_blocks_to_allocate(
+                r.request_id,
+                min(r.num_tokens, self.max_model_len),
+                empty,
+                r.num_computed_tokens,
+                apply_admission_cap=True,
+            )
+        return total
 
     def _preempt_request(self, request: Request) -> None:
         """Free all of the request's blocks and send it to the front of the queue."""
         assert request.status == RequestStatus.RUNNING, "only running requests are preempted"
         self.kv_cache_manager.free(request)
+        if self.connector is not None:
+            self._inflight_prefills.discard(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.spec_token_ids = []
@@ -271,15 +413,24 @@ class Scheduler:
             request.is_prefill_chunk = request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders
             )
+            if self.connector is not None and not request.is_prefill_chunk:
+                self._inflight_prefills.discard(request)
         self.finished_req_ids = set()
         self.reset_preempted_req_ids = set()
 
     # -- model output --------------------------------------------------------------
 
     def update_from_output(
-        self, scheduler_output: SchedulerOutput, sampled_token_ids: Mapping[str, Sequence[int]]
+        self,
+        scheduler_output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, Sequence[int]],
+        kv_connector_output: KVConnectorOutput | None = None,
     ) -> EngineStepOutput:
-        """Append sampled tokens, stop finished requests and free their blocks."""
+        """Append sampled tokens, stop finished requests and free their blocks.
+
+        ``kv_connector_output``: what the connector's workers report for the step
+        (finished transfers), applied after the tokens (vLLM's
+        ``_update_from_kv_xfer_finished``)."""
         result = EngineStepOutput()
         stopped: list[Request] = []
         stopped_waiting: list[Request] = []
@@ -337,14 +488,37 @@ class Scheduler:
             self.running = [r for r in self.running if r not in gone]
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
+        if kv_connector_output is not None and self.connector is not None:
+            self._update_from_kv_xfer_finished(kv_connector_output)
         result.prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
         result.kv_events = self.kv_cache_manager.take_events()
         return result
 
-    def _free_request(self, request: Request) -> None:
+    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> None:
+        connector = self.connector
+        if connector is not None:
+            self._inflight_prefills.discard(request)
+            delay_free_blocks |= connector.request_finished(request)
         self.finished_req_ids.add(request.request_id)
+        if not delay_free_blocks:
+            self._free_blocks(request)
+
+    def _free_blocks(self, request: Request) -> None:
         self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
+
+    def _update_from_kv_xfer_finished(self, kv_connector_output: KVConnectorOutput) -> None:
+        """vLLM's ``_update_from_kv_xfer_finished``: let the connector apply finished
+        jobs, mark finished loads (a request aborted while loading is freed now)."""
+        assert self.connector is not None
+        self.connector.update_connector_output(kv_connector_output)
+        for rid in sorted(kv_connector_output.finished_recving):
+            request = self.requests[rid]
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                self.finished_recving_kv_req_ids.add(rid)
+            else:
+                assert request.is_finished()
+                self._free_blocks(request)
 
     def finish_requests(
         self, request_ids: str | Iterable[str] | None, status: RequestStatus
@@ -382,9 +556,17 @@ class Scheduler:
             self.running = [r for r in self.running if r not in running]
         if waiting:
             self.waiting.remove_requests(waiting)
+            if self.kv_holding_waiting:
+                self.kv_holding_waiting.remove_requests(waiting)
         for request in ended:
+            delay_free_blocks = False
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                # Its load is in flight: the blocks go when the worker reports it.
+                rid = request.request_id
+                delay_free_blocks = rid not in self.finished_recving_kv_req_ids
+                self.finished_recving_kv_req_ids.discard(rid)
             request.status = status
-            self._free_request(request)
+            self._free_request(request, delay_free_blocks)
         return ended
 
     def reset_prefix_cache(self) -> bool:
@@ -398,9 +580,17 @@ class Scheduler:
         self.kv_cache_manager.check_invariants()
         running_ids = [r.request_id for r in self.running]
         waiting_ids = [r.request_id for r in self.waiting]
+        waiting_ids += [r.request_id for r in self.kv_holding_waiting]
         assert len(set(running_ids)) == len(running_ids), "a request runs twice"
         assert not set(running_ids) & set(waiting_ids), "a request is running and waiting"
-        assert set(running_ids) | set(waiting_ids) == set(self.requests), "lost a request"
+        live = set(running_ids) | set(waiting_ids)
+        if self.connector is None:
+            assert live == set(self.requests), "lost a request"
+        else:  # finished requests may keep their blocks until their load is done
+            assert live <= set(self.requests), "lost a request"
+            assert all(self.requests[rid].is_finished() for rid in set(self.requests) - live), (
+                "lost a request"
+            )
         assert len(self.running) <= self.max_num_running_reqs, "too many running requests"
         coordinator = self.kv_cache_manager.coordinator
         for r in self.running:
@@ -417,4 +607,10 @@ class Scheduler:
             assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
             assert all(not b for b in coordinator.get_blocks(r.request_id)), (
                 f"waiting request {r.request_id} holds blocks"
+            )
+        for r in self.kv_holding_waiting:
+            assert r.status in (
+                RequestStatus.WAITING,
+                RequestStatus.PREEMPTED,
+                RequestStatus.WAITING_FOR_REMOTE_KVS,
             )

@@ -1,0 +1,358 @@
+"""Differential conformance of the CPU KV offload tier: kvcore against vLLM 0.33.0.
+
+Each case is a step trace plus knobs (GPU blocks, CPU chunks, chunk size, transfer
+latencies...). vLLM's real ``Scheduler`` with its ``OffloadingConnector`` in the
+scheduler role (``offload_driver.py``, run in the oracle environment) and kvcore's
+:class:`~kvcore.scheduler.Scheduler` with
+:class:`~kvcore.offloading_connector.OffloadingConnectorScheduler` replay it with the
+same fake worker (:class:`~sim.conformance.offload_worker.FakeOffloadWorker`); every
+step line must be equal: what was scheduled, preemptions, finished and aborted
+requests, free GPU blocks, requests waiting for their KV, each load and store job
+(its request, offload keys, GPU blocks and CPU chunks), the jobs flushed, the jobs
+and loads the worker reported, the CPU tier's contents (keys held, evictable and
+write-pending counts) and the GPU and connector prefix-cache counters.
+
+Capacity cases compare :func:`kvcore.cpu_offload_manager.cpu_offload_num_chunks` with
+vLLM's ``CPUOffloadingSpec``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kvcore.block_hashing import BlockHasher
+from kvcore.cpu_offload_manager import CPUOffloadingManager, cpu_offload_num_chunks
+from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorScheduler
+from kvcore.request import LoRARequest, Request, RequestStatus
+from kvcore.scheduler import Scheduler
+from kvcore.scheduler_config import SchedulerConfig
+from sim.conformance.compare import Diff, first_line_diff
+from sim.conformance.offload_worker import FakeOffloadWorker
+
+DRIVER = Path(__file__).resolve().parent / "offload_driver.py"
+DEFAULTS: dict[str, Any] = {
+    "block_size": 16,
+    "num_gpu_blocks": None,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 256,
+    "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0,
+    "policy": "fcfs",
+    "watermark": 0.0,
+    "scheduler_reserve_full_isl": True,
+    "max_model_len": None,
+    "kv_groups": ["full"],
+    "sample_token_id": 7,
+    "prefix_caching_hash_algo": "sha256",
+    "none_hash_seed": "vllm-none-hash",
+    "cpu_chunks": 16,
+    "blocks_per_chunk": 1,
+    "offload_prompt_only": True,
+    "load_latency": 1,
+    "store_latency": 1,
+}
+
+
+def _short_key(key: bytes) -> str:
+    return key[:6].hex() + ":" + str(int.from_bytes(key[-4:], "big"))
+
+
+def cpu_json(manager: CPUOffloadingManager) -> dict[str, Any]:
+    """The CPU tier's state in a step line."""
+    return {
+        "keys": sorted(map(_short_key, manager.policy.chunks)),
+        "evictable": manager.num_evictable_chunks,
+        "write_pending": manager.num_write_pending_chunks,
+    }
+
+
+def _max_model_len(cfg: dict[str, Any], trace: list[dict[str, Any]]) -> int:
+    if cfg["max_model_len"] is not None:
+        return int(cfg["max_model_len"])
+    return max(len(r["prompt_token_ids"]) + int(r["max_tokens"]) for r in trace)
+
+
+def build_kvcore(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
+    """kvcore's scheduler with the offloading connector, from a case's knobs."""
+    groups = [
+        KVCacheGroupSpec([f"layer{i}"], FullAttentionSpec(block_size=cfg["block_size"]))
+        for i, _ in enumerate(cfg["kv_groups"])
+    ]
+    kv_config = KVCacheConfig(
+        num_blocks=int(cfg["num_gpu_blocks"]), kv_cache_tensors=[], kv_cache_groups=groups
+    )
+    connector = OffloadingConnectorScheduler(
+        kv_config,
+        num_cpu_chunks=int(cfg["cpu_chunks"]),
+        blocks_per_chunk=int(cfg["blocks_per_chunk"]),
+        offload_prompt_only=bool(cfg["offload_prompt_only"]),
+    )
+    sched_config = SchedulerConfig(
+        max_model_len=max_model_len,
+        max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),
+        max_num_seqs=int(cfg["max_num_seqs"]),
+        enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
+        long_prefill_token_threshold=int(cfg["long_prefill_token_threshold"]),
+        policy=cfg["policy"],
+        scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
+    )
+    return Scheduler(
+        sched_config, kv_config, watermark=float(cfg["watermark"]), connector=connector
+    )
+
+
+def run_kvcore(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """kvcore's lines for a case (the schema of ``offload_driver.run_steps``)."""
+    cfg = dict(DEFAULTS, **cfg_in)
+    max_model_len = _max_model_len(cfg, trace)
+    sched = build_kvcore(cfg, max_model_len)
+    conn = sched.connector
+    assert conn is not None
+    manager = conn.manager
+    hasher = BlockHasher.from_name(
+        int(cfg["block_size"]), cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"]
+    )
+    worker = FakeOffloadWorker(int(cfg["load_latency"]), int(cfg["store_latency"]))
+    pool = sched.kv_cache_manager.block_pool
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "vllm_version": "0.33.0",
+            "num_cpu_chunks": manager.num_chunks,
+            "max_model_len": max_model_len,
+        }
+    ]
+    order = sorted(range(len(trace)), key=lambda i: int(trace[i]["arrival_step"]))
+    pending = [(int(trace[i]["arrival_step"]) + k * 1e-9, trace[i]) for k, i in enumerate(order)]
+    aborts = sorted(
+        (int(s["abort_step"]), i, str(s["request_id"]))
+        for i, (_, s) in enumerate(pending)
+        if s.get("abort_step") is not None
+    )
+    nxt = na = step = 0
+    token = int(cfg["sample_token_id"])
+    while True:
+        while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
+            arrival, spec = pending[nxt]
+            lora = spec.get("lora_id")
+            sched.add_request(
+                Request(
+                    str(spec["request_id"]),
+                    list(spec["prompt_token_ids"]),
+                    int(spec["max_tokens"]),
+                    arrival_time=arrival,
+                    priority=int(spec.get("priority", 0)),
+                    lora_request=LoRARequest.from_id(lora) if lora else None,
+                    cache_salt=spec.get("cache_salt"),
+                    block_hasher=hasher,
+                )
+            )
+            nxt += 1
+        aborted: list[str] = []
+        while na < len(aborts) and aborts[na][0] <= step:
+            ended = sched.finish_requests([aborts[na][2]], RequestStatus.FINISHED_ABORTED)
+            aborted += [r.request_id for r in ended]
+            na += 1
+        if nxt == len(pending) and not sched.has_requests():
+            break
+        if step > 20000:
+            raise RuntimeError("no end after 20000 steps")
+        out = sched.schedule()
+        free_after_schedule = pool.get_num_free_blocks()
+        meta = out.kv_connector_metadata
+        loads = [
+            [j, job.req_id, sorted(map(_short_key, job.keys)), job.gpu_block_ids, job.chunk_ids]
+            for j, job in sorted(meta.load_jobs.items())
+        ]
+        stores = [
+            [j, job.req_id, sorted(map(_short_key, job.keys)), job.gpu_block_ids, job.chunk_ids]
+            for j, job in sorted(meta.store_jobs.items())
+        ]
+        flush = sorted(meta.jobs_to_flush)
+        worker.submit(
+            step, {j: job.req_id for j, job in meta.load_jobs.items()}, list(meta.store_jobs), flush
+        )
+        completed, recving = worker.finished(step)
+        sampled = {}
+        for rid in out.num_scheduled_tokens:
+            req = sched.requests[rid]
+            sampled[rid] = [token] if req.num_computed_tokens >= req.num_tokens else []
+        result = sched.update_from_output(out, sampled, KVConnectorOutput(set(recving), completed))
+        stats = result.prefix_cache_stats
+        cstats = sched.connector_prefix_cache_stats
+        line = {
+            "type": "step",
+            "step": step,
+            "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
+            "preempted": sorted(out.preempted_req_ids),
+            "finished": list(result.finished_req_ids),
+            "aborted": aborted,
+            "free_blocks_after_schedule": free_after_schedule,
+            "free_blocks": pool.get_num_free_blocks(),
+            "num_running": len(sched.running),
+            "num_waiting": len(sched.waiting) + len(sched.kv_holding_waiting),
+            "waiting_for_kv": sorted(
+                r.request_id
+                for r in sched.requests.values()
+                if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+            ),
+            "loads": loads,
+            "stores": stores,
+            "flush": flush,
+            "completed": sorted(completed),
+            "recving": recving,
+            "cpu": cpu_json(manager),
+            "prefix_cache": _prefix_json(stats),
+            "connector_cache": [cstats.requests, cstats.queries, cstats.hits]
+            if cstats
+            else [0] * 3,
+        }
+        if cstats is not None:
+            sched.connector_prefix_cache_stats = type(cstats)()
+        lines.append(line)
+        step += 1
+    lines.append({"type": "summary", "steps": step, "free_blocks_end": pool.get_num_free_blocks()})
+    return lines
+
+
+def run_kvcore_or_error(cfg: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`run_kvcore`, with a failure (an exception, no end) as one error line."""
+    try:
+        return run_kvcore(cfg, trace)
+    except Exception as e:  # noqa: BLE001 - any failure is a mismatch to report
+        return [{"type": "error", "error": f"{type(e).__name__}: {e}"}]
+
+
+def _prefix_json(stats: Any) -> dict[str, int]:
+    keys = ("requests", "queries", "hits", "preempted_requests", "preempted_queries")
+    keys += ("preempted_hits",)
+    return {k: int(getattr(stats, k, 0)) if stats else 0 for k in keys}
+
+
+# -- cases ---------------------------------------------------------------------------
+
+
+def random_case(seed: int, index: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One random case: shared prompt prefixes arriving over time, a small GPU cache
+    (prefix blocks leave it, preemptions), a small CPU tier (evictions, refused
+    stores), transfer latencies of 1-4 steps, and sometimes aborts."""
+    rng = random.Random(f"offload-{seed}-{index}")
+    bs = 16
+    bpc = rng.choice([1, 1, 1, 2])
+    num_groups = rng.choice([1, 1, 1, 2])
+    cfg: dict[str, Any] = {
+        "block_size": bs,
+        "num_gpu_blocks": rng.randint(10, 40) * num_groups,
+        "max_num_seqs": rng.randint(2, 8),
+        "max_num_batched_tokens": rng.choice([64, 128, 256]),
+        "long_prefill_token_threshold": rng.choice([0, 0, 0, 32]),
+        "policy": rng.choice(["fcfs", "fcfs", "priority"]),
+        "kv_groups": ["full"] * num_groups,
+        "cpu_chunks": rng.randint(4, 48),
+        "blocks_per_chunk": bpc,
+        "offload_prompt_only": rng.random() < 0.8,
+        "load_latency": rng.randint(1, 4),
+        "store_latency": rng.randint(1, 4),
+    }
+    prefixes = [
+        [rng.randrange(50_000) for _ in range(rng.choice([32, 48, 64, 80, 96]))]
+        for _ in range(rng.randint(1, 3))
+    ]
+    trace = []
+    step = 0
+    for i in range(rng.randint(6, 24)):
+        step += rng.choice([0, 0, 1, 2, 4, 8, 16])
+        prompt = list(rng.choice(prefixes))
+        prompt += [rng.randrange(50_000) for _ in range(rng.choice([0, 0, 5, 16, 23, 40]))]
+        req: dict[str, Any] = {
+            "request_id": f"r{i}",
+            "arrival_step": step,
+            "prompt_token_ids": prompt,
+            "max_tokens": rng.randint(1, 40),
+            "priority": rng.randint(0, 2),
+        }
+        if rng.random() < 0.15:
+            req["abort_step"] = step + rng.randint(0, 8)
+        trace.append(req)
+    # Every request must fit the GPU cache on its own (else vLLM and kvcore both
+    # livelock, as an engine whose max_model_len exceeds its KV cache would).
+    longest = max(len(r["prompt_token_ids"]) + r["max_tokens"] for r in trace)
+    min_blocks = (-(-longest // bs) + 2) * num_groups
+    cfg["num_gpu_blocks"] = max(cfg["num_gpu_blocks"], min_blocks)
+    if rng.random() < 0.2:  # whole prefills: the budget must hold max_model_len
+        cfg["enable_chunked_prefill"] = False
+        cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], longest)
+    return cfg, trace
+
+
+CAPACITY_CASES = [
+    {"cpu_bytes_to_use": b, "worker_kv_bytes_per_block": p, "blocks_per_chunk": c, "world_size": w}
+    for b, p, c, w in [
+        (10 * (1 << 30), 131072 * 32, 1, 1),  # 10 GiB, Llama-8B-like block (bf16, 32 layers)
+        (10 * (1 << 30), 65536 * 32, 1, 2),  # TP 2: each worker half the heads
+        (4 * (1 << 30), 131072 * 32, 4, 1),  # 64-token chunks
+        (1 << 30, 6000, 1, 1),  # a block that is not a multiple of 4 KiB
+        (1 << 30, 6000, 3, 4),
+        (123_456_789, 1000, 1, 1),
+        (4096 * 7, 128, 1, 1),  # the conformance cases' tiny tier
+    ]
+]
+
+
+def run_capacity_kvcore() -> list[dict[str, Any]]:
+    return [
+        dict(
+            c,
+            num_chunks=cpu_offload_num_chunks(
+                c["cpu_bytes_to_use"],
+                c["worker_kv_bytes_per_block"],
+                c["blocks_per_chunk"],
+                c["world_size"],
+            ),
+        )
+        for c in CAPACITY_CASES
+    ]
+
+
+def run_oracle(
+    vllm_python: str, cases: list[tuple[dict[str, Any], list[dict[str, Any]]]], timeout: float
+) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """vLLM's lines for every case (one oracle process), and its capacity answers."""
+    with tempfile.TemporaryDirectory(prefix="kvsim-offload-") as tmp:
+        work = Path(tmp)
+        jobs: list[dict[str, Any]] = [
+            {"mode": "steps", "config": c, "trace": t, "out": str(work / f"case{i}.jsonl")}
+            for i, (c, t) in enumerate(cases)
+        ]
+        jobs.append({"mode": "capacity", "cases": CAPACITY_CASES, "out": str(work / "cap.jsonl")})
+        (work / "jobs.json").write_text(json.dumps(jobs))
+        proc = subprocess.run(
+            [vllm_python, str(DRIVER), str(work / "jobs.json")],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError("the vLLM offload oracle failed:\n" + proc.stderr[-3000:])
+
+        def read(name: str) -> list[dict[str, Any]]:
+            return [json.loads(x) for x in (work / name).read_text().splitlines() if x.strip()]
+
+        return [read(f"case{i}.jsonl") for i in range(len(cases))], read("cap.jsonl")
+
+
+def compare(vllm_lines: list[dict[str, Any]], kvcore_lines: list[dict[str, Any]]) -> Diff | None:
+    """The first disagreement of one case (header, step lines, summary)."""
+    if vllm_lines and vllm_lines[0].get("type") == "error":
+        return Diff("oracle error", vllm_lines[0], {})
+    if kvcore_lines and kvcore_lines[0].get("type") == "error":
+        return Diff("kvcore error", {}, kvcore_lines[0])
+    if vllm_lines[:1] != kvcore_lines[:1]:
+        return Diff("header", vllm_lines[0], kvcore_lines[0])
+    return first_line_diff(vllm_lines, kvcore_lines, "step", "step")

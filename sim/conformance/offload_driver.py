@@ -1,0 +1,345 @@
+"""Oracle driver for the CPU KV offload tier: vLLM 0.33.0's real ``Scheduler`` with its
+``OffloadingConnector`` (scheduler role), run on a CPU.
+
+Executed by the oracle environment's interpreter (``.venv-vllm/bin/python``); kvsim
+never imports it. Uses the standard library, vLLM, and two sibling files loaded by
+path: ``vllm_driver.py`` (model directory, request set-up, NONE_HASH) and
+``offload_worker.py`` (the fake worker both replays share).
+
+The engine is configured as ``--kv-offloading-size`` does it: ``CacheConfig.
+kv_offloading_size`` (GiB) makes ``VllmConfig`` pick the ``OffloadingConnector``
+with ``kv_role="kv_both"`` and ``cpu_bytes_to_use``; ``blocks_per_chunk`` and
+``offload_prompt_only`` go in ``kv_connector_extra_config``. The KV specs are tiny
+(one head of size 1), so one CPU chunk is one 4 KiB page and ``cpu_chunks`` pages
+make a tier of ``cpu_chunks`` chunks. The worker side is ``FakeOffloadWorker``: its
+reports reach ``update_from_output`` as the ``KVConnectorOutput`` of the model
+output (``finished_recving`` and ``OffloadingWorkerMetadata.completed_jobs``).
+
+Usage: ``offload_driver.py JOBS`` where JOBS is a JSON file holding
+``[{"mode": "steps", "config", "trace", "out"} | {"mode": "capacity", "cases", "out"}]``;
+each job writes JSON lines to its ``out``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+
+def _sibling(name: str) -> Any:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("kvsim_oracle_" + name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+vd = _sibling("vllm_driver")
+FakeOffloadWorker = _sibling("offload_worker").FakeOffloadWorker
+
+import vllm  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (  # noqa: E402
+    OffloadingWorkerMetadata,
+)
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+PAGE = 4096
+OFFLOAD_DEFAULTS: dict[str, Any] = {
+    "block_size": 16,
+    "num_gpu_blocks": None,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 256,
+    "enable_chunked_prefill": True,
+    "long_prefill_token_threshold": 0,
+    "policy": "fcfs",
+    "watermark": 0.0,
+    "scheduler_reserve_full_isl": True,
+    "max_model_len": None,
+    "kv_groups": ["full"],
+    "sample_token_id": 7,
+    "prefix_caching_hash_algo": "sha256",
+    "none_hash_seed": "vllm-none-hash",
+    "cpu_chunks": 16,
+    "blocks_per_chunk": 1,
+    "offload_prompt_only": True,
+    "load_latency": 1,
+    "store_latency": 1,
+}
+
+
+class SortedIterSet(set):
+    """A set iterated in sorted order. vLLM's ``finished_req_ids`` is a set of str, so
+    the order in which the connector visits finished requests (their stores, their
+    LRU recency) follows string hashing, which differs from process to process; the
+    driver fixes it to sorted order, which kvcore's connector uses."""
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(sorted(set.__iter__(self)))
+
+
+def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
+    path = vd.model_dir()
+    model = ModelConfig(
+        model=path,
+        tokenizer=path,
+        skip_tokenizer_init=True,
+        dtype="float32",
+        seed=0,
+        max_model_len=max_model_len,
+    )
+    sched = SchedulerConfig(
+        max_num_seqs=int(cfg["max_num_seqs"]),
+        max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),
+        max_model_len=max_model_len,
+        enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
+        long_prefill_token_threshold=int(cfg["long_prefill_token_threshold"]),
+        policy=cfg["policy"],
+        watermark=float(cfg["watermark"]),
+        scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
+        async_scheduling=False,
+        is_encoder_decoder=False,
+    )
+    cache = CacheConfig(
+        block_size=int(cfg["block_size"]),
+        enable_prefix_caching=True,
+        prefix_caching_hash_algo=cfg["prefix_caching_hash_algo"],
+        kv_offloading_size=int(cfg["cpu_chunks"]) * PAGE / (1 << 30),
+    )
+    cache.num_gpu_blocks = int(cfg["num_gpu_blocks"])
+    extra = {
+        "blocks_per_chunk": int(cfg["blocks_per_chunk"]),
+        "offload_prompt_only": bool(cfg["offload_prompt_only"]),
+    }
+    vllm_config = VllmConfig(
+        model_config=model,
+        scheduler_config=sched,
+        cache_config=cache,
+        device_config=DeviceConfig(device="cpu"),
+        kv_transfer_config=KVTransferConfig(kv_connector_extra_config=extra),
+    )
+    ktc = vllm_config.kv_transfer_config
+    assert ktc is not None and ktc.kv_connector == "OffloadingConnector", ktc
+    assert ktc.kv_role == "kv_both"
+    register_all_kvcache_specs(vllm_config)
+    steps_cfg = vd.merged(vd.STEPS_DEFAULTS, {"num_gpu_blocks": cfg["num_gpu_blocks"]})
+    steps_cfg.update(block_size=cfg["block_size"], kv_groups=cfg["kv_groups"])
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=vd.kv_cache_config_for(steps_cfg),
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=int(cfg["block_size"]),
+        log_stats=True,
+    )
+
+
+def short_key(key: bytes) -> str:
+    """First 6 bytes of the block hash, then the group index."""
+    return key[:6].hex() + ":" + str(int.from_bytes(key[-4:], "big"))
+
+
+def job_json(job_id: int, job: Any, keys: Any, is_store: bool) -> list[Any]:
+    gpu = job.src_spec if is_store else job.dst_spec
+    cpu = job.dst_spec if is_store else job.src_spec
+    return [
+        job_id,
+        job.req_id,
+        sorted(short_key(k) for k in keys),
+        [int(b) for b in gpu.block_ids],
+        [int(c) for c in cpu.block_ids],
+    ]
+
+
+def cpu_state(manager: Any) -> dict[str, Any]:
+    return {
+        "keys": sorted(short_key(k) for k in manager._policy.chunks),
+        "evictable": manager._num_evictable_cache_chunks,
+        "write_pending": manager._num_write_pending_chunks,
+    }
+
+
+def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cfg = vd.merged(OFFLOAD_DEFAULTS, cfg_in)
+    max_model_len = vd.resolve_max_model_len(cfg, trace)
+    hash_fn, _ = vd.init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
+    hasher = vd.kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
+    sched = build(cfg, max_model_len)
+    conn = sched.connector.scheduler
+    manager = conn.manager
+    worker = FakeOffloadWorker(int(cfg["load_latency"]), int(cfg["store_latency"]))
+    pool = sched.kv_cache_manager.block_pool
+    sched.finished_req_ids = SortedIterSet()
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "vllm_version": vllm.__version__,
+            "num_cpu_chunks": manager._num_chunks,
+            "max_model_len": max_model_len,
+        }
+    ]
+    pending = vd.ordered_trace(trace)
+    aborts = sorted(
+        (int(s["abort_step"]), i, str(s["request_id"]))
+        for i, (_, s) in enumerate(pending)
+        if s.get("abort_step") is not None
+    )
+    nxt = na = step = 0
+    token = int(cfg["sample_token_id"])
+    while True:
+        while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
+            arrival, spec = pending[nxt]
+            sched.add_request(vd.make_request(spec, arrival, hasher, int(spec["max_tokens"])))
+            nxt += 1
+        aborted = []
+        while na < len(aborts) and aborts[na][0] <= step:
+            rid = aborts[na][2]
+            aborted += [
+                r.request_id for r in sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+            ]
+            na += 1
+        if nxt == len(pending) and not sched.has_requests():
+            break
+        if step > 20000:
+            raise RuntimeError("no end after 20000 steps")
+        out = sched.schedule()
+        sched.finished_req_ids = SortedIterSet()
+        free_after_schedule = pool.get_num_free_blocks()
+        meta = out.kv_connector_metadata
+        loads = [
+            job_json(j, job, conn._jobs[j].keys, False) for j, job in sorted(meta.load_jobs.items())
+        ]
+        stores = [
+            job_json(j, job, conn._jobs[j].keys, True) for j, job in sorted(meta.store_jobs.items())
+        ]
+        flush = sorted(meta.jobs_to_flush or ())
+        worker.submit(
+            step,
+            {j: job.req_id for j, job in meta.load_jobs.items()},
+            list(meta.store_jobs),
+            flush,
+        )
+        completed, recving = worker.finished(step)
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for rid in req_ids:
+            req = sched.requests[rid]
+            sampled.append([token] if req.num_computed_tokens >= req.num_tokens else [])
+        mro = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=KVConnectorOutput(
+                finished_recving=recving,  # a list: vLLM iterates it; keeps the order fixed
+                kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=completed),
+            ),
+        )
+        engine_outputs = sched.update_from_output(out, mro)
+        num_running, num_waiting = sched.get_request_counts()
+        stats = None
+        for eco in engine_outputs.values():
+            if eco.scheduler_stats is not None:
+                stats = eco.scheduler_stats
+        line = {
+            "type": "step",
+            "step": step,
+            "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
+            "preempted": sorted(out.preempted_req_ids or ()),
+            "finished": vd.finished_ids(engine_outputs),
+            "aborted": aborted,
+            "free_blocks_after_schedule": free_after_schedule,
+            "free_blocks": pool.get_num_free_blocks(),
+            "num_running": num_running,
+            "num_waiting": num_waiting,
+            "waiting_for_kv": sorted(
+                r.request_id
+                for r in sched.requests.values()
+                if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+            ),
+            "loads": loads,
+            "stores": stores,
+            "flush": flush,
+            "completed": sorted(completed),
+            "recving": recving,
+            "cpu": cpu_state(manager),
+            "prefix_cache": vd.prefix_stats_json(engine_outputs),
+            "connector_cache": _connector_stats(stats),
+        }
+        lines.append(line)
+        step += 1
+    lines.append({"type": "summary", "steps": step, "free_blocks_end": pool.get_num_free_blocks()})
+    return lines
+
+
+def _connector_stats(stats: Any) -> list[int]:
+    cps = getattr(stats, "connector_prefix_cache_stats", None) if stats is not None else None
+    if cps is None:
+        return [0, 0, 0]
+    return [int(cps.requests), int(cps.queries), int(cps.hits)]
+
+
+def run_capacity(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """vLLM's own chunk count for (cpu_bytes, worker_kv_bytes_per_block,
+    blocks_per_chunk, world_size) cases, from ``CPUOffloadingSpec``."""
+    from vllm.v1.kv_offload.config import (
+        OffloadingCacheConfig,
+        OffloadingConfig,
+        OffloadingGroupConfig,
+        OffloadingModelConfig,
+        OffloadingParallelConfig,
+    )
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    out = []
+    for case in cases:
+        config = OffloadingConfig(
+            groups=(OffloadingGroupConfig(16, ("layer0",), 0),),
+            worker_kv_bytes_per_block=int(case["worker_kv_bytes_per_block"]),
+            enable_kv_cache_events=False,
+            extra_config={"cpu_bytes_to_use": case["cpu_bytes_to_use"]},
+            engine_id="e",
+            model=OffloadingModelConfig("m", "bfloat16", 4096),
+            cache=OffloadingCacheConfig(16, int(case["blocks_per_chunk"])),
+            parallel=OffloadingParallelConfig(
+                0, int(case["world_size"]), int(case["world_size"]), 1, 1, 1, 0, 1, None, False
+            ),
+        )
+        spec = CPUOffloadingSpec(config)
+        out.append(dict(case, num_chunks=spec.num_chunks))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        jobs = json.load(f)
+    for job in jobs:
+        if job["mode"] == "capacity":
+            lines = run_capacity(job["cases"])
+        else:
+            try:
+                lines = run_steps(job["config"], job["trace"])
+            except Exception as e:  # noqa: BLE001 - reported as a mismatch
+                lines = [{"type": "error", "error": f"{type(e).__name__}: {e}"}]
+        with open(job["out"], "w") as f:
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
