@@ -37,7 +37,8 @@ from sim.conformance.offload import (
     run_oracle,
 )
 
-NUM_CASES = 60
+NUM_CASES = 100
+MUTANT_CASES = 20
 SEED = int(os.environ.get("KVSIM_CONFORMANCE_SEED", 0))
 needs_vllm = pytest.mark.skipif(
     not DEFAULT_VLLM_PYTHON.exists(),
@@ -67,10 +68,20 @@ def _coverage(lines_per_case: list[list[dict]]) -> dict[str, int]:
     return counts
 
 
-@needs_vllm
-def test_offload_matches_vllm() -> None:
+@pytest.fixture(scope="module")
+def oracle() -> tuple[list, list, object]:
+    """The cases, vLLM's step lines for each and its capacity answers: one oracle run
+    for every test of the module (the mutants replay the first ``MUTANT_CASES``)."""
+    if not DEFAULT_VLLM_PYTHON.exists():
+        pytest.skip("oracle environment .venv-vllm (vLLM 0.33.0) missing")
     cases = [random_case(SEED, i) for i in range(NUM_CASES)]
     vllm_lines, capacity = run_oracle(str(DEFAULT_VLLM_PYTHON), cases, timeout=1200)
+    return cases, vllm_lines, capacity
+
+
+@needs_vllm
+def test_offload_matches_vllm(oracle: tuple[list, list, object]) -> None:
+    cases, vllm_lines, capacity = oracle
     assert capacity == run_capacity_kvcore()
     assert vllm_lines[0][0]["vllm_version"] == "0.33.0"
     ours = [run_kvcore_or_error(c, t) for c, t in cases]
@@ -92,11 +103,12 @@ def _head_first(self: LRUCachePolicy, ordered_keys: list[bytes]) -> None:
 
 
 @needs_vllm
-def test_offload_lru_mutant_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offload_lru_mutant_is_caught(
+    oracle: tuple[list, list, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Evicting a finished request's head before its tail is caught, and the diff
     names the CPU tier's contents."""
-    cases = [random_case(SEED, i) for i in range(20)]
-    vllm_lines, _ = run_oracle(str(DEFAULT_VLLM_PYTHON), cases, timeout=600)
+    cases, vllm_lines = oracle[0][:MUTANT_CASES], oracle[1][:MUTANT_CASES]
     monkeypatch.setattr(LRUCachePolicy, "on_request_finished", _head_first)
     diffs = [compare(v, run_kvcore_or_error(c, t)) for v, (c, t) in zip(vllm_lines, cases)]
     caught = [d for d in diffs if d is not None]
@@ -105,11 +117,12 @@ def test_offload_lru_mutant_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_vllm
-def test_offload_shared_load_mutant_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offload_shared_load_mutant_is_caught(
+    oracle: tuple[list, list, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A request that loads chunks another request is loading (instead of waiting
     for that load) is caught: extra load jobs show up in the step lines."""
-    cases = [random_case(SEED, i) for i in range(20)]
-    vllm_lines, _ = run_oracle(str(DEFAULT_VLLM_PYTHON), cases, timeout=600)
+    cases, vllm_lines = oracle[0][:MUTANT_CASES], oracle[1][:MUTANT_CASES]
     init = OffloadingConnectorScheduler.__init__
 
     def no_shared_load_wait(self: OffloadingConnectorScheduler, *args, **kwargs) -> None:
