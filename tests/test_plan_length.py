@@ -110,6 +110,24 @@ def test_confirm_factor_doubles_until_the_window_spans_enough_sojourns() -> None
     assert confirm_factor(1.0, 16, 50.0, 16) == 16
 
 
+def test_a_confirmation_that_fails_after_the_budget_still_narrows_to_the_tolerance() -> None:
+    threshold = {"value": 38.0}
+
+    def probe(x: float) -> bool:
+        return x <= threshold["value"]
+
+    search = Bisection(probe, "max", False, True, rel_tol=0.05, max_probes=12)
+    first = search.run(0.5, None)  # 8 doublings and 4 bisections: the whole budget
+    assert first.num_probes == 12 and first.status == "bracketed"
+    threshold["value"] = 33.0  # the answer fails its confirmation, as does all above 33
+    passed = [v for v in (0.5, 1, 2, 4, 8, 16, 32) if probe(v)]
+    again = search.resume_below(first.answer, passed)
+    assert again.status == "bracketed", again
+    assert (again.first_fail - again.answer) <= 0.05 * again.first_fail
+    assert 32.0 <= again.answer <= 33.0 < again.first_fail
+    assert search.bisections_needed(32.0, 38.05) == 2
+
+
 def test_a_failed_confirmation_resumes_the_search_below_the_answer() -> None:
     threshold = {"value": 10.0}
 

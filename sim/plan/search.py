@@ -114,11 +114,12 @@ class Bisection:
                         bad = nxt
         return self.narrow(good, bad)
 
-    def narrow(self, good: float, bad: float) -> SearchResult:
+    def narrow(self, good: float, bad: float, max_probes: int | None = None) -> SearchResult:
         """Bisect between a passing ``good`` and a failing ``bad`` until close or out
-        of probes."""
+        of probes (``max_probes``, the search's own budget by default)."""
+        limit = self.max_probes if max_probes is None else max_probes
         while not self._close(good, bad):
-            if self.num_probes >= self.max_probes:
+            if self.num_probes >= limit:
                 return self._result("max_probes", good, bad)
             mid = self._mid(good, bad)
             if mid in (good, bad):
@@ -129,10 +130,22 @@ class Bisection:
                 bad = mid
         return self._result("bracketed", good, bad)
 
+    def bisections_needed(self, a: float, b: float) -> int:
+        """How many bisections bring the bracket ``[a, b]`` within the tolerance."""
+        needed = 0
+        while not self._close(a, b) and needed < 64:
+            mid = self._mid(a, b)
+            if mid in (a, b):
+                break
+            a, needed = mid, needed + 1  # the wider half, on either side, is the same
+        return needed
+
     def resume_below(self, failed: float, passed: list[float]) -> SearchResult:
         """Search again after ``failed``, once the answer, failed its confirmation:
         between it and the nearest value in ``passed`` on the passing side (below for
-        ``max``, above for ``min``); ``infeasible`` when there is none."""
+        ``max``, above for ``min``); ``infeasible`` when there is none. The budget
+        grows by the bisections that bracket needs: a confirmation that fails late in
+        the search still narrows the answer to the tolerance."""
         if self.want == "max":
             side = [v for v in passed if v < failed]
             good = max(side) if side else None
@@ -141,7 +154,8 @@ class Bisection:
             good = min(side) if side else None
         if good is None:
             return self._result("infeasible", None, failed)
-        return self.narrow(good, failed)
+        budget = max(self.max_probes, self.num_probes + self.bisections_needed(good, failed))
+        return self.narrow(good, failed, budget)
 
     def _result(self, status: str, good: float | None, bad: float | None) -> SearchResult:
         return SearchResult(status, good, good, bad, self.num_probes)
