@@ -13,9 +13,12 @@ from typing import Any, NamedTuple
 
 import simpy
 
+from kvcore.batch_queue import BatchQueue
 from kvcore.block_pool import BlockPool
 from kvcore.fast_forward import StretchRecords, plan_decode_stretch
+from kvcore.fast_forward_async import plan_async_decode_stretch
 from kvcore.request import Request
+from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.records import StepRecorder
 from sim.step_timing import StretchTimer, timeout_at
@@ -65,8 +68,13 @@ class FastForwardSteps:
     _pending: list[Any]
     _reacts_to_finish: bool
     _stretch: StretchTimer
+    _in_flight: list[tuple[float, float, int, int]]
+    _gpu_free: float
 
     def _finish(self, req: Request, now: float) -> None:
+        raise NotImplementedError
+
+    def _step_cost(self, out: SchedulerOutput) -> tuple[float, int, int, dict[str, tuple[int]]]:
         raise NotImplementedError
 
     def _segment(self, start: float, until: float) -> _Segment | None:
@@ -200,6 +208,82 @@ class FastForwardSteps:
             if nxt is None:
                 return seg.end
             seg = nxt
+
+    # -- the async-scheduling loop ----------------------------------------------------
+
+    def _try_async_fast_forward(self, queue: BatchQueue) -> Generator[simpy.Event, Any, bool]:
+        """At the top of an iteration of the async loop: advance stretches of steady
+        decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
+        event, until the last of them applied its batch. Returns True when it advanced.
+
+        With one writer only. Every batch a stretch applies ends before the next SimPy
+        event (the loop would wait for each; an arrival then joins at the next
+        iteration's top, and routers see the replica between iterations), so nothing
+        can look at this replica before the stretch's end. When the workload does not
+        react to finishes, stretches are chained on after ones in which requests finish
+        (those are recorded at their own finish times)."""
+        if self._pending or self.steps.num_writers != 1 or self.env.now > self._gpu_free:
+            return False
+        until = self.env.peek()
+        done: list[tuple[Request, float]] = []
+        seg = self._async_segment(queue, until)
+        if seg is None:
+            return False
+        while True:
+            self._write_segment(seg, 0, len(seg.starts))
+            done += [(req, seg.end) for req in seg.finished]
+            if seg.finished and self._reacts_to_finish:
+                break
+            nxt = self._async_segment(queue, until)
+            if nxt is None:
+                break
+            seg = nxt
+        yield from self._finish_at(seg.end, done)
+        return True
+
+    def _async_segment(self, queue: BatchQueue, until: float) -> _Segment | None:
+        """Plan and apply one async stretch from the batch in flight: the batches it
+        applies all end before ``until``. Records the new batch in flight (its start is
+        the stretch's end: the last applied batch's end) and returns the applied
+        batches as a segment (its ``end``: that time); None when no iteration can be
+        fast-forwarded (then nothing changed)."""
+        start0, duration0, prefill0, decode0 = self._in_flight[0]
+        if prefill0:
+            return None
+        stretch = plan_async_decode_stretch(queue, FAST_FORWARD_HORIZON)
+        if stretch is None or decode0 != stretch.batch_size:
+            return None
+        batch = decode0
+        # Batches of all running requests that the stretch schedules (the finishing
+        # iteration schedules one without the finishing requests).
+        full = stretch.max_steps - 1 if stretch.finishes else stretch.max_steps
+        # Batch N + j starts when batch N + j - 1 ends, which iteration j applies then.
+        starts, durations, end = self._stretch(self._gpu_free, until, batch, stretch.context0, full)
+        k = len(starts)
+        if stretch.finishes and k == full and end < until:
+            k += 1  # the finishing iteration applies its batch at end
+        elif k:
+            end = starts[k - 1]
+        else:
+            return None
+        rids = None
+        if self.decisions is not None:
+            rids = [r.request_id for r in self.scheduler.running]
+        recs, finished, out = stretch.apply(k, SAMPLE_TOKEN_ID)
+        if out.total_num_scheduled_tokens:
+            duration, prefill, decode, _ = self._step_cost(out)
+        else:
+            duration, prefill, decode = 0.0, 0, 0
+        self._in_flight[0] = (end, duration, prefill, decode)
+        self._gpu_free = end + duration
+        step0 = self.num_steps
+        self.num_steps += k
+        self.num_fast_forwarded += k
+        self.num_stretches += 1
+        starts.insert(0, start0)
+        durations.insert(0, duration0)
+        del starts[k:], durations[k:]
+        return _Segment(step0, starts, durations, end, batch, recs, finished, rids)
 
     def _stretch_bound(self) -> float:
         """The time before which a stretch's steps must start: the next SimPy event;
