@@ -216,15 +216,21 @@ class FastForwardSteps:
         decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
         event, until the last of them applied its batch. Returns True when it advanced.
 
-        With one writer only. Every batch a stretch applies ends before the next SimPy
-        event (the loop would wait for each; an arrival then joins at the next
-        iteration's top, and routers see the replica between iterations), so nothing
-        can look at this replica before the stretch's end. When the workload does not
-        react to finishes, stretches are chained on after ones in which requests finish
-        (those are recorded at their own finish times)."""
-        if self._pending or self.steps.num_writers != 1 or self.env.now > self._gpu_free:
+        With one writer only. Every iteration of a stretch starts before the next SimPy
+        event and every batch it applies ends before that event, but the last, which
+        may end after it if no request finishes in it: an arrival in the meantime joins
+        at the next iteration's top, after that batch is applied, as stepping would
+        have it, and nothing else looks at this replica (one replica; a finish could
+        make the workload submit, so the batches in which requests finish end before
+        the event). Stretches are chained on until the event, but for a workload that
+        reacts to finishes, not after one in which requests finish (the finished are
+        recorded at their own finish times)."""
+        env = self.env
+        if self._pending or self.steps.num_writers != 1 or env.now > self._gpu_free:
             return False
-        until = self.env.peek()
+        until = env.peek()
+        if until <= env.now:
+            return False
         done: list[tuple[Request, float]] = []
         seg = self._async_segment(queue, until)
         if seg is None:
@@ -232,7 +238,7 @@ class FastForwardSteps:
         while True:
             self._write_segment(seg, 0, len(seg.starts))
             done += [(req, seg.end) for req in seg.finished]
-            if seg.finished and self._reacts_to_finish:
+            if seg.end >= until or (seg.finished and self._reacts_to_finish):
                 break
             nxt = self._async_segment(queue, until)
             if nxt is None:
@@ -242,11 +248,13 @@ class FastForwardSteps:
         return True
 
     def _async_segment(self, queue: BatchQueue, until: float) -> _Segment | None:
-        """Plan and apply one async stretch from the batch in flight: the batches it
-        applies all end before ``until``. Records the new batch in flight (its start is
-        the stretch's end: the last applied batch's end) and returns the applied
-        batches as a segment (its ``end``: that time); None when no iteration can be
-        fast-forwarded (then nothing changed)."""
+        """Plan and apply one async stretch from the batch in flight, scheduled (its
+        iterations start) before ``until``: the batches it applies end before
+        ``until`` but for the last, which may end at or after it if no request finishes
+        in it. Records the new batch in flight (its start is the stretch's end: the
+        last applied batch's end) and returns the applied batches as a segment (its
+        ``end``: that time); None when no iteration can be fast-forwarded (then nothing
+        changed)."""
         start0, duration0, prefill0, decode0 = self._in_flight[0]
         if prefill0:
             return None
@@ -260,8 +268,11 @@ class FastForwardSteps:
         # Batch N + j starts when batch N + j - 1 ends, which iteration j applies then.
         starts, durations, end = self._stretch(self._gpu_free, until, batch, stretch.context0, full)
         k = len(starts)
-        if stretch.finishes and k == full and end < until:
-            k += 1  # the finishing iteration applies its batch at end
+        if k < full or (stretch.finishes and k == full and end < until):
+            # The iteration after those whose batches end before until: it schedules
+            # before until; it applies its batch at end, after until only if no
+            # request finishes in it (as stepping would, once the event has passed).
+            k += 1
         elif k:
             end = starts[k - 1]
         else:
