@@ -31,19 +31,37 @@ shortcut whose results equal the batch queue's step-by-step behaviour (see the t
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from kvcore.batch_queue import BatchQueue
 from kvcore.fast_forward import StretchRecords, record_event_steps
-from kvcore.kv_cache_manager import KVCacheBlocks
+from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import SchedulerOutput
 from kvcore.single_type_kv_cache_manager import FullAttentionManager
+
+
+class AsyncStretchResult(NamedTuple):
+    """What :meth:`AsyncDecodeStretch.apply` did in its ``k`` iterations."""
+
+    records: StretchRecords
+    """Block counts after each iteration (its schedule, then its apply)."""
+    finished: list[Request]
+    """Requests that finished in iteration ``k`` (empty unless ``k == max_steps`` and
+    ``finishes``), in running order, freed and removed from ``running``."""
+    scheduler_output: SchedulerOutput
+    """The batch iteration ``k`` scheduled, now the one in flight."""
+    prefix_cache_stats: PrefixCacheStats | None
+    """What iteration 1's apply reports (lookups made before the stretch, when no
+    batch was applied since); the later iterations' are empty (nothing waits)."""
 
 
 class AsyncDecodeStretch:
     """Up to ``max_steps`` engine iterations of a steady async decode, applied at once.
 
     ``batch_size`` requests (all running ones) are in the batch in flight and in every
-    batch the stretch schedules but the last; ``context0`` is their total
+    batch the stretch schedules but the last, each with one token (the batch in flight
+    may complete prompts); ``context0`` is their total
     ``num_tokens`` at the start, so batch ``N + j`` (``1 <= j < max_steps``, the ``j``-th
     scheduled) computes over ``context0 + (j - 1) * batch_size`` tokens of context.
     When ``finishes`` is true, iteration ``max_steps`` is the first in which requests
@@ -77,17 +95,9 @@ class AsyncDecodeStretch:
         self.steps_left = steps_left
         self.finishes = finishes
 
-    def apply(
-        self, k: int, sample_token_id: int
-    ) -> tuple[StretchRecords, list[Request], SchedulerOutput]:
-        """Advance ``k`` (1 <= k <= max_steps) iterations.
-
-        Returns the per-iteration block counts (after each iteration's schedule and
-        apply), the requests that finished in iteration ``k`` (empty unless
-        ``k == max_steps`` and ``finishes``; in running order, freed and removed from
-        ``running``) and the output of the batch iteration ``k`` scheduled, now the one
-        in flight.
-        """
+    def apply(self, k: int, sample_token_id: int) -> AsyncStretchResult:
+        """Advance ``k`` (1 <= k <= max_steps) iterations; see
+        :class:`AsyncStretchResult` for what they did."""
         assert 1 <= k <= self.max_steps
         queue = self.queue
         sched = queue.scheduler
@@ -99,18 +109,17 @@ class AsyncDecodeStretch:
         mml = sched.max_model_len
         running = sched.running
         caching = kvm.enable_caching
-        finished: list[Request] = []
-        if self.finishes and k == self.max_steps:
-            finished = [r for r, left in zip(running, self.steps_left) if left == k]
-        gone = set(finished)
+        finishing = self.finishes and k == self.max_steps
+        gone = [finishing and left == k for left in self.steps_left]
+        finished = [r for r, g in zip(running, gone) if g]
         # Schedule-time events, keyed by iteration, in running order: allocations
         # (request, slots) and prefix-cache registrations (request, tokens).
         alloc: dict[int, list[tuple[Request, int]]] = {}
         cache: dict[int, list[tuple[Request, int]]] = {}
         held_before_last: dict[str, int] = {}  # blocks held before iteration k's schedule
-        for req, c0 in zip(running, self.computed0):
+        for req, c0, g in zip(running, self.computed0, gone):
             rid = req.request_id
-            last = k - 1 if req in gone else k  # iterations that schedule it
+            last = k - 1 if g else k  # iterations that schedule it
             held = len(req_to_blocks.get(rid) or ())
             # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
             j = 1
@@ -134,14 +143,15 @@ class AsyncDecodeStretch:
         # Tokens first (hashes must exist before caching); the counters as the batch
         # queue leaves them: one token in flight for those still running.
         tokens = [sample_token_id] * k
-        for req in running:
+        for req, g in zip(running, gone):
             req.append_output_token_ids(tokens)
-            if req in gone:
+            if g:
                 req.num_computed_tokens += k - 1
                 req.num_in_flight_tokens = 0
                 req.num_output_placeholders = 0
             else:
                 req.num_computed_tokens += k
+                req.num_in_flight_tokens = 1
         finished_before = sched.finished_req_ids
         sched.finished_req_ids = set()
         event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
@@ -154,15 +164,15 @@ class AsyncDecodeStretch:
                 for m in managers:
                     m.cache_blocks(req, num_tokens)
             if j == k and finished:
-                for req, c0 in zip(running, self.computed0):
-                    if req in gone:  # its output's registration, then its free
+                for req, c0, g in zip(running, self.computed0, gone):
+                    if g:  # its output's registration, then its free
                         kvm.cache_blocks(req, c0 + k - 1)
                 ids = [r.request_id for r in finished]
                 sched.finish_requests(ids, RequestStatus.FINISHED_LENGTH_CAPPED)
 
         records = record_event_steps(kvm.block_pool, k, event_steps, run_step)
         sched.reset_preempted_req_ids = set()
-        kvm.make_prefix_cache_stats()
+        stats = kvm.make_prefix_cache_stats()  # iteration 1's; the others' are empty
         kvm.take_events()
         new_blocks: dict[str, KVCacheBlocks] = {}
         num_scheduled: dict[str, int] = {}
@@ -187,20 +197,22 @@ class AsyncDecodeStretch:
             finished_req_ids=finished_before if k == 1 else set(),
         )
         queue.replace_in_flight(k, out)
-        return records, finished, out
+        return AsyncStretchResult(records, finished, out, stats)
 
 
 def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStretch | None:
     """The longest steady async decode stretch (at most ``horizon`` iterations) from
     the top of an engine iteration, or None.
 
-    Eligible when nothing waits, exactly one batch is in flight and it is a decode of
-    every running request (one token each, in running order, nothing preempted); every
-    running request has its sequence computed up to the token in flight (one output
-    placeholder, one token in flight, no stale output), has sampled a token already,
-    stops only on length (no EOS or stop tokens) and is registered in the prefix cache
-    up to its last computed token; all groups are full attention, KV events are off
-    and the token budget covers one token per request.
+    Eligible when nothing waits and exactly one batch is in flight, in which every
+    running request (in running order) samples: a decode, or the last part of its
+    prompt (a new or resumed request). Every running request then has its sequence
+    computed up to the token in flight (one output placeholder, only that batch's
+    tokens in flight, no stale output), stops only on length (no EOS or stop tokens)
+    and is registered in the prefix cache up to its last computed token; all groups
+    are full attention, KV events are off and the token budget covers one token per
+    request. Requests with no output yet get their first token when iteration 1
+    applies the batch in flight.
     """
     sched = queue.scheduler
     running = sched.running
@@ -217,9 +229,8 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
     for m in managers:
         if type(m) is not FullAttentionManager:
             return None
-    out = queue.queue[0].scheduler_output
-    in_flight = out.num_scheduled_tokens
-    if len(in_flight) != len(running) or out.preempted_req_ids:
+    in_flight = queue.queue[0].scheduler_output.num_scheduled_tokens
+    if len(in_flight) != len(running):
         return None
     mml = sched.max_model_len
     bs = kvm.coordinator.block_size
@@ -231,14 +242,12 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
         c = req.num_computed_tokens
         if (
             rid != req.request_id
-            or n != 1
             or c != req.num_tokens
             or req.num_output_placeholders != 1
-            or req.num_in_flight_tokens != 1
+            or req.num_in_flight_tokens != n
             or req.num_stale_output_tokens
             or req.spec_token_ids
             or req.is_prefill_chunk
-            or not req.output_token_ids
             or req.eos_token_id is not None
             or req.stop_token_ids
         ):

@@ -15,8 +15,16 @@ Two loops, as vLLM 0.33.0's engine core has:
   output is applied and scheduled in N+2, one step later than the synchronous loop
   would run it. Host time (scheduling, input preparation, output processing) is not
   charged separately: it overlaps the GPU's in this loop and is part of the latency
-  model's per-step overhead in both. Fast-forward does not apply (requests carry
-  placeholders): every step is simulated one by one.
+  model's per-step overhead in both.
+
+Fast-forward (on by default) advances stretches of decode-only steps at once, exactly
+as the loop would step them (same records, byte for byte): in the synchronous loop
+with :mod:`kvcore.fast_forward` (also with several replicas), in the async loop with
+:mod:`kvcore.fast_forward_async` (one replica: iterations that each schedule one
+token per running request, with placeholders, and apply the batch in flight). Both
+stop at the first step in which requests finish, before a step whose blocks the pool
+cannot serve, and at the next SimPy event (an arrival, a timer); see
+:mod:`sim.engine_fast_forward`.
 
 A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
 arrived is aborted as vLLM 0.33.0 aborts a request whose client went away: the

@@ -46,6 +46,10 @@ class _Segment(NamedTuple):
     records: StretchRecords
     finished: list[Request]
     rids: list[str] | None  # scheduled request ids, when decisions are written
+    head: tuple[SchedulerOutput, int, int, int, int] | None = None
+    """Async: the first step's output, prefill and decode tokens, prefix queries and
+    hits when its row is not a plain decode row (prompts completed in it, preemptions
+    or prefix lookups recorded)."""
 
 
 class FastForwardSteps:
@@ -70,6 +74,7 @@ class FastForwardSteps:
     _stretch: StretchTimer
     _in_flight: list[tuple[float, float, int, int]]
     _gpu_free: float
+    _meta: dict[str, Any]
 
     def _finish(self, req: Request, now: float) -> None:
         raise NotImplementedError
@@ -236,7 +241,7 @@ class FastForwardSteps:
         if seg is None:
             return False
         while True:
-            self._write_segment(seg, 0, len(seg.starts))
+            self._write_async_segment(seg)
             done += [(req, seg.end) for req in seg.finished]
             if seg.end >= until or (seg.finished and self._reacts_to_finish):
                 break
@@ -256,12 +261,11 @@ class FastForwardSteps:
         ``end``: that time); None when no iteration can be fast-forwarded (then nothing
         changed)."""
         start0, duration0, prefill0, decode0 = self._in_flight[0]
-        if prefill0:
-            return None
+        head_out = queue.queue[0].scheduler_output
         stretch = plan_async_decode_stretch(queue, FAST_FORWARD_HORIZON)
-        if stretch is None or decode0 != stretch.batch_size:
+        if stretch is None:
             return None
-        batch = decode0
+        batch = stretch.batch_size
         # Batches of all running requests that the stretch schedules (the finishing
         # iteration schedules one without the finishing requests).
         full = stretch.max_steps - 1 if stretch.finishes else stretch.max_steps
@@ -277,10 +281,20 @@ class FastForwardSteps:
             end = starts[k - 1]
         else:
             return None
-        rids = None
-        if self.decisions is not None:
-            rids = [r.request_id for r in self.scheduler.running]
-        recs, finished, out = stretch.apply(k, SAMPLE_TOKEN_ID)
+        running = self.scheduler.running
+        rids = [r.request_id for r in running] if self.decisions is not None else None
+        first_apply = self._gpu_free
+        meta = self._meta
+        for r in running:  # first tokens come with the batch in flight (prompts in it)
+            if not r.output_token_ids:
+                meta[r.request_id].first_token_s = first_apply
+        recs, finished, out, stats = stretch.apply(k, SAMPLE_TOKEN_ID)
+        assert stats is not None  # the scheduler logs stats (log_stats=True)
+        queries = stats.queries + stats.preempted_queries
+        hits = stats.hits + stats.preempted_hits
+        head = None
+        if prefill0 or decode0 != batch or head_out.preempted_req_ids or queries or hits:
+            head = (head_out, prefill0, decode0, queries, hits)
         if out.total_num_scheduled_tokens:
             duration, prefill, decode, _ = self._step_cost(out)
         else:
@@ -294,7 +308,50 @@ class FastForwardSteps:
         starts.insert(0, start0)
         durations.insert(0, duration0)
         del starts[k:], durations[k:]
-        return _Segment(step0, starts, durations, end, batch, recs, finished, rids)
+        return _Segment(step0, starts, durations, end, batch, recs, finished, rids, head)
+
+    def _write_async_segment(self, seg: _Segment) -> None:
+        """Rows (and decisions) of an async segment: its first step's row as the loop
+        writes it when that step is not a plain decode (``seg.head``), the rest as
+        decode rows."""
+        k = len(seg.starts)
+        if seg.head is None:
+            self._write_segment(seg, 0, k)
+            return
+        out, prefill, decode, queries, hits = seg.head
+        last = k == 1
+        free, cached, cached_free = (c[0] for c in seg.records)
+        usable = self.pool.num_gpu_blocks - 1
+        self.steps.add(
+            self.replica_id,
+            seg.step0,
+            seg.starts[0],
+            seg.durations[0],
+            seg.batch - len(seg.finished) if last else seg.batch,
+            0,
+            prefill,
+            decode,
+            len(out.preempted_req_ids),
+            1.0 - free / usable if usable else 0.0,  # BlockPool.get_usage
+            free,
+            cached,
+            queries,
+            hits,
+            cached_free,
+        )
+        if self.decisions is not None:
+            finished = [r.request_id for r in seg.finished] if last else []
+            line = {
+                "replica": self.replica_id,
+                "step": seg.step0,
+                "scheduled": out.num_scheduled_tokens,
+                "preempted": sorted(out.preempted_req_ids),
+                "finished": finished,
+                "num_free_blocks": free,
+            }
+            self.decisions.write(json.dumps(line) + "\n")
+        if k > 1:
+            self._write_segment(seg, 1, k)
 
     def _stretch_bound(self) -> float:
         """The time before which a stretch's steps must start: the next SimPy event;

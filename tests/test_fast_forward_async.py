@@ -27,12 +27,18 @@ from sim.engine import SAMPLE_TOKEN_ID
 BLOCK = 16
 
 
-def _queue(num_blocks: int, max_model_len: int = 4096, caching: bool = True) -> BatchQueue:
+def _queue(
+    num_blocks: int, max_model_len: int = 4096, caching: bool = True, budget: int = 4096
+) -> BatchQueue:
     config = KVCacheConfig(
         num_blocks, [], [KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK))]
     )
     sched = AsyncScheduler(
-        SchedulerConfig(max_model_len=max_model_len, max_num_batched_tokens=4096, max_num_seqs=64),
+        SchedulerConfig(
+            max_model_len=max_model_len,
+            max_num_batched_tokens=budget,
+            max_num_seqs=min(64, budget),
+        ),
         config,
         enable_caching=caching,
     )
@@ -134,11 +140,11 @@ def test_async_plan_ends_with_the_first_finish() -> None:
     short = plan_async_decode_stretch(queue, 5)
     assert short is not None and short.max_steps == 5 and not short.finishes
     # Fewer iterations than planned finish nothing.
-    _records, finished, out = plan.apply(8, SAMPLE_TOKEN_ID)
+    _records, finished, out, _stats = plan.apply(8, SAMPLE_TOKEN_ID)
     assert finished == [] and list(out.num_scheduled_tokens) == ["a", "b"]
     last = plan_async_decode_stretch(queue, 1000)
     assert last is not None and last.max_steps == 1 and last.finishes
-    _records, finished, out = last.apply(1, SAMPLE_TOKEN_ID)
+    _records, finished, out, _stats = last.apply(1, SAMPLE_TOKEN_ID)
     assert [r.request_id for r in finished] == ["b"]
     assert list(out.num_scheduled_tokens) == ["a"]
     assert [r.request_id for r in queue.scheduler.running] == ["a"]
@@ -180,14 +186,15 @@ def test_async_plan_stops_before_an_unservable_block() -> None:
     assert plan_async_decode_stretch(tight, 1000) is None
 
 
-def test_async_plan_nothing_unless_one_steady_decode_is_in_flight() -> None:
-    """Nothing is planned while a request waits, while a prompt is in flight, with two
-    batches in flight (mid-iteration), or for a request that may stop on EOS."""
+def test_async_plan_nothing_unless_every_request_samples_in_the_batch_in_flight() -> None:
+    """Nothing is planned while a request waits, while a prompt chunk that samples
+    nothing is in flight, with two batches in flight (mid-iteration), or for a request
+    that may stop on EOS; a batch in flight that completes prompts is a start."""
     queue = _queue(200)
     _add(queue, "a", 40, 30)
     assert plan_async_decode_stretch(queue, 100) is None  # only waiting
     queue.step()
-    assert plan_async_decode_stretch(queue, 100) is None  # the prompt in flight
+    assert plan_async_decode_stretch(queue, 100) is not None  # a's prompt in flight
     queue.step()
     assert plan_async_decode_stretch(queue, 100) is not None
     queue.schedule_next()
@@ -197,9 +204,16 @@ def test_async_plan_nothing_unless_one_steady_decode_is_in_flight() -> None:
     _add(queue, "b", 10, 30, seed=1)
     assert plan_async_decode_stretch(queue, 100) is None  # b waits
     queue.step()
-    assert plan_async_decode_stretch(queue, 100) is None  # b's prompt in flight
-    queue.step()
-    assert plan_async_decode_stretch(queue, 100) is not None
+    assert plan_async_decode_stretch(queue, 100) is not None  # b's prompt in flight
+
+    chunked = _queue(200, budget=16)
+    _add(chunked, "a", 40, 30)
+    chunked.step()
+    assert plan_async_decode_stretch(chunked, 100) is None  # 16 of 40 prompt tokens
+    chunked.step()
+    assert plan_async_decode_stretch(chunked, 100) is None  # a chunk, a's sample none
+    chunked.step()
+    assert plan_async_decode_stretch(chunked, 100) is not None  # the last 8 tokens
 
     eos = _queue(200)
     _add(eos, "a", 40, 30, eos_token_id=2)
@@ -208,8 +222,12 @@ def test_async_plan_nothing_unless_one_steady_decode_is_in_flight() -> None:
 
 
 SCENARIOS = {
-    # name: (blocks, max_model_len, caching, [(id, prompt, max_tokens, seed)])
+    # name: (blocks, max_model_len, caching, [(id, prompt, max_tokens, seed)]); a
+    # request whose id ends in "+" arrives after the others' first decode was scheduled
+    # (its prompt and their decode in flight when the stretches start).
     "two": (100, 4096, True, [("a", 30, 80, 0), ("b", 17, 80, 1)]),
+    "prompts-in-flight": (100, 4096, True, [("a", 30, 80, 0), ("b", 17, 80, 1), ("c+", 50, 9, 2)]),
+    "shared-in-flight": (60, 4096, True, [("a", 33, 40, 0), ("b+", 33, 20, 0), ("c+", 1, 3, 0)]),
     "finish": (40, 4096, True, [("a", 30, 25, 0), ("b", 17, 12, 1), ("c", 40, 12, 2)]),
     # Identical prompts: identical block hashes, registered by several requests.
     "shared": (60, 4096, True, [("a", 33, 40, 0), ("b", 33, 20, 0), ("c", 32, 20, 0)]),
@@ -232,14 +250,20 @@ def test_async_apply_equals_stepping(name: str) -> None:
     for _ in range(2):
         queue = _queue(blocks, max_model_len, caching)
         for rid, prompt, max_tokens, seed in requests:
-            _add(queue, rid, prompt, max_tokens, seed)
+            if not rid.endswith("+"):
+                _add(queue, rid, prompt, max_tokens, seed)
         _warm(queue)
+        late = [r for r in requests if r[0].endswith("+")]
+        for rid, prompt, max_tokens, seed in late:
+            _add(queue, rid, prompt, max_tokens, seed)
+        if late:  # their prompts scheduled, the first decode of the others applied
+            queue.step()
         queues.append(queue)
     ff, ref = queues
     stretches = 0
     while (plan := plan_async_decode_stretch(ff, 7)) is not None:
         assert plan_async_decode_stretch(ref, 7) is not None
-        records, finished, _out = plan.apply(plan.max_steps, SAMPLE_TOKEN_ID)
+        records, finished, _out, _stats = plan.apply(plan.max_steps, SAMPLE_TOKEN_ID)
         counts, done = _step_iterations(ref, plan.max_steps)
         assert list(zip(*records)) == counts
         assert [r.request_id for r in finished] == (done if plan.finishes else [])
