@@ -1,8 +1,10 @@
 """Fast-forward in the engine loop: stretches of decode-only steps advanced at once.
 
 :class:`FastForwardSteps` is the part of :class:`sim.engine.ReplicaEngine` that plans
-stretches with :func:`kvcore.fast_forward.plan_decode_stretch`, times them, applies
-them and writes their records exactly as stepping one by one would.
+stretches with :func:`kvcore.fast_forward.plan_decode_stretch` (the synchronous loop)
+or :func:`kvcore.fast_forward_async.plan_async_decode_stretch` (the async-scheduling
+loop: iterations that schedule a batch and apply the one in flight), times them,
+applies them and writes their records exactly as stepping one by one would.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class _Segment(NamedTuple):
 class FastForwardSteps:
     """Fast-forward methods of ``ReplicaEngine`` (a mixin: it uses the engine's
     ``env``, ``scheduler``, ``steps``, ``decisions``, ``pool``, ``workload``, timers,
-    counters and ``_finish``)."""
+    counters, ``_finish``, ``_step_cost`` and, for the async loop, the batches in
+    flight and the requests' first-token times)."""
 
     env: simpy.Environment
     scheduler: Scheduler
@@ -287,7 +290,9 @@ class FastForwardSteps:
         meta = self._meta
         for r in running:  # first tokens come with the batch in flight (prompts in it)
             if not r.output_token_ids:
-                meta[r.request_id].first_token_s = first_apply
+                m = meta[r.request_id]
+                if m.first_token_s < 0:
+                    m.first_token_s = first_apply
         recs, finished, out, stats = stretch.apply(k, SAMPLE_TOKEN_ID)
         assert stats is not None  # the scheduler logs stats (log_stats=True)
         queries = stats.queries + stats.preempted_queries
