@@ -28,7 +28,11 @@ BLOCK = 16
 
 
 def _queue(
-    num_blocks: int, max_model_len: int = 4096, caching: bool = True, budget: int = 4096
+    num_blocks: int,
+    max_model_len: int = 4096,
+    caching: bool = True,
+    budget: int = 4096,
+    lookahead: int = 0,
 ) -> BatchQueue:
     config = KVCacheConfig(
         num_blocks, [], [KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK))]
@@ -38,6 +42,7 @@ def _queue(
             max_model_len=max_model_len,
             max_num_batched_tokens=budget,
             max_num_seqs=min(64, budget),
+            num_lookahead_tokens=lookahead,
         ),
         config,
         enable_caching=caching,
@@ -236,7 +241,12 @@ SCENARIOS = {
     "all-finish": (60, 4096, True, [("a", 31, 12, 0), ("b", 15, 12, 1)]),
     "max-model-len": (60, 64, True, [("a", 47, 100, 0), ("b", 10, 100, 1)]),
     "tight": (8, 4096, True, [("a", 40, 100, 0), ("b", 20, 100, 1)]),
+    "lookahead": (60, 4096, True, [("a", 30, 40, 0), ("b", 13, 30, 1)]),
+    "lookahead-tight": (9, 4096, True, [("a", 40, 100, 0), ("b", 20, 100, 1)]),
+    "lookahead-max-model-len": (60, 64, True, [("a", 47, 100, 0), ("b", 10, 100, 1)]),
 }
+LOOKAHEAD = {"lookahead": 3, "lookahead-tight": 5, "lookahead-max-model-len": 4}
+"""Speculative slots reserved per request per step, where not 0."""
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -248,7 +258,7 @@ def test_async_apply_equals_stepping(name: str) -> None:
     blocks, max_model_len, caching, requests = SCENARIOS[name]
     queues = []
     for _ in range(2):
-        queue = _queue(blocks, max_model_len, caching)
+        queue = _queue(blocks, max_model_len, caching, lookahead=LOOKAHEAD.get(name, 0))
         for rid, prompt, max_tokens, seed in requests:
             if not rid.endswith("+"):
                 _add(queue, rid, prompt, max_tokens, seed)
