@@ -128,6 +128,19 @@ class BatchQueue:
         result = self.scheduler.update_from_output(batch.scheduler_output, batch.sampled_token_ids)
         return batch, result
 
+    def replace_in_flight(self, num_iterations: int, scheduler_output: SchedulerOutput) -> Batch:
+        """Bookkeeping of a fast-forward (:mod:`kvcore.fast_forward_async`) that did
+        ``num_iterations`` iterations at once: they applied the one batch in flight and
+        every batch they scheduled but the last, whose ``scheduler_output`` is now the
+        batch in flight (its tokens sampled as :meth:`schedule_next` samples them)."""
+        assert len(self.queue) == 1 and num_iterations >= 1
+        self.queue.pop()
+        self.iteration += num_iterations
+        out = scheduler_output
+        batch = Batch(self.iteration - 1, out, self.sample(self.scheduler, out))
+        self.queue.appendleft(batch)
+        return batch
+
     def step(self) -> IterationResult:
         """One engine iteration: :meth:`schedule_next`, then :meth:`apply_oldest` when
         it says to wait."""

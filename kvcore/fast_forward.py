@@ -19,8 +19,10 @@ shortcut whose results equal vLLM's step-by-step behaviour (see the tests).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
+from kvcore.block_pool import BlockPool
 from kvcore.request import Request, RequestStatus
 from kvcore.scheduler import Scheduler
 from kvcore.single_type_kv_cache_manager import FullAttentionManager
@@ -32,6 +34,44 @@ class StretchRecords(NamedTuple):
     num_free_blocks: list[int]
     num_cached_blocks: list[int]
     num_cached_free_blocks: list[int]
+
+
+def record_event_steps(
+    pool: BlockPool, k: int, event_steps: list[int], run_step: Callable[[int], None]
+) -> StretchRecords:
+    """Per-step block counts of ``k`` steps in which only ``event_steps`` (sorted,
+    1-based) change the pool: ``run_step(j)`` performs step ``j``'s changes; the counts
+    of every other step are those of the step before it."""
+    free_queue = pool.free_block_queue
+    cur_free = free_queue.num_free_blocks
+    cur_cached = pool.num_cached_blocks
+    cur_cached_free = pool.num_cached_free_blocks
+    if not event_steps:
+        return StretchRecords([cur_free] * k, [cur_cached] * k, [cur_cached_free] * k)
+    free: list[int] = []
+    cached: list[int] = []
+    cached_free: list[int] = []
+    done = 0  # steps whose counts are recorded
+    for j in event_steps:
+        if j - 1 > done:  # steps without events keep the counts
+            gap = j - 1 - done
+            free += [cur_free] * gap
+            cached += [cur_cached] * gap
+            cached_free += [cur_cached_free] * gap
+        run_step(j)
+        cur_free = free_queue.num_free_blocks
+        cur_cached = pool.num_cached_blocks
+        cur_cached_free = pool.num_cached_free_blocks
+        free.append(cur_free)
+        cached.append(cur_cached)
+        cached_free.append(cur_cached_free)
+        done = j
+    if done < k:
+        gap = k - done
+        free += [cur_free] * gap
+        cached += [cur_cached] * gap
+        cached_free += [cur_cached_free] * gap
+    return StretchRecords(free, cached, cached_free)
 
 
 class DecodeStretch:
@@ -82,7 +122,6 @@ class DecodeStretch:
         sched = self.scheduler
         kvm = sched.kv_cache_manager
         pool = kvm.block_pool
-        free_queue = pool.free_block_queue
         managers = kvm.coordinator.single_type_managers
         req_to_blocks = managers[0].req_to_blocks
         bs = kvm.coordinator.block_size
@@ -127,43 +166,17 @@ class DecodeStretch:
         if self.finishes and k == self.max_steps:
             finished = [r for r, left in zip(running, self.steps_left) if left == k]
         sched.finished_req_ids = set()
-        cur_free = free_queue.num_free_blocks
-        cur_cached = pool.num_cached_blocks
-        cur_cached_free = pool.num_cached_free_blocks
-        if not alloc and not cache and not finished:
-            free = [cur_free] * k
-            cached = [cur_cached] * k
-            cached_free = [cur_cached_free] * k
-        else:
-            free = []
-            cached = []
-            cached_free = []
-            done = 0  # steps whose counts are recorded
-            event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
-            for j in event_steps:
-                if j - 1 > done:  # steps without events keep the counts
-                    gap = j - 1 - done
-                    free += [cur_free] * gap
-                    cached += [cur_cached] * gap
-                    cached_free += [cur_cached_free] * gap
-                self._step_events(alloc.get(j), cache.get(j))
-                if j == k and finished:
-                    self._free_finished(finished)
-                cur_free = free_queue.num_free_blocks
-                cur_cached = pool.num_cached_blocks
-                cur_cached_free = pool.num_cached_free_blocks
-                free.append(cur_free)
-                cached.append(cur_cached)
-                cached_free.append(cur_cached_free)
-                done = j
-            if done < k:
-                gap = k - done
-                free += [cur_free] * gap
-                cached += [cur_cached] * gap
-                cached_free += [cur_cached_free] * gap
+        event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
+
+        def run_step(j: int) -> None:
+            self._step_events(alloc.get(j), cache.get(j))
+            if j == k and finished:
+                self._free_finished(finished)
+
+        records = record_event_steps(pool, k, event_steps, run_step)
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
-        return StretchRecords(free, cached, cached_free), finished
+        return records, finished
 
     def _step_events(
         self,

@@ -55,6 +55,7 @@ NATIVE_MODULES = (
     "kvcore.scheduler",
     "kvcore.async_scheduler",
     "kvcore.fast_forward",
+    "kvcore.fast_forward_async",
     "calibrate.roofline_scalar",
     "sim.step_timing",
     "sim.records",

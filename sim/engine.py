@@ -15,8 +15,16 @@ Two loops, as vLLM 0.33.0's engine core has:
   output is applied and scheduled in N+2, one step later than the synchronous loop
   would run it. Host time (scheduling, input preparation, output processing) is not
   charged separately: it overlaps the GPU's in this loop and is part of the latency
-  model's per-step overhead in both. Fast-forward does not apply (requests carry
-  placeholders): every step is simulated one by one.
+  model's per-step overhead in both.
+
+Fast-forward (on by default) advances stretches of decode-only steps at once, exactly
+as the loop would step them (same records, byte for byte): in the synchronous loop
+with :mod:`kvcore.fast_forward` (also with several replicas), in the async loop with
+:mod:`kvcore.fast_forward_async` (one replica: iterations that each schedule one
+token per running request, with placeholders, and apply the batch in flight). Both
+stop at the first step in which requests finish, before a step whose blocks the pool
+cannot serve, and at the next SimPy event (an arrival, a timer); see
+:mod:`sim.engine_fast_forward`.
 
 A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
 arrived is aborted as vLLM 0.33.0 aborts a request whose client went away: the
@@ -122,9 +130,7 @@ class ReplicaEngine(FastForwardSteps):
             else None
         )
         timeouts = getattr(workload, "has_timeouts", False)
-        self.fast_forward = (
-            fast_forward and self._vector_decode and self.batch_queue is None and not timeouts
-        )
+        self.fast_forward = fast_forward and self._vector_decode and not timeouts
         # A decode computes the last known token; with async scheduling the tokens in
         # flight (output placeholders, the step's own included) count as known.
         self._decode_lag = 2 if self.batch_queue is not None else 1
@@ -137,6 +143,10 @@ class ReplicaEngine(FastForwardSteps):
         self.max_model_len = scheduler.max_model_len
         self.pool = scheduler.kv_cache_manager.block_pool
         self.num_steps = 0
+        # The async loop's batches in flight, oldest first: (start s, duration s,
+        # prefill tokens, decode tokens); and when the last batch launched ends (s).
+        self._in_flight: list[tuple[float, float, int, int]] = []
+        self._gpu_free = env.now
         self.num_rejected = 0
         self.num_aborted = 0
         self._aborts: list[str] = []  # ids whose client gave up, not yet aborted
@@ -276,13 +286,21 @@ class ReplicaEngine(FastForwardSteps):
         waits for an arrival (or is stuck, as in the synchronous loop)."""
         env = self.env
         scheduler = self.scheduler
-        gpu_free = env.now  # when the last batch launched ends
-        timing: list[tuple[float, float, int, int]] = []  # oldest first
+        self._gpu_free = env.now
+        timing = self._in_flight
+        fast_forward = self.fast_forward
         while True:
             if self._pending:
                 self._admit_pending()
             if self._aborts:
                 self._apply_aborts()
+            if (
+                fast_forward
+                and len(timing) == 1
+                and not scheduler.waiting
+                and (yield from self._try_async_fast_forward(queue))
+            ):
+                continue
             if not queue.has_work():
                 if self.arrivals_done() and not self._pending:
                     return
@@ -295,8 +313,8 @@ class ReplicaEngine(FastForwardSteps):
                     duration, prefill, decode, _ = self._step_cost(out)
                 else:
                     duration, prefill, decode = 0.0, 0, 0
-                start = max(env.now, gpu_free)
-                gpu_free = start + duration
+                start = max(env.now, self._gpu_free)
+                self._gpu_free = start + duration
                 timing.append((start, duration, prefill, decode))
             if not must_wait:
                 continue

@@ -1,8 +1,10 @@
 """Fast-forward in the engine loop: stretches of decode-only steps advanced at once.
 
 :class:`FastForwardSteps` is the part of :class:`sim.engine.ReplicaEngine` that plans
-stretches with :func:`kvcore.fast_forward.plan_decode_stretch`, times them, applies
-them and writes their records exactly as stepping one by one would.
+stretches with :func:`kvcore.fast_forward.plan_decode_stretch` (the synchronous loop)
+or :func:`kvcore.fast_forward_async.plan_async_decode_stretch` (the async-scheduling
+loop: iterations that schedule a batch and apply the one in flight), times them,
+applies them and writes their records exactly as stepping one by one would.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from typing import Any, NamedTuple
 
 import simpy
 
+from kvcore.batch_queue import BatchQueue
 from kvcore.block_pool import BlockPool
 from kvcore.fast_forward import StretchRecords, plan_decode_stretch
+from kvcore.fast_forward_async import plan_async_decode_stretch
 from kvcore.request import Request
+from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.records import StepRecorder
 from sim.step_timing import StretchTimer, timeout_at
@@ -43,12 +48,17 @@ class _Segment(NamedTuple):
     records: StretchRecords
     finished: list[Request]
     rids: list[str] | None  # scheduled request ids, when decisions are written
+    head: tuple[SchedulerOutput, int, int, int, int] | None = None
+    """Async: the first step's output, prefill and decode tokens, prefix queries and
+    hits when its row is not a plain decode row (prompts completed in it, preemptions
+    or prefix lookups recorded)."""
 
 
 class FastForwardSteps:
     """Fast-forward methods of ``ReplicaEngine`` (a mixin: it uses the engine's
     ``env``, ``scheduler``, ``steps``, ``decisions``, ``pool``, ``workload``, timers,
-    counters and ``_finish``)."""
+    counters, ``_finish``, ``_step_cost`` and, for the async loop, the batches in
+    flight and the requests' first-token times)."""
 
     env: simpy.Environment
     scheduler: Scheduler
@@ -65,8 +75,14 @@ class FastForwardSteps:
     _pending: list[Any]
     _reacts_to_finish: bool
     _stretch: StretchTimer
+    _in_flight: list[tuple[float, float, int, int]]
+    _gpu_free: float
+    _meta: dict[str, Any]
 
     def _finish(self, req: Request, now: float) -> None:
+        raise NotImplementedError
+
+    def _step_cost(self, out: SchedulerOutput) -> tuple[float, int, int, dict[str, tuple[int]]]:
         raise NotImplementedError
 
     def _segment(self, start: float, until: float) -> _Segment | None:
@@ -200,6 +216,147 @@ class FastForwardSteps:
             if nxt is None:
                 return seg.end
             seg = nxt
+
+    # -- the async-scheduling loop ----------------------------------------------------
+
+    def _try_async_fast_forward(self, queue: BatchQueue) -> Generator[simpy.Event, Any, bool]:
+        """At the top of an iteration of the async loop: advance stretches of steady
+        decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
+        event, until the last of them applied its batch. Returns True when it advanced.
+
+        With one writer only. Every iteration of a stretch starts before the next SimPy
+        event and every batch it applies ends before that event, but the last, which
+        may end after it if no request finishes in it: an arrival in the meantime joins
+        at the next iteration's top, after that batch is applied, as stepping would
+        have it, and nothing else looks at this replica (one replica; a finish could
+        make the workload submit, so the batches in which requests finish end before
+        the event). Stretches are chained on until the event, but for a workload that
+        reacts to finishes, not after one in which requests finish (the finished are
+        recorded at their own finish times)."""
+        env = self.env
+        if self._pending or self.steps.num_writers != 1 or env.now > self._gpu_free:
+            return False
+        until = env.peek()
+        if until <= env.now:
+            return False
+        done: list[tuple[Request, float]] = []
+        seg = self._async_segment(queue, until)
+        if seg is None:
+            return False
+        while True:
+            self._write_async_segment(seg)
+            done += [(req, seg.end) for req in seg.finished]
+            if seg.end >= until or (seg.finished and self._reacts_to_finish):
+                break
+            nxt = self._async_segment(queue, until)
+            if nxt is None:
+                break
+            seg = nxt
+        yield from self._finish_at(seg.end, done)
+        return True
+
+    def _async_segment(self, queue: BatchQueue, until: float) -> _Segment | None:
+        """Plan and apply one async stretch from the batch in flight, scheduled (its
+        iterations start) before ``until``: the batches it applies end before
+        ``until`` but for the last, which may end at or after it if no request finishes
+        in it. Records the new batch in flight (its start is the stretch's end: the
+        last applied batch's end) and returns the applied batches as a segment (its
+        ``end``: that time); None when no iteration can be fast-forwarded (then nothing
+        changed)."""
+        start0, duration0, prefill0, decode0 = self._in_flight[0]
+        head_out = queue.queue[0].scheduler_output
+        stretch = plan_async_decode_stretch(queue, FAST_FORWARD_HORIZON)
+        if stretch is None:
+            return None
+        batch = stretch.batch_size
+        # Batches of all running requests that the stretch schedules (the finishing
+        # iteration schedules one without the finishing requests).
+        full = stretch.max_steps - 1 if stretch.finishes else stretch.max_steps
+        # Batch N + j starts when batch N + j - 1 ends, which iteration j applies then.
+        starts, durations, end = self._stretch(self._gpu_free, until, batch, stretch.context0, full)
+        k = len(starts)
+        if k < full or (stretch.finishes and k == full and end < until):
+            # The iteration after those whose batches end before until: it schedules
+            # before until; it applies its batch at end, after until only if no
+            # request finishes in it (as stepping would, once the event has passed).
+            k += 1
+        elif k:
+            end = starts[k - 1]
+        else:
+            return None
+        running = self.scheduler.running
+        rids = [r.request_id for r in running] if self.decisions is not None else None
+        first_apply = self._gpu_free
+        meta = self._meta
+        for r in running:  # first tokens come with the batch in flight (prompts in it)
+            if not r.output_token_ids:
+                m = meta[r.request_id]
+                if m.first_token_s < 0:
+                    m.first_token_s = first_apply
+        recs, finished, out, stats = stretch.apply(k, SAMPLE_TOKEN_ID)
+        assert stats is not None  # the scheduler logs stats (log_stats=True)
+        queries = stats.queries + stats.preempted_queries
+        hits = stats.hits + stats.preempted_hits
+        head = None
+        if prefill0 or decode0 != batch or head_out.preempted_req_ids or queries or hits:
+            head = (head_out, prefill0, decode0, queries, hits)
+        if out.total_num_scheduled_tokens:
+            duration, prefill, decode, _ = self._step_cost(out)
+        else:
+            duration, prefill, decode = 0.0, 0, 0
+        self._in_flight[0] = (end, duration, prefill, decode)
+        self._gpu_free = end + duration
+        step0 = self.num_steps
+        self.num_steps += k
+        self.num_fast_forwarded += k
+        self.num_stretches += 1
+        starts.insert(0, start0)
+        durations.insert(0, duration0)
+        del starts[k:], durations[k:]
+        return _Segment(step0, starts, durations, end, batch, recs, finished, rids, head)
+
+    def _write_async_segment(self, seg: _Segment) -> None:
+        """Rows (and decisions) of an async segment: its first step's row as the loop
+        writes it when that step is not a plain decode (``seg.head``), the rest as
+        decode rows."""
+        k = len(seg.starts)
+        if seg.head is None:
+            self._write_segment(seg, 0, k)
+            return
+        out, prefill, decode, queries, hits = seg.head
+        last = k == 1
+        free, cached, cached_free = (c[0] for c in seg.records)
+        usable = self.pool.num_gpu_blocks - 1
+        self.steps.add(
+            self.replica_id,
+            seg.step0,
+            seg.starts[0],
+            seg.durations[0],
+            seg.batch - len(seg.finished) if last else seg.batch,
+            0,
+            prefill,
+            decode,
+            len(out.preempted_req_ids),
+            1.0 - free / usable if usable else 0.0,  # BlockPool.get_usage
+            free,
+            cached,
+            queries,
+            hits,
+            cached_free,
+        )
+        if self.decisions is not None:
+            finished = [r.request_id for r in seg.finished] if last else []
+            line = {
+                "replica": self.replica_id,
+                "step": seg.step0,
+                "scheduled": out.num_scheduled_tokens,
+                "preempted": sorted(out.preempted_req_ids),
+                "finished": finished,
+                "num_free_blocks": free,
+            }
+            self.decisions.write(json.dumps(line) + "\n")
+        if k > 1:
+            self._write_segment(seg, 1, k)
 
     def _stretch_bound(self) -> float:
         """The time before which a stretch's steps must start: the next SimPy event;

@@ -2,10 +2,13 @@
 
 ``CASES`` random small workloads (light and heavy load, shared prefixes, sessions,
 priorities, KV pressure with preemption, chunked prefill and prefix caching on and
-off, constant and roofline latency, a hybrid sliding-window model) are simulated both
-ways with :func:`sim.run.simulate`; ``requests.csv``, ``steps.csv``,
-``decisions.jsonl`` and the summary (less wall time) must match exactly. Unit tests
-cover :func:`kvcore.fast_forward.plan_decode_stretch`'s stopping rules.
+off, constant and roofline latency, a hybrid sliding-window model; the synchronous
+loop or async scheduling, vLLM 0.33.0's default) are simulated both ways with
+:func:`sim.run.simulate`; ``requests.csv``, ``steps.csv``, ``decisions.jsonl`` and the
+summary (less wall time) must match exactly. Every third case drawn synchronous also
+runs with async scheduling on one replica (where the async loop fast-forwards). Unit
+tests cover :func:`kvcore.fast_forward.plan_decode_stretch`'s stopping rules
+(tests/test_fast_forward_async.py: the async loop's).
 """
 
 from __future__ import annotations
@@ -101,9 +104,22 @@ def _case(i: int) -> tuple[dict[str, Any], dict[str, Any], str, int]:
         eng["num_gpu_blocks_override"] = blocks * groups
     replicas = rng.choice([1, 1, 2, 3]) if _HAS_REPLICAS else 1
     # Drawn last, so every other choice is what it was before async scheduling existed.
-    # Fast-forward applies to the synchronous loop; async cases step one by one and
-    # must not be changed by the switch either.
+    # Fast-forward applies to both loops (to the async loop with one replica).
     eng["async_scheduling"] = rng.random() < 0.25
+    return wl, eng, model, replicas
+
+
+ASYNC_VARIANTS = [i for i in range(CASES) if i % 3 == 0 and not _case(i)[1]["async_scheduling"]]
+"""Cases drawn synchronous that also run with async scheduling, on one replica."""
+VARIANTS = [(i, "drawn") for i in range(CASES)] + [(i, "async") for i in ASYNC_VARIANTS]
+
+
+def _variant(case: int, variant: str) -> tuple[dict[str, Any], dict[str, Any], str, int]:
+    """Case ``case`` as drawn, or (``"async"``) with async scheduling on one replica."""
+    wl, eng, model, replicas = _case(case)
+    if variant == "async":
+        eng["async_scheduling"] = True
+        replicas = 1
     return wl, eng, model, replicas
 
 
@@ -133,10 +149,10 @@ def _simulate(
     return simulate(resolved, out, decisions=True, fast_forward=ff, **kwargs)
 
 
-@pytest.mark.parametrize("case", range(CASES))
-def test_fast_forward_identical(case: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("case", "variant"), VARIANTS, ids=[f"{i}-{v}" for i, v in VARIANTS])
+def test_fast_forward_identical(case: int, variant: str, tmp_path: Path) -> None:
     """Fast-forward on and off write identical records and summaries."""
-    wl, eng, model, replicas = _case(case)
+    wl, eng, model, replicas = _variant(case, variant)
     path = tmp_path / "wl.yaml"
     path.write_text(yaml.safe_dump(wl))
     # Routers that read the replicas' state (queue, KV usage, prefix cache) check that
@@ -173,12 +189,31 @@ def test_cases_cover_the_space() -> None:
     assert any(m == "Gemma-3-27B" for *_, m, _ in cases)
     assert any(e["async_scheduling"] for _, e, *_ in cases)
     assert sum(not e["async_scheduling"] for _, e, *_ in cases) > CASES // 2
+    # Async on one replica (where its fast-forward engages), with the same spread.
+    single_async = [c for c in (_variant(*v) for v in VARIANTS) if c[1]["async_scheduling"]]
+    single_async = [c for c in single_async if c[3] == 1]
+    assert len(single_async) >= 60
+    assert any(wl["arrival"]["type"] == "burst" for wl, *_ in single_async)
+    assert any("sessions" in wl for wl, *_ in single_async)
+    assert any("shared_prefix" in wl for wl, *_ in single_async)
+    assert any(e["scheduling_policy"] == "priority" for _, e, *_ in single_async)
+    assert any("num_gpu_blocks_override" in e for _, e, *_ in single_async)
+    assert any(not e["enable_chunked_prefill"] for _, e, *_ in single_async)
+    assert any(not e["enable_prefix_caching"] for _, e, *_ in single_async)
+    assert any(e.get("latency_model") == "constant" for _, e, *_ in single_async)
+    assert any(m == "Gemma-3-27B" for *_, m, _ in single_async)
 
 
 def _light_engines(
-    tmp_path: Path, fast_forward: bool | None, rate: float = 1.0, n: int = 20, **kwargs: Any
+    tmp_path: Path,
+    fast_forward: bool | None,
+    rate: float = 1.0,
+    n: int = 20,
+    async_scheduling: bool = False,
+    **kwargs: Any,
 ) -> tuple[list[ReplicaEngine], dict]:
-    """Simulate a light-load workload; return the engines and the summary."""
+    """Simulate a light-load workload (the synchronous loop unless
+    ``async_scheduling``); return the engines and the summary."""
     wl = {
         "name": "light",
         "seed": 3,
@@ -189,9 +224,8 @@ def _light_engines(
     }
     path = tmp_path / "light.yaml"
     path.write_text(yaml.safe_dump(wl))
-    # Fast-forward applies to the synchronous loop only.
-    sync = EngineConfig(async_scheduling=False)
-    resolved = resolve_run(RunSpec(workload=str(path), engine=sync))
+    engine = EngineConfig(async_scheduling=async_scheduling)
+    resolved = resolve_run(RunSpec(workload=str(path), engine=engine))
     engines: list[ReplicaEngine] = []
     original = ReplicaEngine.__init__
 
@@ -201,7 +235,7 @@ def _light_engines(
 
     ReplicaEngine.__init__ = spy  # type: ignore[method-assign]
     try:
-        out = tmp_path / f"light-{fast_forward}-{len(kwargs)}"
+        out = tmp_path / f"light-{fast_forward}-{len(kwargs)}{'-async' * async_scheduling}"
         out.mkdir()
         if fast_forward is not None:
             kwargs["fast_forward"] = fast_forward
@@ -226,6 +260,25 @@ def test_fast_forward_engages_by_default(tmp_path: Path) -> None:
     assert engine.num_fast_forwarded > summary["num_steps"] // 2
     off, _ = _light_engine(tmp_path, False)
     assert off.num_fast_forwarded == 0
+
+
+def test_async_fast_forward_engages(tmp_path: Path) -> None:
+    """With async scheduling (vLLM 0.33.0's default loop) at light load most steps are
+    fast-forwarded too, in stretches of many steps, and the records do not change."""
+    assert EngineConfig().async_scheduling is None  # unset: on, as in vLLM 0.33.0
+    runs = {}
+    for ff in (True, False):
+        engines, summary = _light_engines(tmp_path, ff, async_scheduling=True)
+        assert len(engines) == 1 and engines[0].batch_queue is not None
+        out = tmp_path / f"light-{ff}-0-async"
+        runs[ff] = (engines[0], summary, [(out / f).read_bytes() for f in FILES[:2]])
+    engine, summary, files = runs[True]
+    assert engine.fast_forward
+    assert engine.num_fast_forwarded > summary["num_steps"] // 2
+    assert engine.num_fast_forwarded / engine.num_stretches > 5
+    assert runs[False][0].num_fast_forwarded == 0
+    assert files == runs[False][2]
+    assert _strip_wall(summary) == _strip_wall(runs[False][1])
 
 
 def test_fast_forward_engages_with_several_replicas(tmp_path: Path) -> None:

@@ -1,0 +1,298 @@
+"""Exact fast-forward over decode-only iterations of the async-scheduling loop.
+
+With async scheduling (:class:`kvcore.async_scheduler.AsyncScheduler` behind a
+:class:`kvcore.batch_queue.BatchQueue` of 2 batches) a steady decode has one batch in
+flight at the top of every engine iteration; the iteration schedules the next batch
+(one output placeholder per request) and then applies the one in flight.
+:func:`plan_async_decode_stretch` says how many such iterations can pass from now, and
+:meth:`AsyncDecodeStretch.apply` performs ``k`` of them at once, in exactly the order
+the batch queue's iterations would:
+
+- iteration ``j`` (1-based) schedules batch ``N + j``: one token for every running
+  request whose last token is not already in flight, with slots for ``L + j +
+  lookahead`` tokens (``L``: the request's ``num_tokens`` when the stretch starts;
+  blocks from the free-queue head, in running order) and the blocks its first
+  ``L + j - 1`` tokens fill registered in the prefix cache;
+- then it applies batch ``N + j - 1``: one sampled token per request; requests whose
+  output reaches ``max_tokens`` or whose length reaches ``max_model_len`` finish. A
+  request finishing in iteration ``f`` was not scheduled in ``f`` (the scheduler's
+  placeholder check); its output registers the blocks its first ``L + f - 1`` tokens
+  fill, then it is freed (running order), as ``update_from_output`` does.
+
+The stretch ends with the first iteration in which requests finish, or before the
+first iteration whose allocations the free blocks would not cover. Afterwards the batch
+scheduled by the last iteration is the one in flight
+(:meth:`kvcore.batch_queue.BatchQueue.replace_in_flight`).
+
+Scope as :mod:`kvcore.fast_forward`: full-attention groups only, KV events off, no
+speculative drafts, requests that stop only on length. Mirrors nothing in vLLM: a
+shortcut whose results equal the batch queue's step-by-step behaviour (see the tests).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvcore.batch_queue import BatchQueue
+from kvcore.fast_forward import StretchRecords, record_event_steps
+from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
+from kvcore.request import Request, RequestStatus
+from kvcore.sched_output import SchedulerOutput
+from kvcore.single_type_kv_cache_manager import FullAttentionManager
+
+
+class AsyncStretchResult(NamedTuple):
+    """What :meth:`AsyncDecodeStretch.apply` did in its ``k`` iterations."""
+
+    records: StretchRecords
+    """Block counts after each iteration (its schedule, then its apply)."""
+    finished: list[Request]
+    """Requests that finished in iteration ``k`` (empty unless ``k == max_steps`` and
+    ``finishes``), in running order, freed and removed from ``running``."""
+    scheduler_output: SchedulerOutput
+    """The batch iteration ``k`` scheduled, now the one in flight."""
+    prefix_cache_stats: PrefixCacheStats | None
+    """What iteration 1's apply reports (lookups made before the stretch, when no
+    batch was applied since); the later iterations' are empty (nothing waits)."""
+
+
+class AsyncDecodeStretch:
+    """Up to ``max_steps`` engine iterations of a steady async decode, applied at once.
+
+    ``batch_size`` requests (all running ones) are in the batch in flight and in every
+    batch the stretch schedules but the last, each with one token (the batch in flight
+    may complete prompts); ``context0`` is their total
+    ``num_tokens`` at the start, so batch ``N + j`` (``1 <= j < max_steps``, the ``j``-th
+    scheduled) computes over ``context0 + (j - 1) * batch_size`` tokens of context.
+    When ``finishes`` is true, iteration ``max_steps`` is the first in which requests
+    finish (those whose ``steps_left`` equals ``max_steps``); they are not in the batch
+    it schedules. Else no request finishes within the stretch.
+    """
+
+    __slots__ = (
+        "batch_size",
+        "computed0",
+        "context0",
+        "finishes",
+        "max_steps",
+        "queue",
+        "steps_left",
+    )
+
+    def __init__(
+        self,
+        queue: BatchQueue,
+        max_steps: int,
+        computed0: list[int],
+        steps_left: list[int],
+        finishes: bool,
+    ) -> None:
+        self.queue = queue
+        self.max_steps = max_steps
+        self.batch_size = len(computed0)
+        self.computed0 = computed0
+        self.context0 = sum(computed0)
+        self.steps_left = steps_left
+        self.finishes = finishes
+
+    def apply(self, k: int, sample_token_id: int) -> AsyncStretchResult:
+        """Advance ``k`` (1 <= k <= max_steps) iterations; see
+        :class:`AsyncStretchResult` for what they did."""
+        assert 1 <= k <= self.max_steps
+        queue = self.queue
+        sched = queue.scheduler
+        kvm = sched.kv_cache_manager
+        managers = kvm.coordinator.single_type_managers
+        req_to_blocks = managers[0].req_to_blocks
+        bs = kvm.coordinator.block_size
+        la = sched.num_lookahead_tokens
+        mml = sched.max_model_len
+        running = sched.running
+        caching = kvm.enable_caching
+        finishing = self.finishes and k == self.max_steps
+        gone = [finishing and left == k for left in self.steps_left]
+        finished = [r for r, g in zip(running, gone) if g]
+        # Schedule-time events, keyed by iteration, in running order: allocations
+        # (request, slots) and prefix-cache registrations (request, tokens).
+        alloc: dict[int, list[tuple[Request, int]]] = {}
+        cache: dict[int, list[tuple[Request, int]]] = {}
+        held_before_last: dict[str, int] = {}  # blocks held before iteration k's schedule
+        for req, c0, g in zip(running, self.computed0, gone):
+            rid = req.request_id
+            last = k - 1 if g else k  # iterations that schedule it
+            held = len(req_to_blocks.get(rid) or ())
+            # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
+            j = 1
+            while j <= last:
+                slots = min(c0 + j + la, mml)
+                required = -(-slots // bs)
+                if required > held:
+                    if j == k:
+                        held_before_last[rid] = held
+                    alloc.setdefault(j, []).append((req, slots))
+                    held = required
+                    j += 1
+                    continue
+                # Jump to the next iteration whose slot count crosses a block boundary.
+                j = max(j + 1, held * bs - la - c0 + 1)
+            if caching:
+                # Iteration j registers the blocks the first c0 + j - 1 tokens fill.
+                for q in range(-(-c0 // bs), (c0 + last - 1) // bs + 1):
+                    if q:
+                        cache.setdefault(q * bs - c0 + 1, []).append((req, q * bs))
+        # Tokens first (hashes must exist before caching); the counters as the batch
+        # queue leaves them: one token in flight for those still running.
+        tokens = [sample_token_id] * k
+        for req, g in zip(running, gone):
+            req.append_output_token_ids(tokens)
+            if g:
+                req.num_computed_tokens += k - 1
+                req.num_in_flight_tokens = 0
+                req.num_output_placeholders = 0
+            else:
+                req.num_computed_tokens += k
+                req.num_in_flight_tokens = 1
+        finished_before = sched.finished_req_ids
+        sched.finished_req_ids = set()
+        event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
+
+        def run_step(j: int) -> None:
+            for req, slots in alloc.get(j, ()):
+                for m in managers:
+                    m.allocate_new_blocks(req.request_id, slots)
+            for req, num_tokens in cache.get(j, ()):
+                for m in managers:
+                    m.cache_blocks(req, num_tokens)
+            if j == k and finished:
+                for req, c0, g in zip(running, self.computed0, gone):
+                    if g:  # its output's registration, then its free
+                        kvm.cache_blocks(req, c0 + k - 1)
+                ids = [r.request_id for r in finished]
+                sched.finish_requests(ids, RequestStatus.FINISHED_LENGTH_CAPPED)
+
+        records = record_event_steps(kvm.block_pool, k, event_steps, run_step)
+        sched.reset_preempted_req_ids = set()
+        stats = kvm.make_prefix_cache_stats()  # iteration 1's; the others' are empty
+        kvm.take_events()
+        new_blocks: dict[str, KVCacheBlocks] = {}
+        num_scheduled: dict[str, int] = {}
+        for req in sched.running:
+            rid = req.request_id
+            num_scheduled[rid] = 1
+            before = held_before_last.get(rid)
+            if before is None:
+                new_blocks[rid] = kvm.empty_kv_cache_blocks
+            else:
+                new_blocks[rid] = kvm.create_kv_cache_blocks(
+                    tuple(m.req_to_blocks[rid][before:] for m in managers)
+                )
+        out = SchedulerOutput(
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=len(num_scheduled),
+            scheduled_new_reqs=[],
+            scheduled_resumed_reqs=[],
+            scheduled_running_reqs=list(num_scheduled),
+            req_to_new_blocks=new_blocks,
+            preempted_req_ids=set(),
+            finished_req_ids=finished_before if k == 1 else set(),
+        )
+        queue.replace_in_flight(k, out)
+        return AsyncStretchResult(records, finished, out, stats)
+
+
+def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStretch | None:
+    """The longest steady async decode stretch (at most ``horizon`` iterations) from
+    the top of an engine iteration, or None.
+
+    Eligible when nothing waits and exactly one batch is in flight, in which every
+    running request (in running order) samples: a decode, or the last part of its
+    prompt (a new or resumed request). Every running request then has its sequence
+    computed up to the token in flight (one output placeholder, only that batch's
+    tokens in flight, no stale output), stops only on length (no EOS or stop tokens)
+    and is registered in the prefix cache up to its last computed token; all groups
+    are full attention, KV events are off and the token budget covers one token per
+    request. Requests with no output yet get their first token when iteration 1
+    applies the batch in flight.
+    """
+    sched = queue.scheduler
+    running = sched.running
+    if not running or sched.waiting or len(queue.queue) != 1:
+        return None
+    kvm = sched.kv_cache_manager
+    if (
+        kvm.full_attention_managers is None
+        or kvm.block_pool.enable_kv_cache_events
+        or len(running) > sched.max_num_scheduled_tokens
+    ):
+        return None
+    managers = kvm.coordinator.single_type_managers
+    for m in managers:
+        if type(m) is not FullAttentionManager:
+            return None
+    in_flight = queue.queue[0].scheduler_output.num_scheduled_tokens
+    if len(in_flight) != len(running):
+        return None
+    mml = sched.max_model_len
+    bs = kvm.coordinator.block_size
+    caching = kvm.enable_caching
+    first_finish = horizon + 1
+    computed0: list[int] = []
+    steps_left: list[int] = []
+    for req, (rid, n) in zip(running, in_flight.items()):
+        c = req.num_computed_tokens
+        if (
+            rid != req.request_id
+            or c != req.num_tokens
+            or req.num_output_placeholders != 1
+            or req.num_in_flight_tokens != n
+            or req.num_stale_output_tokens
+            or req.spec_token_ids
+            or req.is_prefill_chunk
+            or req.eos_token_id is not None
+            or req.stop_token_ids
+        ):
+            return None
+        if caching:
+            full = min(c - 1, len(req.block_hashes) * bs) // bs
+            for m in managers:
+                if m.num_cached_block.get(rid, 0) < full:
+                    return None
+        # Finishes in iteration f: its output reaches max_tokens or length max_model_len.
+        f = min(req.max_tokens - req.num_output_tokens, mml - c)
+        if f < 1:
+            return None
+        computed0.append(c)
+        steps_left.append(f)
+        if f < first_finish:
+            first_finish = f
+    finishes = first_finish <= horizon
+    max_steps = first_finish if finishes else horizon
+    # Blocks: new blocks (per group) of the first s iterations within the free count.
+    la = sched.num_lookahead_tokens
+    req_to_blocks = managers[0].req_to_blocks
+    held = [len(req_to_blocks.get(r.request_id) or ()) for r in running]
+    free = kvm.block_pool.free_block_queue.num_free_blocks
+    ng = len(managers)
+
+    def needed(s: int) -> int:
+        """New blocks (all groups) the first ``s`` iterations allocate."""
+        total = 0
+        for c, h, f in zip(computed0, held, steps_left):
+            extra = -(-min(c + min(s, f - 1) + la, mml) // bs) - h
+            if extra > 0:
+                total += extra
+        return total * ng
+
+    if needed(max_steps) > free:
+        lo, hi = 0, max_steps  # needed(lo) <= free < needed(hi); it grows with s
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if needed(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        if lo == 0:
+            return None
+        max_steps = lo
+        finishes = False
+    return AsyncDecodeStretch(queue, max_steps, computed0, steps_left, finishes)

@@ -1,0 +1,285 @@
+"""Exact fast-forward of the async-scheduling loop (:mod:`kvcore.fast_forward_async`).
+
+:func:`plan_async_decode_stretch`'s stopping rules (the first iteration in which a
+request finishes, by ``max_tokens`` or ``max_model_len``; the last iteration whose
+blocks the pool covers; nothing unless one steady decode batch is in flight) and
+:meth:`AsyncDecodeStretch.apply` against the batch queue stepped one iteration at a
+time: the same scheduler, KV cache, prefix cache and batch in flight afterwards, the
+same block counts after every iteration. The engine-level equivalence (records byte
+for byte) is tests/test_fast_forward.py's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvcore.async_scheduler import AsyncScheduler
+from kvcore.batch_queue import BatchQueue, sample_fixed_token
+from kvcore.block_hashing import BlockHasher
+from kvcore.fast_forward_async import plan_async_decode_stretch
+from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from kvcore.request import Request
+from kvcore.scheduler_config import SchedulerConfig
+from sim.engine import SAMPLE_TOKEN_ID
+
+BLOCK = 16
+
+
+def _queue(
+    num_blocks: int,
+    max_model_len: int = 4096,
+    caching: bool = True,
+    budget: int = 4096,
+    lookahead: int = 0,
+) -> BatchQueue:
+    config = KVCacheConfig(
+        num_blocks, [], [KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK))]
+    )
+    sched = AsyncScheduler(
+        SchedulerConfig(
+            max_model_len=max_model_len,
+            max_num_batched_tokens=budget,
+            max_num_seqs=min(64, budget),
+            num_lookahead_tokens=lookahead,
+        ),
+        config,
+        enable_caching=caching,
+    )
+    return BatchQueue(sched, sample_fixed_token(SAMPLE_TOKEN_ID))
+
+
+def _add(
+    queue: BatchQueue, rid: str, prompt: int, max_tokens: int, seed: int = 0, **kw: Any
+) -> None:
+    ids = [1000 + seed * 1000 + i for i in range(prompt)]
+    hasher = BlockHasher.from_name(BLOCK)
+    queue.scheduler.add_request(Request(rid, ids, max_tokens, block_hasher=hasher, **kw))
+
+
+def _warm(queue: BatchQueue) -> None:
+    """Two iterations: the prompts are scheduled, then the first decode is scheduled
+    and the prompts' output applied; a decode of every request is in flight."""
+    queue.step()
+    queue.step()
+
+
+def _counts(queue: BatchQueue) -> tuple[int, int, int]:
+    pool = queue.scheduler.kv_cache_manager.block_pool
+    return pool.get_num_free_blocks(), pool.num_cached_blocks, pool.num_cached_free_blocks
+
+
+def _state(queue: BatchQueue) -> tuple:
+    """Everything the next iterations (and the records) can see."""
+    sched = queue.scheduler
+    kvm = sched.kv_cache_manager
+    pool = kvm.block_pool
+    manager = kvm.coordinator.single_type_managers[0]
+    reqs = {
+        rid: (
+            r.status,
+            r.num_computed_tokens,
+            r.num_tokens,
+            r.num_output_placeholders,
+            r.num_in_flight_tokens,
+            r.is_prefill_chunk,
+            list(r.output_token_ids),
+            list(r.block_hashes),
+            kvm.get_block_ids(rid),
+            manager.num_cached_block.get(rid, 0),
+        )
+        for rid, r in sched.requests.items()
+    }
+    (batch,) = queue.queue
+    out = batch.scheduler_output
+    in_flight = (
+        batch.step,
+        list(out.num_scheduled_tokens.items()),
+        out.total_num_scheduled_tokens,
+        out.scheduled_running_reqs,
+        {rid: b.get_block_ids() for rid, b in out.req_to_new_blocks.items()},
+        sorted(out.preempted_req_ids),
+        sorted(out.finished_req_ids),
+        {rid: list(t) for rid, t in batch.sampled_token_ids.items()},
+    )
+    return (
+        [r.request_id for r in sched.running],
+        len(sched.waiting),
+        reqs,
+        sorted(sched.finished_req_ids),
+        [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
+        _counts(queue),
+        {
+            h: [b.block_id for b in (e.values() if isinstance(e, dict) else (e,))]
+            for h, e in pool.cached_block_hash_to_block.items()
+        },
+        in_flight,
+        queue.iteration,
+    )
+
+
+def _step_iterations(queue: BatchQueue, k: int) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """``k`` iterations one by one: block counts after each, ids finished in the last."""
+    counts = []
+    finished: list[str] = []
+    for _ in range(k):
+        result = queue.step()
+        assert result.applied is not None and result.output is not None
+        assert not result.applied.scheduler_output.preempted_req_ids
+        counts.append(_counts(queue))
+        finished = result.output.finished_req_ids
+    return counts, finished
+
+
+def test_async_plan_ends_with_the_first_finish() -> None:
+    """After the first token, b has 9 tokens left: the iteration that applies its last
+    one ends the stretch; it is not in the batch that iteration schedules."""
+    queue = _queue(200)
+    _add(queue, "a", 40, 30)
+    _add(queue, "b", 20, 10, seed=1)
+    _warm(queue)
+    plan = plan_async_decode_stretch(queue, 1000)
+    assert plan is not None
+    assert plan.max_steps == 9 and plan.finishes and plan.batch_size == 2
+    short = plan_async_decode_stretch(queue, 5)
+    assert short is not None and short.max_steps == 5 and not short.finishes
+    # Fewer iterations than planned finish nothing.
+    _records, finished, out, _stats = plan.apply(8, SAMPLE_TOKEN_ID)
+    assert finished == [] and list(out.num_scheduled_tokens) == ["a", "b"]
+    last = plan_async_decode_stretch(queue, 1000)
+    assert last is not None and last.max_steps == 1 and last.finishes
+    _records, finished, out, _stats = last.apply(1, SAMPLE_TOKEN_ID)
+    assert [r.request_id for r in finished] == ["b"]
+    assert list(out.num_scheduled_tokens) == ["a"]
+    assert [r.request_id for r in queue.scheduler.running] == ["a"]
+
+
+def test_async_plan_stops_at_max_model_len() -> None:
+    """A request whose length reaches max_model_len finishes in the iteration that
+    applies that token; stepping agrees."""
+    queue = _queue(200, max_model_len=64)
+    _add(queue, "a", 50, 100)
+    _warm(queue)  # 51 tokens (one output), the second output in flight
+    plan = plan_async_decode_stretch(queue, 1000)
+    assert plan is not None and plan.max_steps == 64 - 51 and plan.finishes
+    _counts_, finished = _step_iterations(queue, 12)
+    assert finished == []
+    _counts_, finished = _step_iterations(queue, 1)
+    assert finished == ["a"]
+
+
+def test_async_plan_stops_before_an_unservable_block() -> None:
+    """The stretch ends before the first iteration whose allocation the free blocks
+    cannot cover; stepping that iteration preempts."""
+    queue = _queue(5)  # 4 usable blocks
+    _add(queue, "a", 46, 100)  # 46 + 1 in flight: 3 blocks; 49 slots need a fourth
+    _add(queue, "b", 1, 100, seed=1)
+    _warm(queue)
+    assert queue.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == 0
+    plan = plan_async_decode_stretch(queue, 1000)
+    assert plan is not None and plan.max_steps == 1 and not plan.finishes
+    queue.step()
+    assert plan_async_decode_stretch(queue, 1000) is None
+    result = queue.step()
+    assert result.scheduled is not None and result.scheduled.scheduler_output.preempted_req_ids
+
+    tight = _queue(5)
+    _add(tight, "a", 47, 100)
+    _add(tight, "b", 1, 100, seed=1)
+    _warm(tight)
+    assert plan_async_decode_stretch(tight, 1000) is None
+
+
+def test_async_plan_nothing_unless_every_request_samples_in_the_batch_in_flight() -> None:
+    """Nothing is planned while a request waits, while a prompt chunk that samples
+    nothing is in flight, with two batches in flight (mid-iteration), or for a request
+    that may stop on EOS; a batch in flight that completes prompts is a start."""
+    queue = _queue(200)
+    _add(queue, "a", 40, 30)
+    assert plan_async_decode_stretch(queue, 100) is None  # only waiting
+    queue.step()
+    assert plan_async_decode_stretch(queue, 100) is not None  # a's prompt in flight
+    queue.step()
+    assert plan_async_decode_stretch(queue, 100) is not None
+    queue.schedule_next()
+    assert plan_async_decode_stretch(queue, 100) is None  # two batches in flight
+    queue.apply_oldest()
+    assert plan_async_decode_stretch(queue, 100) is not None
+    _add(queue, "b", 10, 30, seed=1)
+    assert plan_async_decode_stretch(queue, 100) is None  # b waits
+    queue.step()
+    assert plan_async_decode_stretch(queue, 100) is not None  # b's prompt in flight
+
+    chunked = _queue(200, budget=16)
+    _add(chunked, "a", 40, 30)
+    chunked.step()
+    assert plan_async_decode_stretch(chunked, 100) is None  # 16 of 40 prompt tokens
+    chunked.step()
+    assert plan_async_decode_stretch(chunked, 100) is None  # a chunk, a's sample none
+    chunked.step()
+    assert plan_async_decode_stretch(chunked, 100) is not None  # the last 8 tokens
+
+    eos = _queue(200)
+    _add(eos, "a", 40, 30, eos_token_id=2)
+    _warm(eos)
+    assert plan_async_decode_stretch(eos, 100) is None
+
+
+SCENARIOS = {
+    # name: (blocks, max_model_len, caching, [(id, prompt, max_tokens, seed)]); a
+    # request whose id ends in "+" arrives after the others' first decode was scheduled
+    # (its prompt and their decode in flight when the stretches start).
+    "two": (100, 4096, True, [("a", 30, 80, 0), ("b", 17, 80, 1)]),
+    "prompts-in-flight": (100, 4096, True, [("a", 30, 80, 0), ("b", 17, 80, 1), ("c+", 50, 9, 2)]),
+    "shared-in-flight": (60, 4096, True, [("a", 33, 40, 0), ("b+", 33, 20, 0), ("c+", 1, 3, 0)]),
+    "finish": (40, 4096, True, [("a", 30, 25, 0), ("b", 17, 12, 1), ("c", 40, 12, 2)]),
+    # Identical prompts: identical block hashes, registered by several requests.
+    "shared": (60, 4096, True, [("a", 33, 40, 0), ("b", 33, 20, 0), ("c", 32, 20, 0)]),
+    "no-caching": (60, 4096, False, [("a", 33, 40, 0), ("b", 15, 20, 1)]),
+    "last-token-in-flight": (60, 4096, True, [("a", 31, 2, 0), ("b", 15, 40, 1)]),
+    "all-finish": (60, 4096, True, [("a", 31, 12, 0), ("b", 15, 12, 1)]),
+    "max-model-len": (60, 64, True, [("a", 47, 100, 0), ("b", 10, 100, 1)]),
+    "tight": (8, 4096, True, [("a", 40, 100, 0), ("b", 20, 100, 1)]),
+    "lookahead": (60, 4096, True, [("a", 30, 40, 0), ("b", 13, 30, 1)]),
+    "lookahead-tight": (9, 4096, True, [("a", 40, 100, 0), ("b", 20, 100, 1)]),
+    "lookahead-max-model-len": (60, 64, True, [("a", 47, 100, 0), ("b", 10, 100, 1)]),
+}
+LOOKAHEAD = {"lookahead": 3, "lookahead-tight": 5, "lookahead-max-model-len": 4}
+"""Speculative slots reserved per request per step, where not 0."""
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_async_apply_equals_stepping(name: str) -> None:
+    """Each planned stretch, applied at once, leaves the scheduler, the KV and prefix
+    caches and the batch in flight exactly as stepping its iterations one by one does,
+    with the same block counts after every iteration; stretches follow one another
+    until none can be planned."""
+    blocks, max_model_len, caching, requests = SCENARIOS[name]
+    queues = []
+    for _ in range(2):
+        queue = _queue(blocks, max_model_len, caching, lookahead=LOOKAHEAD.get(name, 0))
+        for rid, prompt, max_tokens, seed in requests:
+            if not rid.endswith("+"):
+                _add(queue, rid, prompt, max_tokens, seed)
+        _warm(queue)
+        late = [r for r in requests if r[0].endswith("+")]
+        for rid, prompt, max_tokens, seed in late:
+            _add(queue, rid, prompt, max_tokens, seed)
+        if late:  # their prompts scheduled, the first decode of the others applied
+            queue.step()
+        queues.append(queue)
+    ff, ref = queues
+    stretches = 0
+    while (plan := plan_async_decode_stretch(ff, 7)) is not None:
+        assert plan_async_decode_stretch(ref, 7) is not None
+        records, finished, _out, _stats = plan.apply(plan.max_steps, SAMPLE_TOKEN_ID)
+        counts, done = _step_iterations(ref, plan.max_steps)
+        assert list(zip(*records)) == counts
+        assert [r.request_id for r in finished] == (done if plan.finishes else [])
+        assert _state(ff) == _state(ref)
+        stretches += 1
+    assert stretches >= 2
+    assert plan_async_decode_stretch(ref, 7) is None
+    if name == "all-finish":  # an empty batch is in flight, as stepping leaves it
+        assert not ff.scheduler.running and _state(ff)[7][2] == 0
