@@ -174,7 +174,7 @@ def run_command(
     ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
     the run directory once it is complete; ``report``: False skips plots and
     ``report.html`` (``--no-report``)."""
-    from sim.interop.cli import check_format, export_run
+    from sim.interop.formats import check_format
 
     try:
         for fmt in export or []:
@@ -248,6 +248,8 @@ def run_command(
         )
     Console().print(_summary_table(summary, out_dir))
     if export:
+        from sim.interop.cli import export_run
+
         try:
             for path in export_run(target.path, list(dict.fromkeys(export))):
                 print(f"kvsim: wrote {path}", file=sys.stderr)

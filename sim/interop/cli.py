@@ -18,26 +18,17 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.interop.compare import Comparison, compare
+from sim.interop.formats import FORMATS, check_format
 from sim.interop.guidellm import build_guidellm
 from sim.interop.real import read_real
 from sim.interop.run_dir import RunData, read_run
 from sim.interop.vllm_bench import build_vllm_bench
 from sim.interop.vllm_fields import DEFAULT_METRIC_PERCENTILES
 
-FORMATS = {"vllm-bench": "vllm-bench.json", "guidellm": "guidellm-benchmarks.json"}
-"""Export formats and the file each writes in a run directory."""
-
 
 def _fail(message: str) -> int:
     print(f"kvsim: error: {message}", file=sys.stderr)
     return 2
-
-
-def check_format(fmt: str, flag: str) -> str:
-    """``fmt`` if it is an export format, else ValueError naming ``flag`` and the formats."""
-    if fmt not in FORMATS:
-        raise ValueError(f"{flag}: unknown format {fmt!r} (allowed: {', '.join(FORMATS)})")
-    return fmt
 
 
 def parse_percentiles(text: str, flag: str = "--metric-percentiles") -> tuple[float, ...]:
