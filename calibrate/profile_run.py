@@ -70,6 +70,9 @@ class ProfileConfig:
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     cudagraph_bytes: int | None = None  # None: ask the runner (or 0 without one)
+    async_scheduling: bool = True
+    """vLLM 0.33.0's default loop: a second step's tokens in flight, which
+    sliding-window layers must hold (the budget's check that one request fits)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ def num_gpu_blocks(
             max_num_batched_tokens=cfg.max_num_batched_tokens,
             block_size=cfg.block_size,
             tensor_parallel_size=cfg.tensor_parallel_size,
+            async_scheduling=cfg.async_scheduling,
         ),
         **spec.kv_planning_kwargs(cfg.kv_cache_dtype),  # type: ignore[arg-type]
     )

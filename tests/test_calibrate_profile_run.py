@@ -3,11 +3,12 @@ catalog models (analytic memory backend, no torch), and the real CPU runner path
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from calibrate.budget import compute_kv_budget, rope_cache_bytes
+from calibrate.budget import KVBudgetError, compute_kv_budget, rope_cache_bytes
 from calibrate.catalog import load_gpu, load_model
 from calibrate.gpu_spec import GIB
 from calibrate.memory_backend import AnalyticMemoryBackend
@@ -51,7 +52,7 @@ def test_reproduces_vllm_num_blocks(data_dir, name):
 
 CASES = [
     ("Llama-3.1-8B", "H100-SXM", 1, None),
-    ("Gemma-3-27B", "H100-SXM", 1, None),
+    ("Gemma-3-27B", "H100-SXM", 1, 65536),
     ("DeepSeek-V3", "H200", 8, None),
     ("Llama-3.1-70B", "H100-SXM", 2, 8192),
     ("Llama-3.1-70B", "H100-SXM", 4, None),
@@ -110,3 +111,22 @@ def test_cpu_runner_path_counts_real_parameters():
     # 2 layers measured (fp32 parameters of the real model) + 30 extrapolated
     assert r.weights_bytes == small.weight_bytes() and r.missing_layer_bytes > 0
     assert r.num_gpu_blocks > 0 and TINY_MODEL.num_layers == 2
+
+
+def test_both_refuse_a_request_the_async_loop_cannot_hold():
+    """Gemma 3 27B at its 131,072 tokens on one H100: with async scheduling (vLLM
+    0.33.0's default) its sliding-window layers hold a second step's tokens too, and
+    one such request no longer fits; the synchronous loop's budget holds it."""
+    spec, hw = load_model("Gemma-3-27B"), load_gpu("H100-SXM")
+    with pytest.raises(KVBudgetError, match="max_model_len"):
+        compute_kv_budget(spec, hw)
+    sync = compute_kv_budget(spec, hw, async_scheduling=False)
+    cfg = ProfileConfig(
+        max_num_batched_tokens=sync.max_num_batched_tokens, max_num_seqs=sync.max_num_seqs,
+        max_model_len=sync.max_model_len, cudagraph_bytes=sync.cudagraph_bytes,
+    )  # fmt: skip
+    with pytest.raises(ValueError):
+        profile_run(spec, cfg, AnalyticMemoryBackend(hw.memory_bytes))
+    sync_cfg = dataclasses.replace(cfg, async_scheduling=False)
+    result = profile_run(spec, sync_cfg, AnalyticMemoryBackend(hw.memory_bytes))
+    assert result.num_gpu_blocks == sync.num_gpu_blocks
