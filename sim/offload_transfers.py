@@ -1,8 +1,8 @@
 """How long KV offload transfers take on the host link (GPU <-> CPU memory).
 
-A standalone helper for the CPU KV offload tier (kvcore's
-:mod:`kvcore.offloading_connector` decides *which* blocks move; this says *when* the
-copies end). Not wired into the engine yet.
+The CPU KV offload tier's timing (kvcore's :mod:`kvcore.offloading_connector` decides
+*which* blocks move; this says *when* the copies end); the engine's synchronous loop
+uses it as planned below (:meth:`sim.engine.ReplicaEngine._run_offload`).
 
 What it models, after vLLM 0.33.0's CPU offloading worker
 (``vllm/v1/kv_offload/cpu/gpu_worker.py``): one queue per direction
@@ -71,6 +71,8 @@ class DirectionQueue:
     overhead_s: float = 0.0
     busy_until_s: float = 0.0
     """When the last submitted transfer ends (s)."""
+    last_duration_s: float = 0.0
+    """How long the last submitted transfer takes on the link (s), queueing excluded."""
     _done_s: dict[int, float] = field(default_factory=dict)
 
     def submit(self, job_id: int, num_bytes: int, ready_s: float) -> float:
@@ -78,7 +80,8 @@ class DirectionQueue:
         if job_id in self._done_s:
             raise ValueError(f"job {job_id} already submitted")
         start = max(ready_s, self.busy_until_s)
-        done = start + transfer_seconds(num_bytes, self.bytes_per_s, self.overhead_s)
+        self.last_duration_s = transfer_seconds(num_bytes, self.bytes_per_s, self.overhead_s)
+        done = start + self.last_duration_s
         self.busy_until_s = done
         self._done_s[job_id] = done
         return done
@@ -96,6 +99,10 @@ class DirectionQueue:
 
     def pending(self) -> int:
         return len(self._done_s)
+
+    def next_done_s(self) -> float | None:
+        """When the first pending transfer ends (s); None when none is pending."""
+        return min(self._done_s.values(), default=None)
 
 
 @dataclass
@@ -124,6 +131,11 @@ class HostLink:
         0.0 when none is pending."""
         ends = [q.done_at(j) for j in job_ids for q in (self.loads, self.stores) if j in q._done_s]
         return max(ends, default=0.0)
+
+    def next_done_s(self) -> float | None:
+        """When the next pending transfer of either direction ends (s); None: none."""
+        ends = [t for t in (self.loads.next_done_s(), self.stores.next_done_s()) if t is not None]
+        return min(ends, default=None)
 
     def collect_finished(self, now_s: float) -> list[int]:
         """Jobs of both directions ended by ``now_s`` (stores first, as vLLM's
