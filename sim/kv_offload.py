@@ -159,9 +159,11 @@ def offload_summary(
     ``gpu_queries`` / ``gpu_hits``: prompt tokens looked up in and found in the GPU
     prefix cache (the ``prefix_cache_hit_rate`` counts); ``connector_queries`` /
     ``connector_hits``: tokens after the GPU hit looked up in and loaded from the CPU
-    tier. Both rates are over ``gpu_queries`` (all prompt tokens looked up), so they add
-    up to the share of prompt tokens not computed."""
+    tier. Both rates are over ``gpu_queries`` (all prompt tokens looked up; with GPU
+    prefix caching off, which records no lookups, over ``connector_queries``), so they
+    add up to the share of looked-up prompt tokens not computed."""
     n = setup.world_size
+    denom = gpu_queries or connector_queries
     peak = max((s.peak_cpu_blocks for s in stats), default=0)
     cap = setup.num_cpu_blocks
     return {
@@ -171,8 +173,8 @@ def offload_summary(
         "prefix_cache_queries": gpu_queries,
         "gpu_prefix_cache_hits": gpu_hits,
         "cpu_prefix_cache_hits": connector_hits,
-        "gpu_prefix_cache_hit_rate": gpu_hits / gpu_queries if gpu_queries else 0.0,
-        "cpu_prefix_cache_hit_rate": connector_hits / gpu_queries if gpu_queries else 0.0,
+        "gpu_prefix_cache_hit_rate": gpu_hits / denom if denom else 0.0,
+        "cpu_prefix_cache_hit_rate": connector_hits / denom if denom else 0.0,
         "cpu_lookup_queries": connector_queries,
         "num_loads": sum(s.num_loads for s in stats),
         "num_stores": sum(s.num_stores for s in stats),
