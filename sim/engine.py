@@ -26,6 +26,11 @@ stop at the first step in which requests finish, before a step whose blocks the 
 cannot serve, and at the next SimPy event (an arrival, a timer); see
 :mod:`sim.engine_fast_forward`.
 
+With the CPU KV offload tier (``--kv-offloading-size``, synchronous loop only) the
+scheduler has vLLM's offloading connector and the engine times its copies on the
+replica's host link (:meth:`ReplicaEngine._run_offload`, :mod:`sim.offload_transfers`);
+fast-forward is off.
+
 A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
 arrived is aborted as vLLM 0.33.0 aborts a request whose client went away: the
 engine core calls ``Scheduler.finish_requests([id], FINISHED_ABORTED)``
@@ -49,7 +54,7 @@ from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.kv_cache_manager import PrefixCacheStats
-from kvcore.offloading_connector import KVConnectorOutput
+from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorMetadata
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
@@ -400,7 +405,7 @@ class ReplicaEngine(FastForwardSteps):
         start (after the flushed stores end)."""
         meta = out.kv_connector_metadata
         stats = self.offload_stats
-        assert stats is not None and meta is not None
+        assert stats is not None and isinstance(meta, OffloadingConnectorMetadata)
         per_block = self.offload_block_bytes
         flush = meta.jobs_to_flush
         submit = [(j, len(job.gpu_block_ids)) for j, job in meta.store_jobs.items() if j in flush]
