@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sim_run_helpers import run_sim, write_jsonl
+from sim_run_helpers import write_jsonl
 
 from sim.engine_config import EngineConfig
 from sim.run import RunSpec, run
@@ -34,6 +34,12 @@ OFFLOAD = dict(
 )
 
 
+def _run(trace: Path, out: Path, **engine: object) -> dict:
+    """One run of ``trace`` with the CPU tier (no plots: kept cheap); its summary."""
+    spec = RunSpec(workload=str(trace), engine=EngineConfig(**{**OFFLOAD, **engine}))
+    return run(spec, out, render=False, helpers=False)
+
+
 def _two_requests(tmp_path: Path, b_arrival_s: float) -> dict[str, list[str]]:
     """Request ``a`` (64 tokens) at 0, then ``b`` (the same 64 and 16 more) at
     ``b_arrival_s``, one output token each; the run's requests.csv by request id."""
@@ -47,7 +53,7 @@ def _two_requests(tmp_path: Path, b_arrival_s: float) -> dict[str, list[str]]:
         },
     ]
     trace = write_jsonl(tmp_path / "two.jsonl", rows)
-    summary = run_sim(trace, tmp_path / "out", **OFFLOAD)
+    summary = _run(trace, tmp_path / "out")
     lines = (tmp_path / "out" / "requests.csv").read_text().splitlines()
     by_id = {line.split(",")[0]: line.split(",") for line in lines[1:]}
     return {"summary": summary, **by_id}
@@ -82,6 +88,30 @@ def test_load_waits_for_the_store_in_flight(tmp_path):
     first_token = store_end + 4 * BLOCK_BYTES / LINK + STEP_S
     assert float(got["b"][3]) == pytest.approx(first_token, abs=1e-8)
     assert got["summary"]["offload"]["cpu_prefix_cache_hits"] == 64
+
+
+def test_a_step_reusing_blocks_waits_for_their_store(tmp_path):
+    """``a``'s store is deferred to the next step's start (0.01 s); that step gives
+    ``a``'s freed blocks to ``b`` (a 34-block pool), so it flushes the store first
+    (``jobs_to_flush``): ``b``'s step computes after the 4 blocks are written."""
+    rows = [
+        {"request_id": "a", "arrival_s": 0.0, "prompt_token_ids": PROMPT, "output_tokens": 1},
+        {
+            "request_id": "b",
+            "arrival_s": 0.005,
+            "prompt_token_ids": list(range(1000, 1500)),
+            "output_tokens": 1,
+        },
+    ]
+    trace = write_jsonl(tmp_path / "flush.jsonl", rows)
+    _run(trace, tmp_path / "out", num_gpu_blocks_override=34)
+    lines = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    b = next(line.split(",") for line in lines if line.startswith("b,"))
+    store_s = 4 * BLOCK_BYTES / LINK
+    assert float(b[3]) == pytest.approx(STEP_S + store_s + STEP_S, abs=1e-8)
+    steps = (tmp_path / "out" / "steps.csv").read_text().splitlines()
+    start, duration = (float(x) for x in steps[2].split(",")[2:4])
+    assert (start, duration) == pytest.approx((STEP_S, store_s + STEP_S), abs=1e-8)
 
 
 def _rag(tmp_path: Path, name: str, size: float | None) -> dict:
