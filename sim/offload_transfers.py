@@ -15,24 +15,25 @@ same time, so ``bytes`` is one worker's share (:func:`job_bytes`).
 
 Units: bytes, seconds, bytes per second.
 
-Planned use by the engine (one :class:`HostLink` per replica; TP workers move their
+Use by the engine (one :class:`HostLink` per replica; TP workers move their
 shards in parallel, so one link stands for all of them), per scheduled step that
 starts at ``t0`` and computes for ``d`` seconds:
 
 1. ``out.kv_connector_metadata`` (an ``OffloadingConnectorMetadata``) lists the step's
-   load and store jobs. Loads are submitted at ``t0`` (vLLM's ``start_load_kv``);
-   stores are submitted at the *next* step's start (vLLM's worker defers them so that
-   they start after the sampling copies), ``job_bytes(len(job.gpu_block_ids),
-   worker_kv_bytes_per_block)`` bytes each.
-2. ``jobs_to_flush`` are waited for before the forward pass
-   (``handle_preemptions``): the step starts at ``max(t0, link.wait_s(flush))``.
-3. At the step's end ``t1``, ``link.collect_finished(t1)`` are the finished jobs:
-   ``KVConnectorOutput(finished_recving={request of each finished load},
-   completed_jobs={job: 1})`` goes to ``update_from_output``.
+   load and store jobs, ``job_bytes(len(job.gpu_block_ids), worker_kv_bytes_per_block)``
+   bytes each. Stores are submitted at the *next* step's start ``t0`` (vLLM's worker
+   defers them so that they start after the sampling copies: ``prepare_store_kv``),
+   except those in the step's own ``jobs_to_flush``, submitted at its ``t0``.
+2. ``jobs_to_flush`` are waited for before the forward pass (``handle_preemptions``):
+   the step computes from ``start = max(t0, link.wait_s(flush))``; its loads are
+   submitted at ``start`` (``start_kv_transfers`` runs after that wait).
+3. At the step's end ``t1 = start + d``, ``link.collect_finished(t1)`` are the finished
+   jobs: ``KVConnectorOutput(finished_recving={request of each finished load},
+   completed_jobs={job: number of workers})`` goes to ``update_from_output``.
 4. A step that schedules nothing while transfers are in flight (requests waiting in
    ``WAITING_FOR_REMOTE_KVS``, pending stores: ``Scheduler.has_requests()`` is True)
-   must advance the clock to the next transfer's end (or the next arrival), not wait
-   for a submit, and apply that step's ``KVConnectorOutput`` too.
+   still submits and collects (vLLM's ``kv_connector_no_forward``); when nothing ended
+   the clock advances to the next transfer's end (or the next arrival).
 """
 
 from __future__ import annotations
