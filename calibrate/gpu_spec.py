@@ -7,7 +7,9 @@ bandwidths in GB/s (10^9 bytes per second). ``interconnect_bandwidth_gbps`` is o
 bandwidth to its peers in one direction (NVLink / Infinity Fabric / PCIe), which is what
 a ring all-reduce moves data at. ``link``, ``peer_to_peer``, ``compute_capability`` and
 ``custom_allreduce_latency_us`` decide how vLLM all-reduces across GPUs of this kind
-and what a call costs (:mod:`calibrate.allreduce`).
+and what a call costs (:mod:`calibrate.allreduce`). ``host_link_gbps`` is one GPU's
+link to host (CPU) memory in one direction, which the CPU KV offload tier
+(``--kv-offloading-size``) copies blocks over (:mod:`sim.offload_transfers`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 1 << 30
+
+DEFAULT_HOST_LINK_GBPS = 32.0
+"""A GPU's host link, one direction, GB/s, when its YAML gives none: PCIe Gen4 x16
+(16 GT/s x 16 lanes, 128b/130b coding: 31.5 GB/s, rounded as datasheets quote it).
+Catalog figures (one direction, the link's rate; sustained copies reach ~80-90% of
+it): PCIe Gen5 x16 64 GB/s (H100 SXM, H200, B200, MI300X: PCI-SIG, PCIe 5.0 base
+specification, 32 GT/s per lane), PCIe Gen4 x16 32 GB/s (A100, L40S, RTX 4090),
+NVLink-C2C 450 GB/s on GH200-class parts (900 GB/s bidirectional: NVIDIA Grace
+Hopper Superchip datasheet, https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/)."""
 
 LinkKind = Literal["nvlink", "pcie", "xgmi"]
 """How GPUs of one node reach each other: NVLink (a full mesh through NVSwitch, or a
@@ -50,6 +61,11 @@ class GPUSpec(BaseModel):
     custom_allreduce_latency_us: float | None = Field(
         default=None, ge=0, description="vLLM custom all-reduce, per call, us; None: link default"
     )
+    host_link_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description="GPU <-> host memory, one direction, GB/s (KV offload); None: PCIe Gen4 x16",
+    )
     source: str = Field(min_length=1, description="where the figures come from (URLs)")
     notes: str = ""
     price_per_gpu_hour: float | None = Field(
@@ -82,6 +98,13 @@ class GPUSpec(BaseModel):
     def interconnect_bytes_per_s(self) -> float:
         """Peer bandwidth (one direction) in bytes/s."""
         return self.interconnect_bandwidth_gbps * 1e9
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        """The host link (one direction) in bytes/s: ``host_link_gbps``, else
+        :data:`DEFAULT_HOST_LINK_GBPS`."""
+        gbps = self.host_link_gbps if self.host_link_gbps is not None else DEFAULT_HOST_LINK_GBPS
+        return gbps * 1e9
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core peak in FLOP/s for GEMMs whose weights are ``dtype``.

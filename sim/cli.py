@@ -188,6 +188,7 @@ def run(
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
+    kv_offloading_size: float = engine_option("kv_offloading_size"),
     steps: str = typer.Option(
         "full",
         "--steps",
@@ -631,6 +632,7 @@ def plan(
     latency_model: str = engine_option("latency_model"),
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
+    kv_offloading_size: float = engine_option("kv_offloading_size"),
     steps: str = typer.Option("full", "--steps", metavar="full|thin|none", help=STEPS_HELP),
     steps_format: str = typer.Option(
         "csv", "--steps-format", metavar="csv|parquet", help=STEPS_FORMAT_HELP

@@ -69,6 +69,11 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
         "--async-scheduling/--no-async-scheduling",
         "schedule step N+1 while step N runs (AsyncScheduler, a batch queue of 2)",
     ),
+    "kv_offloading_size": (
+        "--kv-offloading-size",
+        "GiB of CPU memory (over all TP ranks) for offloaded KV blocks: a second prefix "
+        "cache tier (vLLM's native OffloadingConnector); needs --no-async-scheduling",
+    ),
 }
 """Each engine flag (an ``EngineConfig`` field): its option declaration and a one-line
 help in vLLM's meaning (``latency_model`` and ``constant_step_s`` are kvsim's own)."""
@@ -100,6 +105,7 @@ DERIVED_DEFAULTS = {
     ),
     "max_model_len": "the model's maximum",
     "async_scheduling": "on, as vLLM 0.33.0 (no option kvsim models turns it off)",
+    "kv_offloading_size": "none: no CPU tier",
 }
 """What a ``None`` engine field resolves to (vLLM 0.33.0's defaults for the OpenAI
 server), as ``--help`` shows it."""

@@ -22,6 +22,7 @@ from kvcore.scheduler_config import SchedulerConfig
 from sim.engine import ReplicaEngine, kvcore_request
 from sim.engine_config import uses_async_scheduling
 from sim.input_limits import InputLimits
+from sim.kv_offload import build_connector, make_host_link
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router
 
@@ -34,9 +35,16 @@ never hashed (vLLM rejects it before any cache lookup)."""
 def build_scheduler(resolved: Any) -> Scheduler:
     """A fresh kvcore scheduler for one replica of a resolved run: an
     :class:`AsyncScheduler` with async scheduling (vLLM 0.33.0's default,
-    :func:`sim.engine_config.uses_async_scheduling`), else a :class:`Scheduler`."""
+    :func:`sim.engine_config.uses_async_scheduling`), else a :class:`Scheduler`; with
+    the run's CPU KV tier (``resolved.offload``) a fresh offloading connector."""
     engine_cfg = resolved.engine
     cls = AsyncScheduler if uses_async_scheduling(engine_cfg) else Scheduler
+    offload = getattr(resolved, "offload", None)
+    connector = (
+        None
+        if offload is None
+        else build_connector(offload, resolved.kv_cache_config, engine_cfg.enable_prefix_caching)
+    )
     return cls(
         SchedulerConfig(
             max_model_len=resolved.max_model_len,
@@ -48,6 +56,7 @@ def build_scheduler(resolved: Any) -> Scheduler:
         ),
         resolved.kv_cache_config,
         enable_caching=engine_cfg.enable_prefix_caching,
+        **({"connector": connector} if connector is not None else {}),
     )
 
 
@@ -95,6 +104,7 @@ class Cluster:
         if num_replicas < 1:
             raise ValueError(f"num_replicas: must be >= 1 (got {num_replicas})")
         engine_cfg = resolved.engine
+        offload = getattr(resolved, "offload", None)
         self.env = env
         self.router = router
         # Hash values never leave the simulation: a cheap 64-bit hash gives the same
@@ -114,6 +124,8 @@ class Cluster:
                 decisions=decisions,
                 on_progress=on_progress,
                 fast_forward=fast_forward,
+                host_link=None if offload is None else make_host_link(offload),
+                offload_block_bytes=0 if offload is None else offload.worker_kv_bytes_per_block,
             )
             for i in range(num_replicas)
         ]

@@ -26,6 +26,11 @@ stop at the first step in which requests finish, before a step whose blocks the 
 cannot serve, and at the next SimPy event (an arrival, a timer); see
 :mod:`sim.engine_fast_forward`.
 
+With the CPU KV offload tier (``--kv-offloading-size``, synchronous loop only) the
+scheduler has vLLM's offloading connector and the engine times its copies on the
+replica's host link (:meth:`ReplicaEngine._run_offload`, :mod:`sim.offload_transfers`);
+fast-forward is off.
+
 A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
 arrived is aborted as vLLM 0.33.0 aborts a request whose client went away: the
 engine core calls ``Scheduler.finish_requests([id], FINISHED_ABORTED)``
@@ -48,11 +53,15 @@ import simpy
 from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
+from kvcore.kv_cache_manager import PrefixCacheStats
+from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorMetadata
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.errors import SimulationStuck
+from sim.kv_offload import OffloadStats
+from sim.offload_transfers import HostLink, job_bytes
 from sim.records import RequestRecorder, StepRecorder
 from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
 
@@ -73,6 +82,23 @@ def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
         block_hasher=hasher,
         block_hashes=sr.prompt_block_hashes or (),
     )
+
+
+def _merged_stats(a: PrefixCacheStats, b: PrefixCacheStats | None) -> PrefixCacheStats:
+    """The prefix-cache counters of two steps together (token and request counts)."""
+    if b is None:
+        return a
+    out = PrefixCacheStats()
+    for name in (
+        "requests",
+        "queries",
+        "hits",
+        "preempted_requests",
+        "preempted_queries",
+        "preempted_hits",
+    ):
+        setattr(out, name, getattr(a, name) + getattr(b, name))
+    return out
 
 
 class _Meta:
@@ -101,7 +127,12 @@ class ReplicaEngine(FastForwardSteps):
         decisions: IO[str] | None = None,
         on_progress: Callable[[int], None] | None = None,
         fast_forward: bool = True,
+        host_link: HostLink | None = None,
+        offload_block_bytes: int = 0,
     ) -> None:
+        """``host_link``: the CPU KV offload tier's link (with a scheduler that has the
+        offloading connector; synchronous loop only); ``offload_block_bytes``: one GPU
+        block's KV bytes on one TP rank (what a transfer moves per block)."""
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
@@ -130,6 +161,16 @@ class ReplicaEngine(FastForwardSteps):
             else None
         )
         timeouts = getattr(workload, "has_timeouts", False)
+        self.link = host_link
+        self.offload_block_bytes = offload_block_bytes
+        self.offload_stats: OffloadStats | None = None
+        self._deferred_stores: list[tuple[int, int]] = []  # (job id, blocks): next step's
+        self._load_reqs: dict[int, str] = {}  # load job id -> its request (vLLM's _load_jobs)
+        if host_link is not None:
+            if self.batch_queue is not None or scheduler.connector is None:
+                raise ValueError("KV offload runs with a synchronous Scheduler with a connector")
+            self.offload_stats = OffloadStats()
+            fast_forward = False  # every step is stepped, with its transfers
         self.fast_forward = fast_forward and self._vector_decode and not timeouts
         # A decode computes the last known token; with async scheduling the tokens in
         # flight (output placeholders, the step's own included) count as known.
@@ -248,6 +289,9 @@ class ReplicaEngine(FastForwardSteps):
         if self.batch_queue is not None:
             yield from self._run_batch_queue(self.batch_queue)
             return
+        if self.link is not None:
+            yield from self._run_offload(self.link)
+            return
         scheduler = self.scheduler
         while True:
             if self._pending:
@@ -274,6 +318,144 @@ class ReplicaEngine(FastForwardSteps):
                         yield self._idle()
                 continue
             yield from self._execute(out)
+
+    def _run_offload(self, link: HostLink) -> Generator[simpy.Event, Any, None]:
+        """The synchronous loop with the CPU KV offload tier (vLLM 0.33.0's
+        ``EngineCore.step`` with the ``OffloadingConnector``); timing as
+        :mod:`sim.offload_transfers` plans it, after vLLM's
+        ``OffloadingConnectorWorker``:
+
+        at a step's start ``t0`` this step's ``jobs_to_flush`` stores and the stores
+        the step before deferred are submitted (``handle_preemptions``), the step waits
+        for the flushed jobs, then submits its loads (``start_kv_transfers``) and
+        computes; its own stores wait for the next step (``prepare_store_kv``). At the
+        step's end the transfers ended by then are its ``KVConnectorOutput``
+        (``get_finished``). A step that schedules no token still runs the connector
+        (vLLM's ``kv_connector_no_forward``): when nothing ended, the engine sleeps until
+        the next transfer ends or a request arrives."""
+        env = self.env
+        scheduler = self.scheduler
+        carried: PrefixCacheStats | None = None
+        while True:
+            if self._pending:
+                self._admit_pending()
+            if self._aborts:
+                self._apply_aborts()
+            if not scheduler.has_requests() and not self._deferred_stores:
+                if self.arrivals_done() and not self._pending:
+                    return
+                yield self._idle()
+                continue
+            out = scheduler.schedule()
+            t0 = env.now
+            start = self._start_transfers(link, out, t0)
+            if out.total_num_scheduled_tokens == 0:
+                if start > t0:
+                    yield StepTimeout(env, start - t0)
+                kvo = self._collect_transfers(link, env.now)
+                # Earlier finishes only; the lookups of requests that started a load in
+                # this step count in the next recorded step (steps.csv has no row here).
+                carry = scheduler.update_from_output(out, {}, kvo).prefix_cache_stats
+                if carry is not None:
+                    carried = carry if carried is None else _merged_stats(carried, carry)
+                self._note_cpu_usage()
+                if kvo.completed_jobs or self._deferred_stores:
+                    continue  # progress (or stores to submit): schedule again now
+                next_end = link.next_done_s()
+                if next_end is not None:
+                    yield env.timeout(next_end - env.now) | self._idle()
+                    continue
+                if scheduler.running or (scheduler.waiting and not self._pending):
+                    if scheduler.waiting and not scheduler.running and self.arrivals_done():
+                        raise SimulationStuck(
+                            f"replica {self.replica_id}: {len(scheduler.waiting)} requests wait "
+                            "but none fits in the KV cache"
+                        )
+                    if not scheduler.running:
+                        yield self._idle()
+                elif not scheduler.running and not self._pending and scheduler.has_requests():
+                    if self.arrivals_done():  # nothing left that could change the state
+                        raise SimulationStuck(
+                            f"replica {self.replica_id}: the KV offload connector holds "
+                            "requests with no transfer in flight"
+                        )
+                    yield self._idle()
+                continue
+            duration, prefill, decode, sampled = self._step_cost(out)
+            yield StepTimeout(env, start + duration - t0)
+            if env.peek() <= env.now:
+                yield env.timeout(0)  # arrivals due at this instant join first
+            if self._aborts:
+                self._apply_aborts()
+            now = env.now
+            kvo = self._collect_transfers(link, now)
+            result = scheduler.update_from_output(out, sampled, kvo)
+            if carried is not None:
+                result.prefix_cache_stats = _merged_stats(carried, result.prefix_cache_stats)
+                carried = None
+            self._note_cpu_usage()
+            finished = self._record_step(out, result, t0, now - t0, prefill, decode, now)
+            if self.check:
+                scheduler.check_invariants()
+            for req in finished:
+                self._finish(req, now)
+
+    def _start_transfers(self, link: HostLink, out: SchedulerOutput, t0: float) -> float:
+        """Submit a step's transfers at its start ``t0`` (s); return when its compute can
+        start (after the flushed stores end)."""
+        meta = out.kv_connector_metadata
+        stats = self.offload_stats
+        assert stats is not None and isinstance(meta, OffloadingConnectorMetadata)
+        per_block = self.offload_block_bytes
+        flush = meta.jobs_to_flush
+        submit = [(j, len(job.gpu_block_ids)) for j, job in meta.store_jobs.items() if j in flush]
+        submit += self._deferred_stores
+        self._deferred_stores = [
+            (j, len(job.gpu_block_ids)) for j, job in meta.store_jobs.items() if j not in flush
+        ]
+        for job_id, blocks in submit:
+            num_bytes = job_bytes(blocks, per_block)
+            link.submit_store(job_id, num_bytes, t0)
+            stats.num_stores += 1
+            stats.store_blocks += blocks
+            stats.store_bytes += num_bytes
+            stats.store_s += link.stores.last_duration_s
+        start = max(t0, link.wait_s(flush)) if flush else t0
+        for job_id, job in meta.load_jobs.items():
+            blocks = len(job.gpu_block_ids)
+            num_bytes = job_bytes(blocks, per_block)
+            link.submit_load(job_id, num_bytes, start)
+            self._load_reqs[job_id] = job.req_id
+            stats.num_loads += 1
+            stats.load_blocks += blocks
+            stats.load_bytes += num_bytes
+            stats.load_s += link.loads.last_duration_s
+        return start
+
+    def _collect_transfers(self, link: HostLink, now: float) -> KVConnectorOutput:
+        """The step's ``KVConnectorOutput`` (vLLM's ``get_finished`` and the worker
+        metadata's ``completed_jobs``): the transfers ended by ``now`` (s), each
+        reported by every TP worker; a finished load's request in
+        ``finished_recving``."""
+        connector = self.scheduler.connector
+        assert connector is not None
+        kvo = KVConnectorOutput()
+        done = link.collect_finished(now)
+        if done:
+            workers = connector.num_workers
+            kvo.completed_jobs = {job_id: workers for job_id in done}
+            loads = self._load_reqs
+            kvo.finished_recving = {loads.pop(j) for j in done if j in loads}
+        return kvo
+
+    def _note_cpu_usage(self) -> None:
+        """Track the CPU tier's peak (blocks held, ready or being written)."""
+        connector = self.scheduler.connector
+        stats = self.offload_stats
+        assert connector is not None and stats is not None
+        held = connector.manager.num_stored_chunks() * connector.blocks_per_chunk
+        if held > stats.peak_cpu_blocks:
+            stats.peak_cpu_blocks = held
 
     def _run_batch_queue(self, queue: BatchQueue) -> Generator[simpy.Event, Any, None]:
         """vLLM 0.33.0's async-scheduling loop (``EngineCore.step_with_batch_queue``)

@@ -23,9 +23,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
 )
 from pydantic_core import PydanticCustomError
 
@@ -67,6 +70,21 @@ class EngineConfig(BaseModel):
     """vLLM's ``--async-scheduling``: None is vLLM 0.33.0's default (on unless an
     incompatible option is set; kvsim models none of them), see
     :func:`uses_async_scheduling`."""
+    kv_offloading_size: float | None = Field(None, gt=0.0)
+    """vLLM's ``--kv-offloading-size``: the CPU KV offload tier's size in GiB (2**30
+    bytes), summed over the tensor-parallel ranks; None: no CPU tier (vLLM's default).
+    With a size, vLLM 0.33.0 runs the ``OffloadingConnector`` (``--kv-offloading-backend
+    native``, the only backend kvsim models; ``VllmConfig._post_init_kv_transfer_config``)."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Fields as pydantic dumps them, without ``kv_offloading_size`` when it is None:
+        every file and hash written from an engine without a CPU tier stays as it was
+        before the field existed (a dump read back gives the same config)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("kv_offloading_size", 0) is None:
+            del data["kv_offloading_size"]
+        return data
 
     @field_validator("block_size")
     @classmethod
@@ -105,6 +123,15 @@ def uses_async_scheduling(engine: EngineConfig) -> bool:
     is on unless ``async_scheduling`` is False (``--no-async-scheduling``).
     """
     return engine.async_scheduling is not False
+
+
+def offload_async_message() -> str:
+    """Why kvsim refuses the CPU KV offload tier with async scheduling (one line)."""
+    return (
+        "--kv-offloading-size: the CPU KV offload tier runs only with the synchronous "
+        "engine loop in kvsim; add --no-async-scheduling (vLLM 0.33.0 runs the offloading "
+        "connector with async scheduling too, which kvsim does not model yet)"
+    )
 
 
 def engine_loop(engine: EngineConfig) -> str:

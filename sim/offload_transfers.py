@@ -1,8 +1,8 @@
 """How long KV offload transfers take on the host link (GPU <-> CPU memory).
 
-A standalone helper for the CPU KV offload tier (kvcore's
-:mod:`kvcore.offloading_connector` decides *which* blocks move; this says *when* the
-copies end). Not wired into the engine yet.
+The CPU KV offload tier's timing (kvcore's :mod:`kvcore.offloading_connector` decides
+*which* blocks move; this says *when* the copies end); the engine's synchronous loop
+uses it as planned below (:meth:`sim.engine.ReplicaEngine._run_offload`).
 
 What it models, after vLLM 0.33.0's CPU offloading worker
 (``vllm/v1/kv_offload/cpu/gpu_worker.py``): one queue per direction
@@ -15,24 +15,25 @@ same time, so ``bytes`` is one worker's share (:func:`job_bytes`).
 
 Units: bytes, seconds, bytes per second.
 
-Planned use by the engine (one :class:`HostLink` per replica; TP workers move their
+Use by the engine (one :class:`HostLink` per replica; TP workers move their
 shards in parallel, so one link stands for all of them), per scheduled step that
 starts at ``t0`` and computes for ``d`` seconds:
 
 1. ``out.kv_connector_metadata`` (an ``OffloadingConnectorMetadata``) lists the step's
-   load and store jobs. Loads are submitted at ``t0`` (vLLM's ``start_load_kv``);
-   stores are submitted at the *next* step's start (vLLM's worker defers them so that
-   they start after the sampling copies), ``job_bytes(len(job.gpu_block_ids),
-   worker_kv_bytes_per_block)`` bytes each.
-2. ``jobs_to_flush`` are waited for before the forward pass
-   (``handle_preemptions``): the step starts at ``max(t0, link.wait_s(flush))``.
-3. At the step's end ``t1``, ``link.collect_finished(t1)`` are the finished jobs:
-   ``KVConnectorOutput(finished_recving={request of each finished load},
-   completed_jobs={job: 1})`` goes to ``update_from_output``.
+   load and store jobs, ``job_bytes(len(job.gpu_block_ids), worker_kv_bytes_per_block)``
+   bytes each. Stores are submitted at the *next* step's start ``t0`` (vLLM's worker
+   defers them so that they start after the sampling copies: ``prepare_store_kv``),
+   except those in the step's own ``jobs_to_flush``, submitted at its ``t0``.
+2. ``jobs_to_flush`` are waited for before the forward pass (``handle_preemptions``):
+   the step computes from ``start = max(t0, link.wait_s(flush))``; its loads are
+   submitted at ``start`` (``start_kv_transfers`` runs after that wait).
+3. At the step's end ``t1 = start + d``, ``link.collect_finished(t1)`` are the finished
+   jobs: ``KVConnectorOutput(finished_recving={request of each finished load},
+   completed_jobs={job: number of workers})`` goes to ``update_from_output``.
 4. A step that schedules nothing while transfers are in flight (requests waiting in
    ``WAITING_FOR_REMOTE_KVS``, pending stores: ``Scheduler.has_requests()`` is True)
-   must advance the clock to the next transfer's end (or the next arrival), not wait
-   for a submit, and apply that step's ``KVConnectorOutput`` too.
+   still submits and collects (vLLM's ``kv_connector_no_forward``); when nothing ended
+   the clock advances to the next transfer's end (or the next arrival).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class DirectionQueue:
     overhead_s: float = 0.0
     busy_until_s: float = 0.0
     """When the last submitted transfer ends (s)."""
+    last_duration_s: float = 0.0
+    """How long the last submitted transfer takes on the link (s), queueing excluded."""
     _done_s: dict[int, float] = field(default_factory=dict)
 
     def submit(self, job_id: int, num_bytes: int, ready_s: float) -> float:
@@ -78,7 +81,8 @@ class DirectionQueue:
         if job_id in self._done_s:
             raise ValueError(f"job {job_id} already submitted")
         start = max(ready_s, self.busy_until_s)
-        done = start + transfer_seconds(num_bytes, self.bytes_per_s, self.overhead_s)
+        self.last_duration_s = transfer_seconds(num_bytes, self.bytes_per_s, self.overhead_s)
+        done = start + self.last_duration_s
         self.busy_until_s = done
         self._done_s[job_id] = done
         return done
@@ -96,6 +100,10 @@ class DirectionQueue:
 
     def pending(self) -> int:
         return len(self._done_s)
+
+    def next_done_s(self) -> float | None:
+        """When the first pending transfer ends (s); None when none is pending."""
+        return min(self._done_s.values(), default=None)
 
 
 @dataclass
@@ -124,6 +132,11 @@ class HostLink:
         0.0 when none is pending."""
         ends = [q.done_at(j) for j in job_ids for q in (self.loads, self.stores) if j in q._done_s]
         return max(ends, default=0.0)
+
+    def next_done_s(self) -> float | None:
+        """When the next pending transfer of either direction ends (s); None: none."""
+        ends = [t for t in (self.loads.next_done_s(), self.stores.next_done_s()) if t is not None]
+        return min(ends, default=None)
 
     def collect_finished(self, now_s: float) -> list[int]:
         """Jobs of both directions ended by ``now_s`` (stores first, as vLLM's

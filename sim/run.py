@@ -24,6 +24,7 @@ from sim.cluster import Cluster
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
 from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
 from sim.input_limits import nothing_served_message
+from sim.kv_offload import FAST_FORWARD_NOT_APPLICABLE, offload_summary
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router, make_router
@@ -181,9 +182,28 @@ def simulate(
         {**r, "num_routed": cluster.num_routed[r["replica"]]}
         for r in replica_summaries_from_recorders(steps, requests, num_replicas)
     ]
+    if resolved.offload is not None:
+        summary["offload"] = _offload_block(resolved, cluster, steps)
     summary["steps_file"] = steps.file_info()
     summary["wall_s"] = time.perf_counter() - wall0
     return summary
+
+
+def _offload_block(resolved: ResolvedRun, cluster: Cluster, steps: StepRecorder) -> dict[str, Any]:
+    """``summary.json``'s ``offload`` block (:func:`sim.kv_offload.offload_summary`)."""
+    assert resolved.offload is not None
+    queries = hits = 0
+    stats = []
+    for e in cluster.engines:
+        cs = e.scheduler.connector_prefix_cache_stats
+        if cs is not None:
+            queries += cs.queries + cs.preempted_queries
+            hits += cs.hits + cs.preempted_hits
+        if e.offload_stats is not None:
+            stats.append(e.offload_stats)
+    return offload_summary(
+        resolved.offload, stats, queries, hits, steps.prefix_queries, steps.prefix_hits
+    )
 
 
 def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
@@ -205,6 +225,12 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
             "async_scheduling": uses_async_scheduling(resolved.engine),
         },
         "engine_loop": engine_loop(resolved.engine),
+        # Only a run with the CPU KV tier names these (other config.yaml files unchanged).
+        **(
+            {"kv_offload": resolved.offload.describe(), "fast_forward": FAST_FORWARD_NOT_APPLICABLE}
+            if resolved.offload is not None
+            else {}
+        ),
         "steps": spec.steps,
         "steps_format": spec.steps_format,
         "kv_budget": resolved.budget_terms,

@@ -16,7 +16,8 @@ from calibrate.frontend import FrontendModel
 from calibrate.latency import make_latency_model
 from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
-from sim.engine_config import EngineConfig
+from sim.engine_config import EngineConfig, offload_async_message, uses_async_scheduling
+from sim.kv_offload import OffloadSetup, resolve_offload
 from sim.router import make_router
 from sim.step_parquet import check_format
 from sim.step_thin import check_mode
@@ -48,6 +49,8 @@ class ResolvedRun:
     latency_description: dict[str, Any]
     frontend: FrontendModel = field(default_factory=FrontendModel)
     """The API server's costs, for client-side latencies (:mod:`calibrate.frontend`)."""
+    offload: OffloadSetup | None = None
+    """The CPU KV offload tier (``--kv-offloading-size``); None: none."""
 
 
 def check_cluster(spec: RunSpec) -> None:
@@ -89,6 +92,14 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
             f"max_model_len ({budget.max_model_len}) with enable_chunked_prefill off: raise "
             "--max-num-batched-tokens or lower --max-model-len"
         )
+    if engine.kv_offloading_size is not None and uses_async_scheduling(engine):
+        raise ValueError(offload_async_message())
+    offload = resolve_offload(
+        engine.kv_offloading_size,
+        budget.kv_cache_config,
+        engine.tensor_parallel_size,
+        gpu.host_link_bytes_per_s,
+    )
     workload = load_workload(spec.workload, seed=spec.seed, overrides=spec.workload_overrides)
     describe = getattr(latency, "describe", None)
     resolved = ResolvedRun(
@@ -107,6 +118,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         budget_terms=budget.to_dict(),
         latency_model=latency,
         latency_description=describe() if describe else {"kind": engine.latency_model},
+        offload=offload,
     )
     check_work_bounds(resolved, allow_large=allow_large, source=spec.workload)
     return resolved

@@ -37,6 +37,7 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "latency_model": (["--latency-model", "constant"], "constant"),
     "constant_step_s": (["--constant-step-s", "0.02"], 0.02),
     "async_scheduling": (["--no-async-scheduling"], False),
+    "kv_offloading_size": (["--kv-offloading-size", "4"], 4.0),
 }
 """A value other than the default for each engine flag, and the field's value it gives."""
 

@@ -110,6 +110,16 @@ CASES = [
         ["max_num_batched_tokens", "max_model_len", "chunked"],
     ),
     (
+        "kv-offloading-size-zero",
+        ["ok.yaml", "--kv-offloading-size", "0", "--no-async-scheduling"],
+        ["kv_offloading_size", "greater than 0"],
+    ),
+    (
+        "kv-offloading-with-async-scheduling",
+        ["ok.yaml", "--kv-offloading-size", "4"],
+        ["--kv-offloading-size", "--no-async-scheduling"],
+    ),
+    (
         "tensor-parallel-not-dividing-heads",
         ["ok.yaml", "--tensor-parallel-size", "3"],
         ["tensor_parallel_size"],

@@ -114,9 +114,13 @@ def config_hash(
     """A 16-hex-digit hash of everything a candidate's search depends on: kvsim's
     version, the model's and GPU's figures, the engine, the workload spec, the SLOs and
     the search settings (``extra``: its range). Prices are left out: they do not change
-    what is simulated."""
+    what is simulated (nor does the GPU's host link without a CPU KV tier)."""
     assert candidate.engine is not None
-    gpu = load_gpu(candidate.gpu_arg).model_dump(mode="json", exclude={"price_per_gpu_hour"})
+    # The host link matters only with a CPU KV tier (hashes without one are unchanged).
+    unused = set() if candidate.engine.kv_offloading_size is not None else {"host_link_gbps"}
+    gpu = load_gpu(candidate.gpu_arg).model_dump(
+        mode="json", exclude={"price_per_gpu_hour", *unused}
+    )
     doc = {
         "kvsim_version": __version__,
         "model": load_model(spec.model).model_dump(mode="json"),

@@ -1,0 +1,161 @@
+"""``kvsim run --kv-offloading-size``: the CPU KV offload tier end to end.
+
+Transfer timing against hand-computed cases (constant step times, Llama-3.1-8B on
+H100-SXM: 2 MiB of KV per block, a 64 GB/s host link each way), a shared-prefix
+workload on a small GPU KV budget that the CPU tier serves faster, and the engine
+config's dump without the flag (what keeps every other output byte-identical).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from sim_run_helpers import write_jsonl
+
+from sim.engine_config import EngineConfig
+from sim.run import RunSpec, run
+from workloads.overrides import WorkloadOverrides
+
+STEP_S = 0.01  # requests.csv has 8 decimals: times are compared to 1e-8 s
+BLOCK_BYTES = 32 * 2 * 8 * 128 * 2 * 16  # layers x (K, V) x kv heads x head dim x bf16 x 16
+LINK = 64e9  # H100-SXM host_link_gbps, bytes/s per direction
+PROMPT = list(range(1, 65))  # 4 full blocks of 16 tokens
+OFFLOAD = dict(
+    latency_model="constant",
+    constant_step_s=STEP_S,
+    enable_prefix_caching=False,  # every hit is a CPU hit
+    async_scheduling=False,
+    kv_offloading_size=1.0,
+    num_gpu_blocks_override=64,
+    max_model_len=512,
+)
+
+
+def _run(trace: Path, out: Path, **engine: object) -> dict:
+    """One run of ``trace`` with the CPU tier (no plots: kept cheap); its summary."""
+    spec = RunSpec(workload=str(trace), engine=EngineConfig(**{**OFFLOAD, **engine}))
+    return run(spec, out, render=False, helpers=False)
+
+
+def _two_requests(tmp_path: Path, b_arrival_s: float) -> dict[str, list[str]]:
+    """Request ``a`` (64 tokens) at 0, then ``b`` (the same 64 and 16 more) at
+    ``b_arrival_s``, one output token each; the run's requests.csv by request id."""
+    rows = [
+        {"request_id": "a", "arrival_s": 0.0, "prompt_token_ids": PROMPT, "output_tokens": 1},
+        {
+            "request_id": "b",
+            "arrival_s": b_arrival_s,
+            "prompt_token_ids": PROMPT + list(range(100, 116)),
+            "output_tokens": 1,
+        },
+    ]
+    trace = write_jsonl(tmp_path / "two.jsonl", rows)
+    summary = _run(trace, tmp_path / "out")
+    lines = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    by_id = {line.split(",")[0]: line.split(",") for line in lines[1:]}
+    return {"summary": summary, **by_id}
+
+
+def test_load_time_is_blocks_over_bandwidth(tmp_path):
+    """``b`` arrives after ``a``'s store ended: its 4 prompt blocks load over the link
+    (4 x 2 MiB / 64 GB/s) before its step computes the other 16 tokens."""
+    got = _two_requests(tmp_path, 1.0)
+    load_s = 4 * BLOCK_BYTES / LINK
+    assert float(got["a"][3]) == pytest.approx(STEP_S, abs=1e-8)
+    assert float(got["b"][3]) == pytest.approx(1.0 + load_s + STEP_S, abs=1e-8)
+    off = got["summary"]["offload"]
+    assert off["num_cpu_blocks"] == (1 << 30) // BLOCK_BYTES
+    assert (off["num_loads"], off["load_blocks"], off["cpu_prefix_cache_hits"]) == (1, 4, 64)
+    # a's 4 blocks, then b's fifth (its first four are in the tier already)
+    assert (off["num_stores"], off["store_blocks"]) == (2, 5)
+    assert off["load_bytes"] == 4 * BLOCK_BYTES
+    assert off["load_transfer_s"] == pytest.approx(load_s, rel=1e-12)
+    assert off["store_transfer_s"] == pytest.approx(5 * BLOCK_BYTES / LINK, rel=1e-12)
+    assert off["peak_cpu_blocks"] == 5
+
+
+def test_load_waits_for_the_store_in_flight(tmp_path):
+    """``b`` arrives while ``a``'s store (submitted at the start of the step after
+    ``a``'s, at 0.01 s) is still being written: the engine sleeps until the store ends,
+    then loads, then computes. No request is stuck while only transfers are pending."""
+    arrival = STEP_S + 0.0001
+    got = _two_requests(tmp_path, arrival)
+    store_end = STEP_S + 4 * BLOCK_BYTES / LINK
+    assert arrival < store_end
+    first_token = store_end + 4 * BLOCK_BYTES / LINK + STEP_S
+    assert float(got["b"][3]) == pytest.approx(first_token, abs=1e-8)
+    assert got["summary"]["offload"]["cpu_prefix_cache_hits"] == 64
+
+
+def test_a_step_reusing_blocks_waits_for_their_store(tmp_path):
+    """``a``'s store is deferred to the next step's start (0.01 s); that step gives
+    ``a``'s freed blocks to ``b`` (a 34-block pool), so it flushes the store first
+    (``jobs_to_flush``): ``b``'s step computes after the 4 blocks are written."""
+    rows = [
+        {"request_id": "a", "arrival_s": 0.0, "prompt_token_ids": PROMPT, "output_tokens": 1},
+        {
+            "request_id": "b",
+            "arrival_s": 0.005,
+            "prompt_token_ids": list(range(1000, 1500)),
+            "output_tokens": 1,
+        },
+    ]
+    trace = write_jsonl(tmp_path / "flush.jsonl", rows)
+    _run(trace, tmp_path / "out", num_gpu_blocks_override=34)
+    lines = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    b = next(line.split(",") for line in lines if line.startswith("b,"))
+    store_s = 4 * BLOCK_BYTES / LINK
+    assert float(b[3]) == pytest.approx(STEP_S + store_s + STEP_S, abs=1e-8)
+    steps = (tmp_path / "out" / "steps.csv").read_text().splitlines()
+    start, duration = (float(x) for x in steps[2].split(",")[2:4])
+    assert (start, duration) == pytest.approx((STEP_S, store_s + STEP_S), abs=1e-8)
+
+
+def _rag(tmp_path: Path, name: str, size: float | None) -> dict:
+    """The rag preset (8 shared 3000-token documents) at 4 req/s on 800 GPU blocks
+    (about 4 documents), 60 requests."""
+    engine = EngineConfig(
+        num_gpu_blocks_override=800,
+        max_model_len=4096,
+        async_scheduling=False,
+        kv_offloading_size=size,
+    )
+    spec = RunSpec(
+        workload="rag",
+        engine=engine,
+        workload_overrides=WorkloadOverrides(rate=4.0, num_requests=60),
+    )
+    run(spec, tmp_path / name, render=False, helpers=False)
+    return json.loads((tmp_path / name / "summary.json").read_text())
+
+
+def test_cpu_tier_serves_shared_prefixes_faster(tmp_path):
+    """Documents evicted from the small GPU cache come back from the CPU tier (hits
+    > 0) instead of being prefilled again: lower mean TTFT at the same load."""
+    off = _rag(tmp_path, "off", None)
+    on = _rag(tmp_path, "on", 8.0)
+    assert "offload" not in off
+    tier = on["offload"]
+    assert tier["cpu_prefix_cache_hits"] > 0 and tier["num_loads"] > 0
+    total = tier["gpu_prefix_cache_hit_rate"] + tier["cpu_prefix_cache_hit_rate"]
+    assert total <= 1.0
+    assert tier["gpu_prefix_cache_hit_rate"] == pytest.approx(on["prefix_cache_hit_rate"])
+    assert on["ttft_s"]["mean"] < off["ttft_s"]["mean"]
+    config = yaml.safe_load((tmp_path / "on" / "config.yaml").read_text())
+    assert config["engine"]["kv_offloading_size"] == 8.0
+    assert config["kv_offload"]["num_cpu_blocks"] == tier["num_cpu_blocks"]
+    assert config["fast_forward"].startswith("not applicable")
+    plain = yaml.safe_load((tmp_path / "off" / "config.yaml").read_text())
+    assert "kv_offloading_size" not in plain["engine"] and "kv_offload" not in plain
+
+
+def test_engine_dump_without_the_flag_is_unchanged():
+    """No CPU tier: the dump (config.yaml, hashes, sweep workers) has no new key; with
+    one, it round-trips."""
+    assert "kv_offloading_size" not in EngineConfig().model_dump()
+    assert "kv_offloading_size" not in EngineConfig().model_dump(mode="json")
+    cfg = EngineConfig(kv_offloading_size=2.5, async_scheduling=False)
+    assert EngineConfig(**cfg.model_dump(mode="json")) == cfg
