@@ -226,6 +226,23 @@ class DecodeStretch:
         sched.running = [r for r in sched.running if r not in gone]
 
 
+def stretch_possible(scheduler: Scheduler) -> bool:
+    """Whether the scheduler's state admits a decode stretch at all (either loop):
+    requests run and none waits, every KV cache group is full attention, KV events are
+    off, and the token budget covers one token per running request."""
+    running = scheduler.running
+    if not running or scheduler.waiting:
+        return False
+    kvm = scheduler.kv_cache_manager
+    if (
+        kvm.full_attention_managers is None
+        or kvm.block_pool.enable_kv_cache_events
+        or len(running) > scheduler.max_num_scheduled_tokens
+    ):
+        return False
+    return all(type(m) is FullAttentionManager for m in kvm.coordinator.single_type_managers)
+
+
 def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | None:
     """The longest decode-only stretch (at most ``horizon`` steps) starting now, or None.
 
@@ -236,20 +253,11 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
     finishes (``finishes``), or before the first step whose allocations the free
     blocks would not cover. Pure Python: batches are small where stretches matter.
     """
+    if not stretch_possible(scheduler):
+        return None
     running = scheduler.running
-    if not running or scheduler.waiting:
-        return None
     kvm = scheduler.kv_cache_manager
-    if (
-        kvm.full_attention_managers is None
-        or kvm.block_pool.enable_kv_cache_events
-        or len(running) > scheduler.max_num_scheduled_tokens
-    ):
-        return None
     managers = kvm.coordinator.single_type_managers
-    for m in managers:
-        if type(m) is not FullAttentionManager:
-            return None
     mml = scheduler.max_model_len
     first_finish = horizon + 1
     computed0 = []

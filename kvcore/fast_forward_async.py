@@ -34,11 +34,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvcore.batch_queue import BatchQueue
-from kvcore.fast_forward import StretchRecords, record_event_steps
+from kvcore.fast_forward import StretchRecords, record_event_steps, stretch_possible
 from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import SchedulerOutput
-from kvcore.single_type_kv_cache_manager import FullAttentionManager
 
 
 class AsyncStretchResult(NamedTuple):
@@ -215,20 +214,11 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
     applies the batch in flight.
     """
     sched = queue.scheduler
+    if len(queue.queue) != 1 or not stretch_possible(sched):
+        return None
     running = sched.running
-    if not running or sched.waiting or len(queue.queue) != 1:
-        return None
     kvm = sched.kv_cache_manager
-    if (
-        kvm.full_attention_managers is None
-        or kvm.block_pool.enable_kv_cache_events
-        or len(running) > sched.max_num_scheduled_tokens
-    ):
-        return None
     managers = kvm.coordinator.single_type_managers
-    for m in managers:
-        if type(m) is not FullAttentionManager:
-            return None
     in_flight = queue.queue[0].scheduler_output.num_scheduled_tokens
     if len(in_flight) != len(running):
         return None
