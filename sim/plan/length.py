@@ -14,8 +14,9 @@ seed's run starts at the plan's length (``num_requests``, or the workload's own
 It stops as soon as the run is saturated, every SLO's interval lies on one side of its
 bound (or is narrower than ``precision``), or one SLO fails decidedly; and at
 ``max_factor`` times the start, where it says so: a seed whose verdict is still
-undecided there fails (it has not been shown to hold the load), one whose SLO
-interval is still wide is judged on the point value.
+undecided there must clear every SLO bound by ``precision``
+(:func:`sim.plan.probe.judge_summary`), one whose SLO interval is still wide is
+judged on the point value.
 With ``fixed`` the start length is the only length (a note where an interval is wider
 than ``precision``).
 

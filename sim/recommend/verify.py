@@ -22,6 +22,7 @@ from sim import offload
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
 from sim.plan.probe import judge_summary
+from sim.plan.spec import Length
 from sim.recommend.evaluate import RUN_FILES
 from sim.run import NothingServed, RunSpec, run
 from sim.sweep.table import write_atomic
@@ -84,7 +85,8 @@ def check_cluster(payload: dict[str, Any]) -> dict[str, Any]:
             "metrics": None,
         }
     else:
-        judged = judge_summary(summary, bounds)
+        # One run, its only length: an undecided one is judged as drifting.
+        judged = judge_summary(summary, bounds, Length().precision)
         window = summary.get("window") if isinstance(summary.get("window"), dict) else summary
         gpus = int(payload["replicas"]) * int(payload["tensor_parallel_size"])
         tpot = float(window["tpot_s"]["mean"])
