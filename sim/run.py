@@ -70,8 +70,8 @@ class RunSpec:
 
 
 def _checking_signals(on_progress: Callable[[int], None] | None) -> Callable[[int], None]:
-    """``on_progress`` (called per finished request) that first re-raises a SIGTERM or
-    SIGHUP whose exception was swallowed (:func:`sim.signals.raise_pending`)."""
+    """``on_progress`` (called per finished request) that first re-raises a SIGTERM,
+    SIGHUP or SIGINT whose exception was swallowed (:func:`sim.signals.raise_pending`)."""
     if on_progress is None:
         return lambda n: raise_pending()
 

@@ -39,33 +39,42 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    """What a signal raises: ``KeyboardInterrupt`` for SIGINT (Ctrl-C), else
+    :class:`Terminated`."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     global _pending
-    for sig in _HANDLED:  # cleanup runs once: a second SIGTERM does not cut it short
-        signal.signal(sig, signal.SIG_IGN)
+    for sig in (*_HANDLED, signal.SIGINT):  # cleanup runs once: a second signal
+        signal.signal(sig, signal.SIG_IGN)  # does not cut it short
     _pending = signum
-    raise Terminated(signum)
+    raise _interrupt(signum)
 
 
 def raise_pending() -> None:
-    """Raise :class:`Terminated` again for a signal whose first one was swallowed.
+    """Raise the interrupt again for a signal whose first one was swallowed.
 
     Python ignores (prints and drops) an exception raised where it cannot propagate:
-    a ``__del__``, a weakref callback, an at-fork hook such as logging's. A SIGTERM
-    that lands there would be lost, and with the handlers now ignoring SIGTERM the run
-    would go on to its end. Long loops call this at points they pass often (each
-    finished request): it raises once, then clears. When the first exception did
+    a ``__del__``, a weakref callback, an at-fork hook such as logging's. A SIGTERM or
+    a Ctrl-C that lands there would be lost, and with the handlers now ignoring them
+    the run would go on to its end (a test saw a SIGINT lost so, under load). Long
+    loops call this at points they pass often (each finished request): it raises once,
+    then clears. When the first exception did
     propagate, nothing calls this again before the process ends.
     """
     global _pending
     if _pending is not None:
         signum, _pending = _pending, None
-        raise Terminated(signum)
+        raise _interrupt(signum)
 
 
 def install() -> None:
-    """Main process: SIGTERM and SIGHUP raise :class:`Terminated` (in the main thread)."""
-    for sig in _HANDLED:
+    """Main process: SIGTERM and SIGHUP raise :class:`Terminated`, SIGINT
+    ``KeyboardInterrupt`` as Python's own handler does (in the main thread), each
+    remembered until it propagates (:func:`raise_pending`)."""
+    for sig in (*_HANDLED, signal.SIGINT):
         signal.signal(sig, _raise)
 
 

@@ -10,9 +10,11 @@ import pytest
 
 from sim import signals
 
+HANDLED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
 
 def test_a_swallowed_terminated_is_raised_again_once() -> None:
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    saved = {sig: signal.getsignal(sig) for sig in HANDLED}
     try:
         # What Python does with an exception raised in a __del__ or a fork hook:
         with contextlib.suppress(signals.Terminated):
@@ -21,6 +23,22 @@ def test_a_swallowed_terminated_is_raised_again_once() -> None:
             signals.raise_pending()
         assert err.value.signum == signal.SIGTERM
         signals.raise_pending()  # once: nothing pending any more
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_a_swallowed_ctrl_c_is_raised_again_as_a_keyboard_interrupt() -> None:
+    saved = {sig: signal.getsignal(sig) for sig in HANDLED}
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            signals._raise(signal.SIGINT, None)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # cleanup runs once
+        with pytest.raises(KeyboardInterrupt) as err:
+            signals.raise_pending()
+        assert not isinstance(err.value, signals.Terminated)  # "interrupted", exit 130
+        assert signals.exit_status(err.value) == 130
+        signals.raise_pending()
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
