@@ -33,30 +33,10 @@ from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from sim.conformance.compare import Diff, first_line_diff
+from sim.conformance.offload_case import DEFAULTS
 from sim.conformance.offload_worker import FakeOffloadWorker
 
 DRIVER = Path(__file__).resolve().parent / "offload_driver.py"
-DEFAULTS: dict[str, Any] = {
-    "block_size": 16,
-    "num_gpu_blocks": None,
-    "max_num_seqs": 8,
-    "max_num_batched_tokens": 256,
-    "enable_chunked_prefill": True,
-    "long_prefill_token_threshold": 0,
-    "policy": "fcfs",
-    "watermark": 0.0,
-    "scheduler_reserve_full_isl": True,
-    "max_model_len": None,
-    "kv_groups": ["full"],
-    "sample_token_id": 7,
-    "prefix_caching_hash_algo": "sha256",
-    "none_hash_seed": "vllm-none-hash",
-    "cpu_chunks": 16,
-    "blocks_per_chunk": 1,
-    "offload_prompt_only": True,
-    "load_latency": 1,
-    "store_latency": 1,
-}
 
 
 def _short_key(key: bytes) -> str:

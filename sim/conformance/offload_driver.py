@@ -2,9 +2,10 @@
 ``OffloadingConnector`` (scheduler role), run on a CPU.
 
 Executed by the oracle environment's interpreter (``.venv-vllm/bin/python``); kvsim
-never imports it. Uses the standard library, vLLM, and two sibling files loaded by
-path: ``vllm_driver.py`` (model directory, request set-up, NONE_HASH) and
-``offload_worker.py`` (the fake worker both replays share).
+never imports it. Uses the standard library, vLLM, and three sibling files loaded by
+path: ``vllm_driver.py`` (model directory, request set-up, NONE_HASH),
+``offload_worker.py`` (the fake worker both replays share) and ``offload_case.py``
+(a case's knobs and their defaults, also kvsim's).
 
 The engine is configured as ``--kv-offloading-size`` does it: ``CacheConfig.
 kv_offloading_size`` (GiB) makes ``VllmConfig`` pick the ``OffloadingConnector``
@@ -41,6 +42,7 @@ def _sibling(name: str) -> Any:
 
 vd = _sibling("vllm_driver")
 FakeOffloadWorker = _sibling("offload_worker").FakeOffloadWorker
+OFFLOAD_DEFAULTS = _sibling("offload_case").DEFAULTS
 
 import vllm  # noqa: E402
 from vllm.config import (  # noqa: E402
@@ -61,27 +63,6 @@ from vllm.v1.request import RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 PAGE = 4096
-OFFLOAD_DEFAULTS: dict[str, Any] = {
-    "block_size": 16,
-    "num_gpu_blocks": None,
-    "max_num_seqs": 8,
-    "max_num_batched_tokens": 256,
-    "enable_chunked_prefill": True,
-    "long_prefill_token_threshold": 0,
-    "policy": "fcfs",
-    "watermark": 0.0,
-    "scheduler_reserve_full_isl": True,
-    "max_model_len": None,
-    "kv_groups": ["full"],
-    "sample_token_id": 7,
-    "prefix_caching_hash_algo": "sha256",
-    "none_hash_seed": "vllm-none-hash",
-    "cpu_chunks": 16,
-    "blocks_per_chunk": 1,
-    "offload_prompt_only": True,
-    "load_latency": 1,
-    "store_latency": 1,
-}
 
 
 class SortedIterSet(set):
