@@ -308,16 +308,30 @@ class ReplicaEngine(FastForwardSteps):
             out = scheduler.schedule()
             if out.total_num_scheduled_tokens == 0:
                 scheduler.update_from_output(out, {})  # reports earlier finishes only
-                if scheduler.running or (scheduler.waiting and not self._pending):
-                    if scheduler.waiting and not scheduler.running and self.arrivals_done():
-                        raise SimulationStuck(
-                            f"replica {self.replica_id}: {len(scheduler.waiting)} requests wait "
-                            "but none fits in the KV cache"
-                        )
-                    if not scheduler.running:
-                        yield self._idle()
+                yield from self._after_empty_step()
                 continue
             yield from self._execute(out)
+
+    def _no_fit(self) -> SimulationStuck:
+        """The error of an engine whose waiting requests can never fit in its KV cache."""
+        return SimulationStuck(
+            f"replica {self.replica_id}: {len(self.scheduler.waiting)} requests wait "
+            "but none fits in the KV cache"
+        )
+
+    def _after_empty_step(self) -> Generator[simpy.Event, Any, bool]:
+        """After a synchronous step that scheduled no token: with requests running or
+        waiting (not only arrivals yet to be admitted), wait for an arrival when none
+        runs, or raise :meth:`_no_fit` when no arrival can come. True when that was
+        the state."""
+        scheduler = self.scheduler
+        if not (scheduler.running or (scheduler.waiting and not self._pending)):
+            return False
+        if not scheduler.running:
+            if scheduler.waiting and self.arrivals_done():
+                raise self._no_fit()
+            yield self._idle()
+        return True
 
     def _run_offload(self, link: HostLink) -> Generator[simpy.Event, Any, None]:
         """The synchronous loop with the CPU KV offload tier (vLLM 0.33.0's
@@ -365,15 +379,9 @@ class ReplicaEngine(FastForwardSteps):
                 if next_end is not None:
                     yield env.timeout(next_end - env.now) | self._idle()
                     continue
-                if scheduler.running or (scheduler.waiting and not self._pending):
-                    if scheduler.waiting and not scheduler.running and self.arrivals_done():
-                        raise SimulationStuck(
-                            f"replica {self.replica_id}: {len(scheduler.waiting)} requests wait "
-                            "but none fits in the KV cache"
-                        )
-                    if not scheduler.running:
-                        yield self._idle()
-                elif not scheduler.running and not self._pending and scheduler.has_requests():
+                if (yield from self._after_empty_step()):
+                    continue
+                if not scheduler.running and not self._pending and scheduler.has_requests():
                     if self.arrivals_done():  # nothing left that could change the state
                         raise SimulationStuck(
                             f"replica {self.replica_id}: the KV offload connector holds "
@@ -519,10 +527,7 @@ class ReplicaEngine(FastForwardSteps):
                     if self._pending:
                         continue
                     if self.arrivals_done():
-                        raise SimulationStuck(
-                            f"replica {self.replica_id}: {len(scheduler.waiting)} requests "
-                            "wait but none fits in the KV cache"
-                        )
+                        raise self._no_fit()
                     yield self._idle()
                 continue
             finished = self._record_step(out, result, start, duration, prefill, decode, now)
