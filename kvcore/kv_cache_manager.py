@@ -51,6 +51,18 @@ class PrefixCacheStats:
     preempted_hits: int = 0
     reset: bool = False
 
+    def merged(self, other: PrefixCacheStats) -> PrefixCacheStats:
+        """The counters of this interval and ``other`` together (kvsim's own: a step
+        that the engine records with the lookups of an unrecorded one before it)."""
+        return PrefixCacheStats(
+            requests=self.requests + other.requests,
+            queries=self.queries + other.queries,
+            hits=self.hits + other.hits,
+            preempted_requests=self.preempted_requests + other.preempted_requests,
+            preempted_queries=self.preempted_queries + other.preempted_queries,
+            preempted_hits=self.preempted_hits + other.preempted_hits,
+        )
+
     def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
         if preempted:
             self.preempted_requests += 1

@@ -84,23 +84,6 @@ def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
     )
 
 
-def _merged_stats(a: PrefixCacheStats, b: PrefixCacheStats | None) -> PrefixCacheStats:
-    """The prefix-cache counters of two steps together (token and request counts)."""
-    if b is None:
-        return a
-    out = PrefixCacheStats()
-    for name in (
-        "requests",
-        "queries",
-        "hits",
-        "preempted_requests",
-        "preempted_queries",
-        "preempted_hits",
-    ):
-        setattr(out, name, getattr(a, name) + getattr(b, name))
-    return out
-
-
 class _Meta:
     __slots__ = ("arrival_s", "first_token_s", "prompt_tokens")
 
@@ -371,7 +354,7 @@ class ReplicaEngine(FastForwardSteps):
                 # this step count in the next recorded step (steps.csv has no row here).
                 carry = scheduler.update_from_output(out, {}, kvo).prefix_cache_stats
                 if carry is not None:
-                    carried = carry if carried is None else _merged_stats(carried, carry)
+                    carried = carry if carried is None else carried.merged(carry)
                 self._note_cpu_usage()
                 if kvo.completed_jobs or self._deferred_stores:
                     continue  # progress (or stores to submit): schedule again now
@@ -399,7 +382,8 @@ class ReplicaEngine(FastForwardSteps):
             kvo = self._collect_transfers(link, now)
             result = scheduler.update_from_output(out, sampled, kvo)
             if carried is not None:
-                result.prefix_cache_stats = _merged_stats(carried, result.prefix_cache_stats)
+                own = result.prefix_cache_stats
+                result.prefix_cache_stats = carried if own is None else carried.merged(own)
                 carried = None
             self._note_cpu_usage()
             finished = self._record_step(out, result, t0, now - t0, prefill, decode, now)

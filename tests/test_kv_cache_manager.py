@@ -155,3 +155,16 @@ def test_allocate_zero_tokens_is_a_caller_bug():
     manager = make_manager(8)
     with pytest.raises(ValueError):
         manager.allocate_slots(Request("x", [1, 2], 1), 0)
+
+
+def test_prefix_cache_stats_merge_every_counter():
+    from kvcore.kv_cache_manager import PrefixCacheStats
+
+    a, b = PrefixCacheStats(), PrefixCacheStats()
+    a.record(100, 32, preempted=False)
+    b.record(50, 16, preempted=True)
+    b.record(10, 0, preempted=False)
+    m = a.merged(b)
+    assert (m.requests, m.queries, m.hits) == (2, 110, 32)
+    assert (m.preempted_requests, m.preempted_queries, m.preempted_hits) == (1, 50, 16)
+    assert (a.requests, b.requests) == (1, 1)  # neither side changed
