@@ -132,18 +132,30 @@ class BlockHasher:
 
     Called with a request, returns the hashes of the full blocks (of
     ``hash_block_size`` tokens over prompt + outputs) not hashed yet.
+
+    ``num_lookahead_tokens`` (``L``, vLLM's ``num_hash_lookahead_tokens``; EAGLE with
+    prefix caching): each hash also covers the ``L`` tokens after its block, so a
+    block is hashed only once they exist; its extra keys become ``(keys, *tokens)``
+    with ``keys`` those of the block and the ``L`` tokens.
     """
 
-    __slots__ = ("hash_block_size", "hash_fn", "none_hash")
+    __slots__ = ("hash_block_size", "hash_fn", "none_hash", "num_lookahead_tokens")
 
     def __init__(
-        self, hash_block_size: int, hash_fn: Callable[[Any], Any], none_hash: BlockHash
+        self,
+        hash_block_size: int,
+        hash_fn: Callable[[Any], Any],
+        none_hash: BlockHash,
+        num_lookahead_tokens: int = 0,
     ) -> None:
         if hash_block_size <= 0:
             raise ValueError(f"block_size must be > 0, got {hash_block_size}")
+        if num_lookahead_tokens < 0:
+            raise ValueError(f"num_lookahead_tokens must be >= 0, got {num_lookahead_tokens}")
         self.hash_block_size = hash_block_size
         self.hash_fn = hash_fn
         self.none_hash = none_hash
+        self.num_lookahead_tokens = num_lookahead_tokens
 
     @classmethod
     def from_name(
@@ -151,17 +163,19 @@ class BlockHasher:
         hash_block_size: int,
         algo: str = "sha256",
         none_hash_seed: str = DEFAULT_NONE_HASH_SEED,
+        num_lookahead_tokens: int = 0,
     ) -> BlockHasher:
         """A hasher for the named algorithm and NONE_HASH seed."""
         fn = get_hash_fn_by_name(algo)
-        return cls(hash_block_size, fn, make_none_hash(fn, none_hash_seed))
+        return cls(hash_block_size, fn, make_none_hash(fn, none_hash_seed), num_lookahead_tokens)
 
     def __call__(self, request: Request) -> list[Any]:
         bs = self.hash_block_size
         hashes = request.block_hashes
         start = len(hashes) * bs
         tokens = request.all_token_ids
-        num_tokens = len(tokens)
+        lookahead = self.num_lookahead_tokens
+        num_tokens = len(tokens) - lookahead
         if start + bs > num_tokens:
             return []
         parent = hashes[-1] if hashes else self.none_hash
@@ -173,13 +187,32 @@ class BlockHasher:
         while start + bs <= num_tokens:
             end = start + bs
             if plain and not (salt and start == 0):
-                extra = None
+                extra: Any = None
+            elif lookahead:
+                extra, mm_idx = generate_block_hash_extra_keys(
+                    request, start, end + lookahead, mm_idx
+                )
+                mm_idx = _rewind_mm_index(request, mm_idx, end)
             else:
                 extra, mm_idx = generate_block_hash_extra_keys(request, start, end, mm_idx)
+            if lookahead:
+                extra = (extra, *tokens[end : end + lookahead])
             parent = hash_fn((parent, tuple(tokens[start:end]), extra))
             out.append(parent)
             start = end
         return out
+
+
+def _rewind_mm_index(request: Request, mm_idx: int, block_end: int) -> int:
+    """``generate_lookahead_block_hash_extra_keys``: step back to the first multimodal
+    item that still overlaps the next block (the lookahead window may have passed it)."""
+    mm_features = request.mm_features
+    while mm_idx > 0:
+        _, offset, length = mm_features[mm_idx - 1]
+        if offset + length <= block_end:
+            break
+        mm_idx -= 1
+    return mm_idx
 
 
 def external_block_hash(block_hash: BlockHash) -> int:
@@ -204,11 +237,12 @@ class FastBlockHasher(BlockHasher):
 
     __slots__ = ("_extra_ids",)
 
-    def __init__(self, hash_block_size: int) -> None:
+    def __init__(self, hash_block_size: int, num_lookahead_tokens: int = 0) -> None:
         super().__init__(
             hash_block_size,
             self._hash,
             int.from_bytes(sha256(DEFAULT_NONE_HASH_SEED)[:8], "big"),
+            num_lookahead_tokens,
         )
         self._extra_ids: dict[Any, int] = {}
 
@@ -216,7 +250,16 @@ class FastBlockHasher(BlockHasher):
         parent, tokens, extra = obj
         if extra is None:
             return hash((parent, tokens))
+        if self.num_lookahead_tokens:  # (keys, *next tokens): the tokens as ints
+            keys = extra[0]
+            next_tokens = tuple(extra[1:])
+            if keys is None:
+                return hash((parent, tokens, next_tokens))
+            return hash((parent, tokens, next_tokens, self._extra_id(keys)))
+        return hash((parent, tokens, self._extra_id(extra)))
+
+    def _extra_id(self, extra: Any) -> int:
         ident = self._extra_ids.get(extra)
         if ident is None:
             ident = self._extra_ids[extra] = int.from_bytes(sha256(extra)[:8], "big")
-        return hash((parent, tokens, ident))
+        return ident

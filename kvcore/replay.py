@@ -274,7 +274,10 @@ def replay(
             )
     scheduler = build_scheduler(config, max_model_len)
     hasher = BlockHasher.from_name(
-        config.block_size, config.prefix_caching_hash_algo, config.none_hash_seed
+        config.block_size,
+        config.prefix_caching_hash_algo,
+        config.none_hash_seed,
+        scheduler.num_hash_lookahead_tokens,
     )
     yield _header(config, scheduler, trace_name, len(trace), max_model_len, hasher)
     order = sorted(range(len(trace)), key=lambda i: trace[i].arrival_step)

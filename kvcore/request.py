@@ -153,6 +153,14 @@ class Request:
         self.update_block_hashes()
 
     @property
+    def hash_lookahead_tokens(self) -> int | None:
+        """Tokens after each block that this request's block hashes cover (its
+        hasher's ``num_lookahead_tokens``); None without a hasher."""
+        if self._block_hasher is None:
+            return None
+        return int(getattr(self._block_hasher, "num_lookahead_tokens", 0))
+
+    @property
     def all_token_ids(self) -> list[int]:
         """Prompt followed by output tokens (do not mutate)."""
         return self._all_token_ids

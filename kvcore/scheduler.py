@@ -155,6 +155,11 @@ class Scheduler:
         )
         self.draft_slots = 0 if spec is None else spec.max_num_new_slots_for_drafting
         self.can_skip_drafts = spec is not None and spec.can_skip_drafts and use_v2_model_runner
+        # Tokens after each block its hash must cover (EAGLE with prefix caching: 1);
+        # requests must come with a block hasher built for it.
+        self.num_hash_lookahead_tokens = (
+            0 if spec is None else spec.num_hash_lookahead_tokens(enable_caching)
+        )
         self.kv_cache_manager = KVCacheManager(
             kv_cache_config,
             self.max_model_len,
@@ -184,9 +189,17 @@ class Scheduler:
     # -- requests ------------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
-        """Queue a new request (ids must be unique among unfinished requests)."""
+        """Queue a new request (ids must be unique among unfinished requests; its block
+        hasher, if any, must cover ``num_hash_lookahead_tokens``)."""
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request id {request.request_id!r}")
+        lookahead = request.hash_lookahead_tokens
+        if lookahead is not None and lookahead != self.num_hash_lookahead_tokens:
+            raise ValueError(
+                f"request {request.request_id!r}: its block hashes cover {lookahead} "
+                "tokens past each block; this scheduler's speculative method needs "
+                f"{self.num_hash_lookahead_tokens}"
+            )
         self.waiting.add_request(request)
         self.requests[request.request_id] = request
         if self.connector is not None:

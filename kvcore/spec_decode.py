@@ -6,24 +6,35 @@ Mirrors the scheduler-facing parts of ``SpeculativeConfig``
 ``num_lookahead_tokens``, the async-scheduling compatibility check) and
 ``SpecDecodingStats`` (``vllm/v1/spec_decode/metrics.py``).
 
-Methods kvcore models: ``ngram`` (prompt lookup on the CPU), ``ngram_gpu`` and
-``draft_model`` (a smaller model proposes the drafts). Each draft token is a query
-slot the target model verifies in the next step; ``draft_model`` also writes its own
-KV past the scheduled tokens (``num_lookahead_tokens`` slots) and keeps one
-unsliced input token (one more slot of the step's input budget). EAGLE, EAGLE-3 and
-MTP are not modelled: their drafters change the prefix cache (trailing-block drop,
-block hashes that cover the next token, prefill lookahead), which kvcore does not
-mirror yet.
+Methods kvcore models: ``ngram`` (prompt lookup on the CPU), ``ngram_gpu``,
+``draft_model`` (a smaller model proposes the drafts) and ``eagle`` / ``eagle3`` (a
+draft head on the target's hidden states, sequential drafting). Each draft token is
+a query slot the target model verifies in the next step. Drafters with a forward
+pass of their own (draft model, EAGLE) write KV past the scheduled tokens
+(``num_lookahead_tokens`` slots); the draft model's autoregressive input keeps one
+unsliced token (one more slot of the step's input budget). EAGLE's draft KV at a
+block's last position depends on the next token, so with prefix caching each block
+hash also covers the token after the block (``num_hash_lookahead_tokens`` = 1: a
+block is hashed, and can be a prefix hit, only once that token exists), which makes
+vLLM's trailing-block drop unnecessary; EAGLE reads one prefill token ahead, which
+never moves a chunk boundary (``_reserve_prefill_lookahead`` acts from two).
+
+Not modelled: MTP (multi-module MTP reads ``k`` prefill tokens ahead and re-prefills
+the tail of each chunk), parallel drafting (P-EAGLE, PARD), DFlash/DSpark, suffix
+decoding, dynamic ``num_speculative_tokens``, and EAGLE without prefix caching's
+lookahead hashes (``disable_lookahead_block_hashes``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SPEC_METHODS = ("ngram", "ngram_gpu", "draft_model")
+SPEC_METHODS = ("ngram", "ngram_gpu", "draft_model", "eagle", "eagle3")
 """Speculative methods kvcore schedules as vLLM 0.33.0 does."""
 
-UNMODELLED_SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark", "suffix")
+EAGLE_METHODS = ("eagle", "eagle3")
+
+UNMODELLED_SPEC_METHODS = ("mtp", "dflash", "dspark", "suffix")
 """vLLM methods kvcore refuses (with a message saying so) rather than approximates."""
 
 
@@ -41,8 +52,8 @@ class SpeculativeConfig:
     def __post_init__(self) -> None:
         if self.method in UNMODELLED_SPEC_METHODS:
             raise ValueError(
-                f"speculative method {self.method!r} is not modelled by kvsim (its "
-                f"drafter changes prefix caching); allowed: {', '.join(SPEC_METHODS)}"
+                f"speculative method {self.method!r} is not modelled by kvsim; "
+                f"allowed: {', '.join(SPEC_METHODS)}"
             )
         if self.method not in SPEC_METHODS:
             raise ValueError(
@@ -55,8 +66,16 @@ class SpeculativeConfig:
     @property
     def num_lookahead_tokens(self) -> int:
         """KV slots reserved past the scheduled tokens (``VllmConfig.num_lookahead_tokens``):
-        a draft model writes KV for the positions it drafts; n-gram lookup writes none."""
-        return self.num_speculative_tokens if self.method == "draft_model" else 0
+        a draft model or EAGLE head writes KV for the positions it drafts; n-gram lookup
+        writes none."""
+        if self.method == "draft_model" or self.method in EAGLE_METHODS:
+            return self.num_speculative_tokens
+        return 0
+
+    def num_hash_lookahead_tokens(self, enable_prefix_caching: bool) -> int:
+        """Tokens after each block that its hash covers (``VllmConfig.
+        num_hash_lookahead_tokens``): 1 for EAGLE with prefix caching, else 0."""
+        return 1 if self.method in EAGLE_METHODS and enable_prefix_caching else 0
 
     @property
     def max_num_new_slots_for_drafting(self) -> int:

@@ -20,13 +20,13 @@ BS = 16
 HASHER = BlockHasher.from_name(BS, "sha256")
 
 
-def make(method="ngram", k=3, num_blocks=64, cls=Scheduler, **cfg):
+def make(method="ngram", k=3, num_blocks=64, cls=Scheduler, enable_caching=True, **cfg):
     cfg.setdefault("max_model_len", 1024)
     cfg.setdefault("max_num_batched_tokens", 256)
     cfg.setdefault("max_num_seqs", 8)
     kv = KVCacheConfig(num_blocks, [], [KVCacheGroupSpec(["l"], FullAttentionSpec(block_size=BS))])
     spec = SpeculativeConfig(method, k) if k else None
-    return cls(SchedulerConfig(**cfg), kv, speculative_config=spec)
+    return cls(SchedulerConfig(**cfg), kv, enable_caching=enable_caching, speculative_config=spec)
 
 
 def add(s, rid, n, max_tokens=20, base=0):
@@ -126,8 +126,8 @@ def test_async_placeholders_cover_the_drafts_in_flight():
 
 def test_bad_configurations_are_refused():
     with pytest.raises(ValueError, match="not modelled"):
-        SpeculativeConfig("eagle", 3)
-    with pytest.raises(ValueError, match="allowed: ngram, ngram_gpu, draft_model"):
+        SpeculativeConfig("mtp", 3)
+    with pytest.raises(ValueError, match="allowed: ngram, ngram_gpu, draft_model, eagle"):
         SpeculativeConfig("medusa", 3)
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SpeculativeConfig("ngram", 0)
@@ -174,3 +174,25 @@ def test_stats_merge_and_replay_is_deterministic():
         assert accepted > 0
         # Fewer steps than one token per step would take.
         assert len(steps) < 6 * 12
+
+
+def test_eagle_block_hashes_cover_the_next_token():
+    """With EAGLE and prefix caching a block's hash includes the token after it
+    (vLLM's lookahead block hashes), so it exists only once that token does."""
+    from kvcore.block_hashing import make_none_hash, sha256
+
+    s = make("eagle3", k=2)
+    assert s.num_lookahead_tokens == 2 and s.num_hash_lookahead_tokens == 1
+    assert s.draft_slots == 0 and s.can_skip_drafts
+    hasher = BlockHasher.from_name(BS, "sha256", num_lookahead_tokens=1)
+    r = Request("a", list(range(32)), 4, block_hasher=hasher)
+    assert len(r.block_hashes) == 1  # token 32 does not exist yet
+    none = make_none_hash(sha256)
+    assert r.block_hashes[0] == sha256((none, tuple(range(16)), (None, 16)))
+    r.append_output_token_id(99)
+    assert len(r.block_hashes) == 2
+    assert r.block_hashes[1] == sha256((r.block_hashes[0], tuple(range(16, 32)), (None, 99)))
+    with pytest.raises(ValueError, match="cover 0 tokens"):
+        s.add_request(Request("b", list(range(32)), 4, block_hasher=HASHER))
+    s.add_request(Request("c", list(range(32)), 4, block_hasher=hasher))
+    assert make("eagle3", k=2, enable_caching=False).num_hash_lookahead_tokens == 0

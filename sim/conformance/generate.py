@@ -213,7 +213,7 @@ def add_aborts(rng: np.random.Generator, trace: list[dict[str, Any]]) -> None:
             r["abort_in_step" if in_step else "abort_step"] = step
 
 
-SPEC_METHODS = ("ngram", "ngram_gpu", "draft_model")
+SPEC_METHODS = ("ngram", "ngram_gpu", "draft_model", "eagle", "eagle3")
 
 
 def add_speculative(rng: np.random.Generator, config: dict[str, Any]) -> None:

@@ -264,6 +264,25 @@ def model_dir() -> str:
     return _MODEL_DIR
 
 
+_DRAFT_DIRS: dict[str, str] = {}
+_DRAFT_ARCHITECTURES = {"eagle": "LlamaForCausalLM", "eagle3": "LlamaForCausalLMEagle3"}
+
+
+def draft_model_dir(method: str) -> str:
+    """The draft model of a speculative ``method``: the tiny Llama itself, or a
+    one-layer EAGLE / EAGLE-3 head on it (made once)."""
+    if method not in _DRAFT_ARCHITECTURES:
+        return model_dir()
+    if method not in _DRAFT_DIRS:
+        path = tempfile.mkdtemp(prefix=f"kvsim-oracle-{method}-")
+        config = dict(_TINY_LLAMA, architectures=[_DRAFT_ARCHITECTURES[method]])
+        config["num_hidden_layers"] = 1
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(config, f)
+        _DRAFT_DIRS[method] = path
+    return _DRAFT_DIRS[method]
+
+
 def init_none_hash(algo: str, seed: str) -> tuple[Callable[[Any], bytes], bytes]:
     """Initialise vLLM's global NONE_HASH from a fixed seed; return (hash_fn, hash)."""
     hash_fn = get_hash_fn_by_name(algo)
@@ -447,7 +466,7 @@ def build_vllm_config(cfg: dict[str, Any], max_model_len: int) -> VllmConfig:
         speculative = SpeculativeConfig(
             method=method,
             num_speculative_tokens=k,
-            model=path if method == "draft_model" else None,
+            model=None if method.startswith("ngram") else draft_model_dir(method),
             target_model_config=model,
             target_parallel_config=ParallelConfig(),
         )
@@ -613,8 +632,12 @@ class StepReplay:
         cfg = self.cfg
         self.max_model_len = resolve_max_model_len(cfg, self.trace)
         hash_fn, none_hash = init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
-        self.block_hasher = kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
         self.sched, self.sink = build_scheduler(cfg, self.max_model_len)
+        self.block_hasher = kv_cache_utils.get_request_block_hasher(
+            int(cfg["block_size"]),
+            hash_fn,
+            num_hash_lookahead_tokens=self.sched.vllm_config.num_hash_lookahead_tokens,
+        )
         return {
             "type": "header",
             "vllm_version": vllm.__version__,

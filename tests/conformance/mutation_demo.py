@@ -25,6 +25,8 @@ Mutants (``--spec-decode``: speculative decoding, synchronous and async traces):
                    in the request's computed tokens (vLLM rolls back every one)
   chunk-drafts     drafts proposed after a partial prefill chunk are kept for the
                    request's next step (vLLM drops them)
+  eagle-hashes     EAGLE's block hashes leave out the token after the block, so a
+                   block is a prefix hit before the drafter's KV in it is final
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from kvcore.batch_queue import Batch, BatchQueue  # noqa: E402
 from kvcore.block_pool import BlockPool  # noqa: E402
 from kvcore.kv_cache_manager import KVCacheManager  # noqa: E402
 from kvcore.scheduler import Scheduler  # noqa: E402
+from kvcore.spec_decode import SpeculativeConfig  # noqa: E402
 from sim.conformance import DEFAULT_SEED  # noqa: E402
 from sim.conformance.differential import run  # noqa: E402
 
@@ -155,6 +158,11 @@ SPEC_MUTANTS = {
         _accept_rejected(Scheduler.update_from_output),
     ),
     "chunk-drafts": (Scheduler, "update_draft_token_ids", _chunk_drafts),
+    "eagle-hashes": (
+        SpeculativeConfig,
+        "num_hash_lookahead_tokens",
+        lambda self, enable_prefix_caching: 0,
+    ),
 }
 
 

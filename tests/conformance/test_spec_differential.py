@@ -2,7 +2,7 @@
 verifies and rolls back drafts as vLLM 0.33.0 does.
 
 Each test replays 100 random step traces with speculative decoding (methods ngram,
-ngram_gpu and draft_model, 1-4 draft tokens; the fake drafter and verifier of
+ngram_gpu, draft_model, eagle and eagle3, 1-4 draft tokens; the fake drafter and verifier of
 ``kvcore/replay_spec.py`` on both sides) through vLLM's own scheduler (one
 ``.venv-vllm`` process; skipped when that environment is absent) and kvcore, once
 with the synchronous engine loop and once with async scheduling (vLLM's default),
@@ -82,7 +82,7 @@ def test_spec_decode_matches_vllm(tmp_path: Path, async_scheduling: bool) -> Non
     assert report.vllm_version == "0.33.0" and report.traces == NUM_TRACES
     assert report.steps > 20 * report.traces
     seen = _coverage(async_scheduling)
-    for key in ("ngram", "ngram_gpu", "draft_model", "accepted", "rejected"):
+    for key in ("ngram", "ngram_gpu", "draft_model", "eagle", "eagle3", "accepted", "rejected"):
         assert seen[key] > 0, seen
     for key in ("skip_drafts", "preempted", "padded"):
         assert seen[key] > 0, seen
@@ -90,8 +90,9 @@ def test_spec_decode_matches_vllm(tmp_path: Path, async_scheduling: bool) -> Non
 
 @needs_vllm
 def test_spec_mutants_are_caught(tmp_path: Path) -> None:
-    """Keeping a rejected draft as computed, or keeping drafts proposed after a
-    prefill chunk, is caught; the diff names the step and the fields."""
+    """Keeping a rejected draft as computed, keeping drafts proposed after a prefill
+    chunk, or EAGLE block hashes without the next token, is caught; the diff names
+    the step and the fields."""
     env = dict(os.environ, KVSIM_PURE_PYTHON="1")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests/conformance/mutation_demo.py"), "--spec-decode"]
@@ -104,6 +105,7 @@ def test_spec_mutants_are_caught(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    assert "== mutant accept-rejected" in out and "== mutant chunk-drafts" in out
+    for name in ("accept-rejected", "chunk-drafts", "eagle-hashes"):
+        assert f"== mutant {name}" in out, out[-3000:]
     assert '"computed_after"' in out and '"spec"' in out, out[-3000:]
     assert "\n  vllm  : {" in out and "\n  kvcore: {" in out
