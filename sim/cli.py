@@ -189,6 +189,7 @@ def run(
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
     kv_offloading_size: float = engine_option("kv_offloading_size"),
+    speculative_config: str = engine_option("speculative_config"),
     steps: str = typer.Option(
         "full",
         "--steps",
@@ -633,6 +634,7 @@ def plan(
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
     kv_offloading_size: float = engine_option("kv_offloading_size"),
+    speculative_config: str = engine_option("speculative_config"),
     steps: str = typer.Option("full", "--steps", metavar="full|thin|none", help=STEPS_HELP),
     steps_format: str = typer.Option(
         "csv", "--steps-format", metavar="csv|parquet", help=STEPS_FORMAT_HELP
