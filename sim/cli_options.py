@@ -16,8 +16,6 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from sim.engine_config import EngineConfig
-from sim.spec_config import FLAG as SPEC_FLAG
-from sim.spec_config import parse_flag
 
 ENGINE_FLAGS: dict[str, tuple[str, str]] = {
     "block_size": ("--block-size", "tokens per KV cache block (a multiple of 16)"),
@@ -127,9 +125,8 @@ def engine_option(field: str, *, help_suffix: str = "") -> Any:
     decl, text = ENGINE_FLAGS[field]
     default = EngineConfig.model_fields[field].default
     shown: bool | str = DERIVED_DEFAULTS[field] if default is None else True
-    extra: dict[str, Any] = {}
-    if field == "speculative_config":  # a JSON object on the command line
-        extra = {"callback": _json_object, "metavar": "JSON"}
+    # A JSON object on the command line (the engine configuration parses it).
+    extra: dict[str, Any] = {"metavar": "JSON"} if field == "speculative_config" else {}
     return typer.Option(
         default,
         decl,
@@ -138,15 +135,6 @@ def engine_option(field: str, *, help_suffix: str = "") -> Any:
         rich_help_panel=ENGINE_PANEL,
         **extra,
     )
-
-
-def _json_object(value: str | None) -> dict[str, Any] | None:
-    """``--speculative-config``'s value as a mapping; a usage error (exit 2) naming the
-    flag when it is not a JSON object."""
-    try:
-        return parse_flag(value)
-    except ValueError as e:
-        raise typer.BadParameter(str(e).removeprefix(f"{SPEC_FLAG}: ")) from None
 
 
 def slo_option(field: str) -> Any:

@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sim.spec_config import SpeculativeSettings
+from sim.spec_config import SpeculativeSettings, parse_json_object
 from workloads.errors import WorkloadError, yaml_problem
 
 BLOCK_SIZE_MULTIPLE = 16
@@ -97,6 +97,19 @@ class EngineConfig(BaseModel):
                 if name in data and data[name] is None:
                     del data[name]
         return data
+
+    @field_validator("speculative_config", mode="before")
+    @classmethod
+    def _speculative_json(cls, value: Any) -> Any:
+        """``--speculative-config`` gives JSON text; a file gives a mapping."""
+        return parse_json_object(value)
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _speculative_off(cls, value: SpeculativeSettings | None) -> SpeculativeSettings | None:
+        """``num_speculative_tokens: 0`` (a sweep's baseline) is no speculative decoding:
+        the same engine, and the same files, as without the key."""
+        return value if value is not None and value.enabled else None
 
     @field_validator("block_size")
     @classmethod

@@ -109,19 +109,26 @@ class SpeculativeSettings(BaseModel):
         )
 
 
-def parse_flag(value: str | None) -> dict[str, Any] | None:
-    """The JSON object of ``--speculative-config VALUE``; ValueError naming the flag
-    when it is not a JSON object."""
-    if value is None:
-        return None
+def parse_json_object(value: Any) -> Any:
+    """``--speculative-config``'s JSON text as a mapping (anything else as it is, for
+    the model's own checks); PydanticCustomError when the text is not a JSON
+    object."""
+    if not isinstance(value, str):
+        return value
     try:
         loaded = json.loads(value)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{FLAG}: not JSON ({e.msg} at character {e.pos}): {value!r}") from None
+        raise PydanticCustomError(
+            "spec_json",
+            "not JSON ({problem} at character {pos}): {got}",
+            {"problem": e.msg, "pos": e.pos, "got": repr(value)},
+        ) from None
     if not isinstance(loaded, dict):
-        raise ValueError(
-            f"{FLAG}: expected a JSON object such as "
-            '\'{"method": "ngram", "num_speculative_tokens": 3}\''
+        raise PydanticCustomError(
+            "spec_json",
+            'expected a JSON object such as {"method": "ngram", "num_speculative_tokens": 3} '
+            "(got {got})",
+            {"got": repr(value)},
         )
     return loaded
 
