@@ -627,7 +627,8 @@ class ReplicaEngine(FastForwardSteps):
         self, out: SchedulerOutput, spec: SpecDecodeRun, sampled: Any
     ) -> tuple[float, int, int, dict[str, Any]]:
         """:meth:`_step_cost` with speculative decoding: a decoding request scheduled
-        ``1 + s`` tokens (``s`` drafts to verify) is a decode; the target's step time
+        ``1 + s`` tokens (``s`` drafts to verify) is a decode of ``1 + s`` tokens (the
+        decode count is of tokens scheduled, as without drafts); the target's step time
         over every request's scheduled tokens (no decode-only shortcut: it assumes one
         token each) plus the drafter's (:meth:`SpecDecodeRun.drafter_step_s`)."""
         reqs = self.scheduler.requests
@@ -636,7 +637,7 @@ class ReplicaEngine(FastForwardSteps):
         drafts = out.scheduled_spec_decode_tokens
         new: list[int] = []
         contexts: list[int] = []
-        prefill = decode = decode_tokens = 0
+        prefill = decode = decode_reqs = emitted = 0
         drafting = drafting_context = 0
         lag = self._decode_lag
         for rid, n in out.num_scheduled_tokens.items():
@@ -647,8 +648,9 @@ class ReplicaEngine(FastForwardSteps):
             if rid in drafts or (
                 n == 1 and ctx == req.num_tokens + req.num_output_placeholders - lag
             ):
-                decode += 1
-                decode_tokens += len(sampled.get(rid, ()))
+                decode += n
+                decode_reqs += 1
+                emitted += len(sampled.get(rid, ()))
             else:
                 prefill += n
             if rid in sampled:
@@ -663,7 +665,7 @@ class ReplicaEngine(FastForwardSteps):
                 )
             )
         duration += spec.drafter_step_s(out, new, contexts, drafting, drafting_context)
-        spec.note_decodes(decode, decode_tokens)
+        spec.note_decodes(decode_reqs, emitted)
         return duration, prefill, decode, sampled
 
     def _apply_step(
