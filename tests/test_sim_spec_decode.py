@@ -22,9 +22,7 @@ from kvcore.scheduler import Scheduler
 HAS_SPEC_SCHEDULER = "speculative_config" in inspect.signature(Scheduler.__init__).parameters
 needs_spec_scheduler = pytest.mark.skipif(
     not HAS_SPEC_SCHEDULER,
-    reason="kvcore's Scheduler has no speculative_config parameter yet (kvcore: speculative "
-    "decoding, with SchedulerOutput.scheduled_spec_decode_tokens / skip_drafts and "
-    "Scheduler.update_draft_token_ids, is not merged)",
+    reason="kvcore's speculative scheduler is not merged (Scheduler has no speculative_config)",
 )
 
 WORKLOAD = {
