@@ -11,19 +11,10 @@ not got it yet. The bad-input cases fail before any scheduler is built.
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import pytest
-from sim_run_helpers import kvsim_cli, read_csv, run_sim, write_yaml
-
-from kvcore.scheduler import Scheduler
-
-HAS_SPEC_SCHEDULER = "speculative_config" in inspect.signature(Scheduler.__init__).parameters
-needs_spec_scheduler = pytest.mark.skipif(
-    not HAS_SPEC_SCHEDULER,
-    reason="kvcore's speculative scheduler is not merged (Scheduler has no speculative_config)",
-)
+from sim_run_helpers import kvsim_cli, needs_spec_scheduler, read_csv, run_sim, write_yaml
 
 WORKLOAD = {
     "arrival": {"type": "poisson", "rate": 2},

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from sim_run_helpers import needs_spec_scheduler
 
 from sim.sweep import run_sweep
 from workloads.loader import PRESET_DIR
@@ -64,7 +65,7 @@ def test_every_example_is_a_valid_spec() -> None:
     from sim.sweep import prepare
 
     names = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
-    assert names == ["agent-routers", "chat-qps", "kv-cliff", "rag-prefix-caching"]
+    assert names == ["agent-routers", "chat-qps", "kv-cliff", "rag-prefix-caching", "spec-decode-k"]
     for name in names:
         prepare(SWEEPS / f"{name}.yaml")
 
@@ -108,3 +109,13 @@ def test_agent_routers(tmp_path: Path) -> None:
     rows = run_example(path, tmp_path / "out", "agent")
     hits = {r["router"]: float(r["prefix_cache_hit_rate"]) for r in rows}
     assert hits["prefix_aware"] > hits["round_robin"], hits
+
+
+@needs_spec_scheduler
+def test_spec_decode_k(tmp_path: Path) -> None:
+    """At light load, n-gram speculative decoding lowers TPOT against k = 0 (off)."""
+    k = "engine.speculative_config.num_speculative_tokens"
+    path = reduced("spec-decode-k", tmp_path, {k: [0, 3], "workload.arrival.rate": [2]}, [0])
+    rows = run_example(path, tmp_path / "out", "chat")
+    tpot = mean_by(rows, k, "tpot_s_mean")
+    assert tpot[3.0] < tpot[0.0], tpot
