@@ -8,7 +8,9 @@ budget is planned over both models' layers (``get_kv_cache_configs``). With laye
 one kind but different page sizes (a Llama-3.2-1B draft of a Llama-3.1-8B target: 64
 against 128 head dims) they form one group of ``UniformTypeKVCacheSpecs``: a block id
 holds the target's and the draft's pages, so every block costs both and the pool
-holds fewer blocks for the same memory.
+holds fewer blocks for the same memory. The scheduler sees the group as its first
+layer's spec (``generate_scheduler_kv_cache_config``): token slots are the same for
+every layer of it.
 
 Terms not modelled: the draft's activation peak and CUDA-graph memory (small next to
 the target's; the target's estimates are used unchanged).
@@ -17,7 +19,12 @@ the target's; the target's estimates are used unchanged).
 from __future__ import annotations
 
 from calibrate.model_spec import ModelSpec
-from kvcore.kv_cache_budget import KVCacheBudget, KVCacheSizing, get_kv_cache_capacity
+from kvcore.kv_cache_budget import (
+    KVCacheBudget,
+    KVCacheSizing,
+    generate_scheduler_kv_cache_config,
+    get_kv_cache_capacity,
+)
 from kvcore.kv_cache_planning import (
     get_kv_cache_bytes_per_block,
     get_kv_cache_configs,
@@ -72,5 +79,7 @@ def plan_with_draft(
         max_in_flight_tokens=in_flight,
         max_concurrency=concurrency,
         kv_cache_size_tokens=tokens,
-        kv_cache_config=config,
+        # What the scheduler's KV cache manager gets: one spec per group (vLLM's
+        # generate_scheduler_kv_cache_config; the draft's pages ride on each block).
+        kv_cache_config=generate_scheduler_kv_cache_config([config]),
     )

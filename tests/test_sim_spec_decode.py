@@ -14,25 +14,32 @@ from __future__ import annotations
 import json
 
 import pytest
-from sim_run_helpers import kvsim_cli, needs_spec_scheduler, read_csv, run_sim, write_yaml
+from sim_run_helpers import needs_spec_scheduler, read_csv, write_yaml
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.engine_config import EngineConfig
+from sim.run import RunSpec, run
 
 WORKLOAD = {
     "arrival": {"type": "poisson", "rate": 2},
     "prompt_len": 256,
-    "output_len": 64,
-    "num_requests": 24,
+    "output_len": 48,
+    "num_requests": 16,
 }
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
 DRAFT = {"method": "draft_model", "model": "Llama-3.2-1B", "num_speculative_tokens": 4}
 
 
 def _run(tmp_path, name, async_scheduling, spec=None, seed=3):
+    """One run (no plots: they cost more than the simulation); the summary and the
+    run directory."""
     wl = write_yaml(tmp_path / "wl.yaml", WORKLOAD)
     engine = {"max_model_len": 4096, "async_scheduling": async_scheduling}
     if spec is not None:
         engine["speculative_config"] = spec
-    summary = run_sim(wl, tmp_path / name, seed=seed, **engine)
-    return summary, tmp_path / name
+    spec_ = RunSpec(workload=str(wl), engine=EngineConfig(**engine), seed=seed)
+    return run(spec_, tmp_path / name, render=False), tmp_path / name
 
 
 def _steps_per_token(summary):
@@ -42,25 +49,25 @@ def _steps_per_token(summary):
 
 @needs_spec_scheduler
 @pytest.mark.parametrize("async_scheduling", [False, None], ids=["sync", "async-default"])
-@pytest.mark.parametrize("spec", [NGRAM, DRAFT], ids=["ngram", "draft_model"])
-def test_spec_decode_takes_fewer_steps_and_lowers_tpot(tmp_path, async_scheduling, spec):
+def test_spec_decode_takes_fewer_steps_and_lowers_tpot(tmp_path, async_scheduling):
     base, _ = _run(tmp_path, "base", async_scheduling)
-    with_spec, run_dir = _run(tmp_path, "spec", async_scheduling, spec)
-    assert with_spec["num_finished"] == base["num_finished"] == WORKLOAD["num_requests"]
-    assert _steps_per_token(with_spec) < 0.9 * _steps_per_token(base)
-    assert with_spec["tpot_s"]["mean"] < base["tpot_s"]["mean"]
-    block = with_spec["spec_decode"]
-    assert block["method"] == spec["method"]
-    assert block["num_speculative_tokens"] == spec["num_speculative_tokens"]
-    assert 0 < block["num_accepted_tokens"] <= block["num_draft_tokens"]
-    assert block["num_draft_tokens"] <= block["num_drafts"] * spec["num_speculative_tokens"]
-    assert block["tokens_per_decode"] > 1.0
-    per_pos = block["acceptance_rate_per_pos"]
-    assert len(per_pos) == spec["num_speculative_tokens"]
-    assert per_pos == sorted(per_pos, reverse=True)  # position i needs positions < i
-    config = (run_dir / "config.yaml").read_text()
-    assert "speculative_decoding:" in config and "fast_forward: 'off" in config
     assert "spec_decode" not in base
+    for spec in (NGRAM, DRAFT):
+        with_spec, run_dir = _run(tmp_path, spec["method"], async_scheduling, spec)
+        assert with_spec["num_finished"] == base["num_finished"] == WORKLOAD["num_requests"]
+        assert _steps_per_token(with_spec) < 0.9 * _steps_per_token(base), spec
+        assert with_spec["tpot_s"]["mean"] < base["tpot_s"]["mean"], spec
+        block = with_spec["spec_decode"]
+        k = spec["num_speculative_tokens"]
+        assert block["method"] == spec["method"] and block["num_speculative_tokens"] == k
+        assert 0 < block["num_accepted_tokens"] <= block["num_draft_tokens"]
+        assert block["num_draft_tokens"] <= block["num_drafts"] * k
+        assert block["tokens_per_decode"] > 1.0
+        per_pos = block["acceptance_rate_per_pos"]
+        assert len(per_pos) == k
+        assert per_pos == sorted(per_pos, reverse=True)  # position i needs positions < i
+        config = (run_dir / "config.yaml").read_text()
+        assert "speculative_decoding:" in config and "fast_forward: 'off" in config
 
 
 @needs_spec_scheduler
@@ -111,26 +118,27 @@ BAD = [
 ]
 
 
+def _cli(tmp_path, *args):
+    (tmp_path / "ok.yaml").write_text(OK_WORKLOAD)
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "ok.yaml"), *args, "--out", str(out)])
+    assert not out.exists(), "a failed run left files behind"
+    return res
+
+
 @pytest.mark.parametrize(("case", "value", "needles"), BAD, ids=[c[0] for c in BAD])
 def test_bad_speculative_config_exits_2_with_one_line(tmp_path, case, value, needles):
-    (tmp_path / "ok.yaml").write_text(OK_WORKLOAD)
-    args = ["run", "ok.yaml", "--max-model-len", "4096", "--speculative-config", value]
-    proc = kvsim_cli(*args, "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=60)
-    lines = [x for x in proc.stderr.splitlines() if x.strip()]
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr
-    assert "--speculative-config" in lines[0]
+    res = _cli(tmp_path, "--max-model-len", "4096", "--speculative-config", value)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.exit_code == 2, res.stderr
+    assert "Traceback" not in res.stderr and len(lines) == 1, res.stderr
+    assert lines[0].startswith("kvsim: error: --speculative-config")
     for needle in needles:
         assert needle in lines[0], lines[0]
-    assert not (tmp_path / "run").exists()
 
 
 def test_offload_tier_with_spec_decode_exits_2(tmp_path):
-    (tmp_path / "ok.yaml").write_text(OK_WORKLOAD)
-    spec = json.dumps(NGRAM)
-    proc = kvsim_cli(
-        "run", "ok.yaml", "--no-async-scheduling", "--kv-offloading-size", "4",
-        "--speculative-config", spec, "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    assert "--kv-offloading-size" in proc.stderr and "Traceback" not in proc.stderr
+    args = ["--no-async-scheduling", "--kv-offloading-size", "4"]
+    res = _cli(tmp_path, *args, "--speculative-config", json.dumps(NGRAM))
+    assert res.exit_code == 2, res.stderr
+    assert "--kv-offloading-size" in res.stderr and len(res.stderr.splitlines()) == 1
