@@ -30,7 +30,7 @@ from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router, make_router
 from sim.setup import ResolvedRun, resolve_run
 from sim.signals import raise_pending
-from sim.spec_setup import FAST_FORWARD_OFF, spec_summary
+from sim.spec_setup import FAST_FORWARD_OFF, spec_summary, write_timeline
 from sim.summary import build_summary
 from sim.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
 from workloads.overrides import WorkloadOverrides
@@ -187,6 +187,7 @@ def simulate(
         summary["offload"] = _offload_block(resolved, cluster, steps)
     if resolved.spec is not None:
         runs = [e.spec for e in cluster.engines if e.spec is not None]
+        write_timeline(out_dir / "spec_decode.csv", runs)
         summary["spec_decode"] = spec_summary(
             resolved.spec, runs, requests.output_tokens, steps.num_steps
         )

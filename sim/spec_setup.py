@@ -8,7 +8,9 @@ with it steps every step (:data:`FAST_FORWARD_OFF`).
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from calibrate.budget import draft_model_of
@@ -96,6 +98,21 @@ def resolve_spec(
         settings.acceptance(),
         DrafterCost(config.method, config.num_speculative_tokens, draft_latency),
     )
+
+
+TIMELINE_COLUMNS = ("replica", "end_s", "num_drafts", "num_draft_tokens", "num_accepted_tokens")
+"""``spec_decode.csv``'s columns: one row per applied step that verified drafts."""
+
+
+def write_timeline(path: Path, runs: list[SpecDecodeRun]) -> None:
+    """``spec_decode.csv``: every replica's steps with drafts, by end time (s), then
+    replica (``runs[i]`` is replica ``i``'s)."""
+    rows = [(t, i, d, n, a) for i, r in enumerate(runs) for (t, d, n, a) in r.timeline]
+    rows.sort(key=lambda row: (row[0], row[1]))
+    with path.open("w", newline="") as f:
+        out = csv.writer(f, lineterminator="\n")
+        out.writerow(TIMELINE_COLUMNS)
+        out.writerows((i, repr(t), d, n, a) for t, i, d, n, a in rows)
 
 
 def spec_summary(

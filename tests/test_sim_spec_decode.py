@@ -77,6 +77,9 @@ def test_same_seed_same_files_and_the_draft_model_costs_time(tmp_path):
     for name in ("steps.csv", "requests.csv"):
         assert (dir_a / name).read_bytes() == (dir_b / name).read_bytes()
     assert a["spec_decode"] == b["spec_decode"]
+    _, cols = read_csv(dir_a / "spec_decode.csv")  # the acceptance timeline adds up
+    for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        assert sum(int(v) for v in cols[name]) == a["spec_decode"][name]
     assert a["spec_decode"]["drafter_s"] > 0
     ngram, _ = _run(tmp_path, "n", None, NGRAM)
     assert ngram["spec_decode"]["drafter_s"] < a["spec_decode"]["drafter_s"] / 100

@@ -13,6 +13,7 @@ import pytest
 from calibrate.budget import compute_kv_budget
 from calibrate.catalog import load_gpu, load_model
 from calibrate.latency import make_latency_model
+from kvcore.spec_decode import SpecDecodingStats
 from sim.engine_config import EngineConfig, load_engine_config
 from sim.spec_acceptance import AcceptanceModel, AcceptanceSampler, default_rates
 from sim.spec_drafter import NGRAM_S_PER_REQUEST, DrafterCost
@@ -212,3 +213,22 @@ def test_too_many_tokens_per_step_and_the_offload_tier_are_refused():
         resolve_spec(eng, max_model_len=9, max_num_batched_tokens=4096, **kw)
     with pytest.raises(ValueError, match="kv-offloading-size"):
         resolve_spec(eng, max_model_len=4096, max_num_batched_tokens=4096, gpu=None, offload=True)
+
+
+def test_acceptance_plot_draws_a_timeline(tmp_path):
+    from reports.spec_plot import plot_spec_acceptance
+    from sim.spec_setup import write_timeline
+
+    run = _run("draft_model", async_scheduling=False)
+    for step in range(50):
+        stats = SpecDecodingStats.new(3)
+        stats.observe_draft(3, step % 4)
+        run.observe(stats, 0.01 * (step + 1))
+    run.observe(None, 1.0)  # a step without drafts leaves no row
+    write_timeline(tmp_path / "spec_decode.csv", [run])
+    lines = (tmp_path / "spec_decode.csv").read_text().splitlines()
+    assert lines[0] == "replica,end_s,num_drafts,num_draft_tokens,num_accepted_tokens"
+    assert len(lines) == 51 and lines[1] == "0,0.01,1,3,0"
+    summary = {"sim_duration_s": 0.5, "spec_decode": {"acceptance_rate": 0.5}}
+    png = plot_spec_acceptance(tmp_path / "spec_decode.csv", summary, tmp_path / "a.png")
+    assert png is not None and png.stat().st_size > 1000
