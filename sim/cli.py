@@ -466,6 +466,9 @@ def budget(
     block_size: int = engine_option("block_size"),
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
+    speculative_config: str = engine_option(
+        "speculative_config", help_suffix="; here: a draft model's weights and KV"
+    ),
     calibration: str = typer.Option(
         None,
         "--calibration",
