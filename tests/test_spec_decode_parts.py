@@ -5,6 +5,7 @@ the settings' checks."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -232,3 +233,18 @@ def test_acceptance_plot_draws_a_timeline(tmp_path):
     summary = {"sim_duration_s": 0.5, "spec_decode": {"acceptance_rate": 0.5}}
     png = plot_spec_acceptance(tmp_path / "spec_decode.csv", summary, tmp_path / "a.png")
     assert png is not None and png.stat().st_size > 1000
+
+
+def test_budget_command_counts_the_draft_model():
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    base = ["budget", "--json", "--max-model-len", "8192"]
+    plain = CliRunner().invoke(app, base)
+    spec = '{"method": "draft_model", "model": "Llama-3.2-1B", "num_speculative_tokens": 4}'
+    with_draft = CliRunner().invoke(app, [*base, "--speculative-config", spec])
+    assert plain.exit_code == with_draft.exit_code == 0, with_draft.output
+    a, b = json.loads(plain.stdout), json.loads(with_draft.stdout)
+    assert "draft_model" not in a and b["draft_model"] == "Llama-3.2-1B"
+    assert b["num_gpu_blocks"] < a["num_gpu_blocks"]
