@@ -27,21 +27,24 @@ iteration schedules one batch and applies the one before it: a request's token
 sampled by step N is appended after step N+1 was scheduled, so step N+1 was planned
 with a placeholder in its place. :class:`kvcore.batch_queue.BatchQueue` runs this loop.
 
-Left out (vLLM features kvcore does not have): speculative drafts (the spec-token
-placeholder list is always empty; ``num_lookahead_tokens`` still reserves slots),
-structured output (no deferred sampling), pipeline parallelism (so the decode
-stagger ``next_decode_eligible_step`` never holds a request back: with one stage it
-is the very next step), KV connectors (no dropped stale output, no deferred frees).
+Speculative decoding: a decoding request carries ``k`` placeholder drafts into its
+next step (the worker fills them; the scheduler only counts them) and gets one
+output placeholder per draft scheduled, resolved or rolled back by the step's output.
+
+Left out (vLLM features kvcore does not have): structured output (no deferred
+sampling), pipeline parallelism (so the decode stagger ``next_decode_eligible_step``
+never holds a request back: with one stage it is the very next step), KV connectors
+(no dropped stale output, no deferred frees).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_planning import max_concurrent_batches
+from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
+from kvcore.spec_decode import SpeculativeConfig
 
 BATCH_QUEUE_SIZE = max_concurrent_batches(async_scheduling=True)
 """Batches in flight with async scheduling and one pipeline stage (2): vLLM's
@@ -72,6 +75,8 @@ class AsyncScheduler(Scheduler):
         enable_kv_cache_events: bool = False,
         log_stats: bool = True,
         max_concurrent_batches: int = BATCH_QUEUE_SIZE,
+        speculative_config: SpeculativeConfig | None = None,
+        use_v2_model_runner: bool = True,
     ) -> None:
         super().__init__(
             scheduler_config,
@@ -81,19 +86,29 @@ class AsyncScheduler(Scheduler):
             enable_kv_cache_events=enable_kv_cache_events,
             log_stats=log_stats,
             max_concurrent_batches=max_concurrent_batches,
+            speculative_config=speculative_config,
+            use_v2_model_runner=use_v2_model_runner,
         )
-        # Draft tokens each decode step proposes (kvcore schedules none): the
-        # placeholder list a request carries as its spec tokens is empty.
-        self._spec_token_placeholders: list[int] = []
+        # Placeholder drafts a decoding request carries into its next step (vLLM
+        # resizes the list to each step's ``num_spec_tokens_to_schedule``).
+        self._spec_token_placeholders: list[int] = [-1] * self.num_spec_tokens
 
-    def _update_after_schedule(self, num_scheduled: Mapping[str, int]) -> None:
+    def _update_after_schedule(self, out: SchedulerOutput) -> None:
         """Mirrors ``AsyncScheduler._update_after_schedule``: after the base update,
-        every request that samples in this step gets one output placeholder."""
-        super()._update_after_schedule(num_scheduled)
+        every request that samples in this step gets one output placeholder, one
+        more per draft scheduled for it, and placeholder drafts for its next step."""
+        super()._update_after_schedule(out)
+        spec_tokens = out.scheduled_spec_decode_tokens
+        if self.num_spec_tokens:
+            self._spec_token_placeholders = [-1] * out.num_spec_tokens_to_schedule
+        placeholders = self._spec_token_placeholders
         requests = self.requests
-        for rid in num_scheduled:
+        for rid in out.num_scheduled_tokens:
             request = requests[rid]
             if request.is_prefill_chunk:
                 continue
-            request.num_output_placeholders += NUM_SAMPLED_TOKENS_PER_STEP
-            request.spec_token_ids = self._spec_token_placeholders
+            drafts = spec_tokens.get(rid) if spec_tokens else None
+            request.num_output_placeholders += NUM_SAMPLED_TOKENS_PER_STEP + (
+                len(drafts) if drafts else 0
+            )
+            request.spec_token_ids = placeholders

@@ -229,9 +229,10 @@ class DecodeStretch:
 def stretch_possible(scheduler: Scheduler) -> bool:
     """Whether the scheduler's state admits a decode stretch at all (either loop):
     requests run and none waits, every KV cache group is full attention, KV events are
-    off, and the token budget covers one token per running request."""
+    off, speculative decoding is off (its drafts' acceptance varies step by step), and
+    the token budget covers one token per running request."""
     running = scheduler.running
-    if not running or scheduler.waiting:
+    if not running or scheduler.waiting or scheduler.num_spec_tokens:
         return False
     kvm = scheduler.kv_cache_manager
     if (

@@ -27,6 +27,15 @@ queue, read just before an output is applied); an async iteration that applies n
 output leaves it to the start of the next step (the abort's copy in the input
 queue). A step line whose aborts ended requests lists them under ``aborted`` (those
 before ``schedule()`` first); lines without aborts are unchanged.
+
+With speculative decoding (``num_speculative_tokens`` > 0, ``speculative_method``)
+the fake model also drafts and verifies, by the rules of :mod:`kvcore.replay_spec`:
+a request that verifies drafts samples ``1 + accepted`` tokens; after a synchronous
+step that ran, each scheduled request gets its next drafts
+(``update_draft_token_ids``), unless the step's ``skip_drafts`` says no request can
+use them. Step lines then add per scheduled request ``spec`` (drafts verified), and
+``skip_drafts`` and ``spec_decoding`` (the applied output's drafts, draft tokens,
+accepted tokens and accepted tokens per position, or null).
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from typing import Any
 
 from kvcore import VLLM_VERSION, __version__
 from kvcore.async_scheduler import BATCH_QUEUE_SIZE, AsyncScheduler
-from kvcore.batch_queue import BatchQueue, sample_fixed_token
+from kvcore.batch_queue import BatchQueue, SampleFn
 from kvcore.block_hashing import DEFAULT_NONE_HASH_SEED, BlockHasher
 from kvcore.kv_cache_interface import (
     AttentionSpec,
@@ -47,11 +56,13 @@ from kvcore.kv_cache_interface import (
     KVCacheGroupSpec,
     SlidingWindowSpec,
 )
+from kvcore.replay_spec import num_accepted, num_drafts, spec_stats_json
 from kvcore.replay_trace import TraceRequest
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
+from kvcore.spec_decode import SpeculativeConfig
 
 KV_GROUP_KINDS = ("full", "sliding_window", "chunked_local")
 
@@ -87,6 +98,8 @@ class ReplayConfig:
     dump_block_tables: bool = False
     none_hash_seed: str = DEFAULT_NONE_HASH_SEED
     async_scheduling: bool = False
+    num_speculative_tokens: int = 0
+    speculative_method: str = "ngram"
 
     def __post_init__(self) -> None:
         checks = [
@@ -97,6 +110,7 @@ class ReplayConfig:
             ("long_prefill_token_threshold", self.long_prefill_token_threshold, 0),
             ("sample_token_id", self.sample_token_id, 0),
             ("num_lookahead_tokens", self.num_lookahead_tokens, 0),
+            ("num_speculative_tokens", self.num_speculative_tokens, 0),
         ]
         for name, value, low in checks:
             if not isinstance(value, int) or value < low:
@@ -121,6 +135,12 @@ class ReplayConfig:
         from kvcore.block_hashing import get_hash_fn_by_name
 
         get_hash_fn_by_name(self.prefix_caching_hash_algo)
+        self.speculative_config()  # raises on an unknown method
+
+    def speculative_config(self) -> SpeculativeConfig | None:
+        if self.num_speculative_tokens == 0:
+            return None
+        return SpeculativeConfig(self.speculative_method, self.num_speculative_tokens)
 
     def kv_cache_spec(self, kind: str) -> AttentionSpec:
         """A tiny spec of one group: block counts matter here, not bytes."""
@@ -166,7 +186,44 @@ def build_scheduler(config: ReplayConfig, max_model_len: int) -> Scheduler:
         enable_caching=config.enable_prefix_caching,
         watermark=config.watermark,
         enable_kv_cache_events=config.enable_kv_cache_events,
+        speculative_config=config.speculative_config(),
     )
+
+
+def fake_sampler(token_id: int) -> SampleFn:
+    """The replay's model: ``token_id`` for each scheduled request whose prefill
+    completes in the step, repeated ``1 + accepted`` times for one that verifies
+    drafts (:func:`kvcore.replay_spec.num_accepted`); nothing for a partial chunk."""
+
+    def sample(scheduler: Scheduler, out: SchedulerOutput) -> dict[str, list[int]]:
+        requests = scheduler.requests
+        spec = out.scheduled_spec_decode_tokens
+        sampled = {}
+        for rid in out.num_scheduled_tokens:
+            req = requests[rid]
+            if req.is_prefill_chunk:
+                continue
+            drafts = spec.get(rid)
+            n = 1 + num_accepted(rid, req.num_tokens, len(drafts)) if drafts else 1
+            sampled[rid] = [token_id] * n
+        return sampled
+
+    return sample
+
+
+def propose_drafts(scheduler: Scheduler, out: SchedulerOutput, token_id: int) -> None:
+    """After a synchronous step that ran: the fake drafter's proposals for its
+    requests (:func:`kvcore.replay_spec.num_drafts`), as vLLM's engine core hands the
+    model runner's to ``update_draft_token_ids``."""
+    if not scheduler.num_spec_tokens or not out.total_num_scheduled_tokens or out.skip_drafts:
+        return
+    k = scheduler.num_spec_tokens
+    drafts = {}
+    for rid in out.num_scheduled_tokens:
+        req = scheduler.requests.get(rid)
+        if req is not None and not req.is_finished():
+            drafts[rid] = [token_id] * num_drafts(rid, req.num_tokens, k)
+    scheduler.update_draft_token_ids(drafts)
 
 
 def _header(
@@ -228,7 +285,7 @@ def replay(
     pool = scheduler.kv_cache_manager.block_pool
     queue = None
     if config.async_scheduling:
-        queue = BatchQueue(scheduler, sample_fixed_token(config.sample_token_id))
+        queue = BatchQueue(scheduler, fake_sampler(config.sample_token_id))
     aborts = sorted(
         (tr.abort_step, i, tr.request_id) for tr, i in pending if tr.abort_step is not None
     )
@@ -309,34 +366,11 @@ def _step(
 ) -> dict[str, Any]:
     out = scheduler.schedule()
     free_after_schedule = pool.get_num_free_blocks()
-    new_ids = set(out.scheduled_new_reqs)
-    resumed_ids = set(out.scheduled_resumed_reqs)
-    sampled: dict[str, list[int]] = {}
-    entries = []
-    for rid, n in out.num_scheduled_tokens.items():
-        req = reqs[rid]
-        block_ids = out.get_new_block_ids(rid)
-        if rid in resumed_ids:
-            kind = "resumed"
-        elif rid in new_ids:
-            kind = "new"
-        else:
-            kind = "running"
-            if not any(block_ids):
-                block_ids = ()
-        done = not req.is_prefill_chunk
-        if done:
-            sampled[rid] = [config.sample_token_id]
-        entry = {
-            "id": rid,
-            "kind": kind,
-            "n": n,
-            "new_block_ids": [list(b) for b in block_ids],
-            "sampled": done,
-        }
-        entries.append((entry, req))
+    sampled = fake_sampler(config.sample_token_id)(scheduler, out)
+    entries = _scheduled_entries(out, reqs, sampled)
     aborted += _abort(scheduler, in_step)  # the aborts queue, read before the output
     result = scheduler.update_from_output(out, sampled)
+    propose_drafts(scheduler, out, config.sample_token_id)
     scheduled = []
     for entry, req in entries:
         if not req.is_finished():  # finished requests are gone from the scheduler
@@ -377,6 +411,9 @@ def _step(
     }
     if config.enable_kv_cache_events:
         line["kv_events"] = [e.to_json() for e in result.kv_events]
+    if config.num_speculative_tokens:
+        line["skip_drafts"] = out.skip_drafts
+        line["spec_decoding"] = spec_stats_json(result.spec_decoding_stats)
     return line
 
 
@@ -404,6 +441,8 @@ def _scheduled_entries(
             "new_block_ids": [list(b) for b in block_ids],
             "sampled": bool(sampled.get(rid)),
         }
+        if out.num_spec_tokens_to_schedule:
+            entry["spec"] = len(out.scheduled_spec_decode_tokens.get(rid, ()))
         entries.append((entry, reqs[rid]))
     return entries
 
@@ -488,4 +527,7 @@ def _async_step(
     }
     if config.enable_kv_cache_events:
         line["kv_events"] = [e.to_json() for e in result.kv_events] if result is not None else []
+    if config.num_speculative_tokens:
+        line["skip_drafts"] = batch.scheduler_output.skip_drafts if batch is not None else None
+        line["spec_decoding"] = spec_stats_json(result.spec_decoding_stats) if result else None
     return line, must_wait

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.kv_events import KVCacheEvent
 from kvcore.request import Request
+from kvcore.spec_decode import SpecDecodingStats
 
 
 @dataclass(slots=True)
@@ -35,6 +36,16 @@ class SchedulerOutput:
     kv_connector_metadata: object | None = None
     """What the KV connector asks of its workers in this step (with the offloading
     connector an ``OffloadingConnectorMetadata``); None without a connector."""
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
+    """Request id -> the draft tokens scheduled for verification in this step (counted
+    in ``num_scheduled_tokens``; ``-1`` for placeholders); empty without speculative
+    decoding."""
+    num_spec_tokens_to_schedule: int = 0
+    """Drafts per request the next step may verify (vLLM: ``num_speculative_tokens``;
+    the async scheduler's placeholder count)."""
+    skip_drafts: bool = False
+    """No request of this step can use the drafts proposed after it: the drafter's
+    forward pass is skipped (vLLM's V2 model runner; drafters with lookahead slots)."""
 
     def get_new_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """Block ids per group of ``req_to_new_blocks[request_id]``."""
@@ -52,3 +63,5 @@ class EngineStepOutput:
     new_token_ids: dict[str, list[int]] = field(default_factory=dict)
     prefix_cache_stats: PrefixCacheStats | None = None
     kv_events: list[KVCacheEvent] = field(default_factory=list)
+    spec_decoding_stats: SpecDecodingStats | None = None
+    """The step's drafts and accepted tokens (None: no drafts were verified)."""

@@ -1,5 +1,5 @@
-"""The V1 scheduler, without encoders or drafts; KV connectors: only the CPU offload
-tier's (optional, off by default).
+"""The V1 scheduler, without encoders; drafts of speculative decoding (optional); KV
+connectors: only the CPU offload tier's (optional, off by default).
 
 Mirrors ``Scheduler.schedule``, ``_preempt_request``, ``_update_after_schedule``,
 ``update_from_output``, ``finish_requests`` and ``_free_request`` of
@@ -12,6 +12,18 @@ asynchronous loads (``_handle_blocked_waiting_request``,
 ``_update_waiting_for_remote_kv``, ``_inflight_prefill_reserved_blocks``),
 ``build_connector_meta`` at the end of ``schedule()``, ``request_finished`` in
 ``_free_request`` and the worker's report in ``_update_from_kv_xfer_finished``.
+
+With a :class:`kvcore.spec_decode.SpeculativeConfig` it mirrors vLLM's handling of
+draft tokens: a running request's drafts (``spec_token_ids``, set by
+``update_draft_token_ids`` after a synchronous step, or placeholders under async
+scheduling) are scheduled with its next token, within the token budget and the input
+budget less each request's drafting slots (``draft_slots``); a waiting request with
+one token to compute is padded to ``1 + k`` tokens (``pad_spec_decode``); the
+output's ``scheduled_spec_decode_tokens`` lists the drafts per request; rejected
+drafts roll back ``num_computed_tokens`` (and placeholders) in
+``update_from_output``, which reports the step's ``SpecDecodingStats``; the output's
+``skip_drafts`` says when no request can use the drafts proposed after the step
+(``_drafts_unused``).
 
 There is no model and no clock: the caller hands sampled tokens to
 ``update_from_output`` and arrival times come with each ``Request``.
@@ -35,16 +47,33 @@ from kvcore.request import Request, RequestStatus, check_stop
 from kvcore.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_request_queue
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler_config import SchedulerConfig
+from kvcore.spec_decode import SpecDecodingStats, SpeculativeConfig
 from kvcore.utils import cdiv
 
 
 class _StepPlan:
     """Mutable bookkeeping of one ``schedule()`` call."""
 
-    __slots__ = ("budget", "num_scheduled", "new_blocks", "new", "resumed", "running", "preempted")
+    __slots__ = (
+        "budget",
+        "input_budget",
+        "num_scheduled",
+        "new_blocks",
+        "new",
+        "resumed",
+        "running",
+        "preempted",
+        "spec_tokens",
+        "drafts_needed",
+        "prefill_scheduled",
+    )
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, drafts_needed: bool) -> None:
         self.budget = budget
+        self.input_budget = budget  # vLLM's input_budget (tokens plus drafting slots)
+        self.spec_tokens: dict[str, list[int]] = {}
+        self.drafts_needed = drafts_needed
+        self.prefill_scheduled = False
         self.num_scheduled: dict[str, int] = {}
         self.new_blocks: dict[str, KVCacheBlocks] = {}
         self.new: list[Request] = []
@@ -73,6 +102,8 @@ class Scheduler:
         log_stats: bool = True,
         max_concurrent_batches: int = 1,
         connector: OffloadingConnectorScheduler | None = None,
+        speculative_config: SpeculativeConfig | None = None,
+        use_v2_model_runner: bool = True,
     ) -> None:
         """``max_concurrent_batches``: batches in flight at once (vLLM's
         ``VllmConfig.max_concurrent_batches``: 1 here, 2 for async scheduling); the KV
@@ -82,16 +113,48 @@ class Scheduler:
         ``OffloadingConnector`` in the scheduler role), or None (the default: no
         connector, and none of the code below that reads it runs). Synchronous
         scheduling only (with overlapping batches vLLM defers block frees for a
-        KV-consuming connector, which kvcore does not model)."""
+        KV-consuming connector, which kvcore does not model).
+
+        ``speculative_config``: speculative decoding (None: off). Its lookahead slots
+        replace ``scheduler_config.num_lookahead_tokens``, which must then be 0. Not
+        with a connector (that combination is not covered by kvcore's conformance).
+        ``use_v2_model_runner``: vLLM's default model runner, whose drafter skips steps
+        whose drafts nobody can use (``skip_drafts``); with the V1 runner it never
+        does."""
         if connector is not None and max_concurrent_batches != 1:
             raise ValueError("the KV offloading connector needs synchronous scheduling")
+        if speculative_config is not None:
+            if connector is not None:
+                raise ValueError(
+                    "speculative decoding with the KV offloading connector is not modelled"
+                )
+            if scheduler_config.num_lookahead_tokens:
+                raise ValueError(
+                    "num_lookahead_tokens comes from the speculative config; leave it at 0"
+                )
+            if scheduler_config.max_num_batched_tokens <= speculative_config.num_lookahead_tokens:
+                # vLLM's VllmConfig._set_max_num_scheduled_tokens
+                raise ValueError(
+                    f"max_num_batched_tokens ({scheduler_config.max_num_batched_tokens}) "
+                    "leaves no slot for a token beside the "
+                    f"{speculative_config.num_lookahead_tokens} lookahead slots of "
+                    "speculative decoding; raise it or lower num_speculative_tokens"
+                )
         self.scheduler_config = scheduler_config
         self.max_concurrent_batches = max_concurrent_batches
         self.max_model_len = scheduler_config.max_model_len
         self.max_num_running_reqs = scheduler_config.max_num_seqs
         self.max_num_scheduled_tokens = scheduler_config.max_num_batched_tokens
         self.policy = scheduler_config.policy
-        self.num_lookahead_tokens = scheduler_config.num_lookahead_tokens
+        self.log_stats = log_stats
+        self.speculative_config = speculative_config
+        spec = speculative_config
+        self.num_spec_tokens = 0 if spec is None else spec.num_speculative_tokens
+        self.num_lookahead_tokens = (
+            scheduler_config.num_lookahead_tokens if spec is None else spec.num_lookahead_tokens
+        )
+        self.draft_slots = 0 if spec is None else spec.max_num_new_slots_for_drafting
+        self.can_skip_drafts = spec is not None and spec.can_skip_drafts and use_v2_model_runner
         self.kv_cache_manager = KVCacheManager(
             kv_cache_config,
             self.max_model_len,
@@ -151,7 +214,7 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """Plan one step: tokens per request, block allocations, preemptions."""
-        plan = _StepPlan(self.max_num_scheduled_tokens)
+        plan = _StepPlan(self.max_num_scheduled_tokens, not self.can_skip_drafts)
         num_eligible = len(self.running) + len(self.waiting) + len(self.kv_holding_waiting)
         threshold = self.scheduler_config.long_prefill_token_threshold if num_eligible > 1 else 0
         self._schedule_running(plan, threshold)
@@ -167,9 +230,13 @@ class Scheduler:
             preempted_req_ids=self.reset_preempted_req_ids,
             finished_req_ids=self.finished_req_ids,
         )
+        if self.num_spec_tokens:
+            out.scheduled_spec_decode_tokens = plan.spec_tokens
+            out.num_spec_tokens_to_schedule = self.num_spec_tokens
+            out.skip_drafts = not plan.drafts_needed
         if self.connector is not None:
             out.kv_connector_metadata = self.connector.build_connector_meta(out)
-        self._update_after_schedule(plan.num_scheduled)
+        self._update_after_schedule(out)
         return out
 
     def _schedule_running(self, plan: _StepPlan, threshold: int) -> None:
@@ -178,9 +245,12 @@ class Scheduler:
         allocate = kvm.allocate_running_slots
         lookahead = self.num_lookahead_tokens
         max_model_len = self.max_model_len
+        draft_slots = self.draft_slots
         req_index = 0
         while req_index < len(running) and plan.budget > 0:
             request = running[req_index]
+            if plan.input_budget <= draft_slots:
+                break
             computed = request.num_computed_tokens
             placeholders = request.num_output_placeholders
             if (
@@ -195,6 +265,8 @@ class Scheduler:
                 n = threshold
             if n > plan.budget:
                 n = plan.budget
+            if n > plan.input_budget - draft_slots:
+                n = plan.input_budget - draft_slots
             if n > max_model_len - computed - 1:
                 n = max_model_len - computed - 1
             if n == 0:
@@ -212,8 +284,11 @@ class Scheduler:
                         req_index -= 1
                     if victim.request_id in plan.num_scheduled:
                         plan.running.remove(victim)
-                        plan.budget += plan.num_scheduled.pop(victim.request_id)
+                        restored = plan.num_scheduled.pop(victim.request_id)
+                        plan.budget += restored
+                        plan.input_budget += restored + draft_slots
                         plan.new_blocks.pop(victim.request_id)
+                        plan.spec_tokens.pop(victim.request_id, None)
                 else:
                     running.pop()
                 self._preempt_request(victim)
@@ -225,10 +300,36 @@ class Scheduler:
                     continue
                 break
             plan.running.append(request)
+            plan.prefill_scheduled |= request.is_prefill_chunk
             plan.new_blocks[request.request_id] = new_blocks
             plan.num_scheduled[request.request_id] = n
             plan.budget -= n
+            plan.input_budget -= n + draft_slots
             req_index += 1
+            if not plan.drafts_needed:
+                plan.drafts_needed = not self._drafts_unused(request, computed, n)
+            spec_ids = request.spec_token_ids
+            if spec_ids:
+                num_spec = n + computed - request.num_tokens - placeholders
+                if num_spec > 0:
+                    plan.spec_tokens[request.request_id] = (
+                        spec_ids[:num_spec] if len(spec_ids) > num_spec else spec_ids
+                    )
+                # The next drafts arrive with update_draft_token_ids (sync) or as
+                # placeholders (async) before the next step.
+                request.spec_token_ids = []
+
+    @staticmethod
+    def _drafts_unused(request: Request, num_computed: int, num_new: int) -> bool:
+        """vLLM's ``_drafts_unused``: the drafts proposed after this step surely go
+        unused (a non-final prefill chunk samples nothing; a step that samples the
+        last output token ends the request even if every draft is rejected)."""
+        if num_computed + num_new < request.num_tokens:
+            return True
+        min_outputs = request.num_output_tokens + 1
+        if request.num_output_placeholders > 0:
+            min_outputs += 1  # async: the step in flight samples one more
+        return min_outputs >= request.max_tokens
 
     def _pick_victim(self) -> Request:
         """FCFS: the last admitted; priority: the least important, latest arrival."""
@@ -245,9 +346,11 @@ class Scheduler:
         reserve_full = self.scheduler_config.scheduler_reserve_full_isl
         skipped: deque[Request] = deque()
         skipped_holding: deque[Request] = deque()
+        draft_slots = self.draft_slots
+        num_spec = self.num_spec_tokens
         while plan.budget > 0:
             queue = holding if holding else waiting
-            if not queue:
+            if not queue or plan.input_budget <= draft_slots:
                 break
             if len(self.running) >= self.max_num_running_reqs:
                 break
@@ -285,15 +388,30 @@ class Scheduler:
             else:
                 computed_blocks, num_local = kvm.empty_kv_cache_blocks, 0
                 num_computed = request.num_computed_tokens
+            pad_spec = False
             if load_kv_async:
                 n = 0  # loading: nothing to compute in this step
             else:
+                budget = min(plan.budget, plan.input_budget - draft_slots)
                 n = request.num_tokens - num_computed
+                if (
+                    num_spec
+                    and n == 1
+                    and not plan.prefill_scheduled
+                    and (plan.running or num_computed > 0)
+                    and num_computed + num_spec + 2 <= self.max_model_len
+                ):
+                    # vLLM pads a one-token admission to a uniform decode size
+                    # (1 + k, placeholder drafts) for the CUDA graph.
+                    if 1 + num_spec > budget:
+                        break
+                    n = 1 + num_spec
+                    pad_spec = True
                 if 0 < threshold < n:
                     n = threshold
-                if not chunked and n > plan.budget:
+                if not chunked and n > budget:
                     break
-                n = min(n, plan.budget)
+                n = min(n, budget)
             new_blocks = kvm.allocate_slots(
                 request,
                 n,
@@ -335,8 +453,13 @@ class Scheduler:
             plan.new_blocks[request.request_id] = kvm.get_blocks(request.request_id)
             plan.num_scheduled[request.request_id] = n
             plan.budget -= n
+            plan.input_budget -= n + draft_slots
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
+            if not plan.drafts_needed:
+                plan.drafts_needed = not self._drafts_unused(request, num_computed, n)
+            if pad_spec:
+                plan.spec_tokens[request.request_id] = [-1] * num_spec
             if connector is not None and num_computed + n < request.num_tokens:
                 self._inflight_prefills.add(request)
         if skipped_holding:
@@ -404,9 +527,9 @@ class Scheduler:
         self.waiting.prepend_request(request)
         self.reset_preempted_req_ids.add(request.request_id)
 
-    def _update_after_schedule(self, num_scheduled: Mapping[str, int]) -> None:
+    def _update_after_schedule(self, out: SchedulerOutput) -> None:
         requests = self.requests
-        for rid, n in num_scheduled.items():
+        for rid, n in out.num_scheduled_tokens.items():
             request = requests[rid]
             request.num_computed_tokens += n
             request.num_in_flight_tokens += n
@@ -436,6 +559,9 @@ class Scheduler:
         stopped_waiting: list[Request] = []
         preempted = RequestStatus.PREEMPTED
         running = RequestStatus.RUNNING
+        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+        spec_stats: SpecDecodingStats | None = None
+        cache_always = self.num_spec_tokens > 0
         for rid, n in scheduler_output.num_scheduled_tokens.items():
             request = self.requests.get(rid)
             if request is None:
@@ -451,6 +577,21 @@ class Scheduler:
             sampled = sampled_token_ids.get(rid)
             if not sampled:
                 continue
+            drafts = spec_tokens.get(rid) if spec_tokens else None
+            if drafts:
+                # vLLM: the tokens after the first are accepted drafts; rejected ones
+                # roll back the computed tokens (and, async, the placeholders).
+                num_accepted = len(sampled) - 1
+                num_rejected = len(drafts) - num_accepted
+                if not stale:
+                    if request.num_computed_tokens > 0:
+                        request.num_computed_tokens -= num_rejected
+                    if request.num_output_placeholders > 0:
+                        request.num_output_placeholders -= num_rejected
+                if self.log_stats:
+                    if spec_stats is None:
+                        spec_stats = SpecDecodingStats.new(self.num_spec_tokens)
+                    spec_stats.observe_draft(len(drafts), num_accepted)
             if len(sampled) == 1:  # the usual case, without the general loop
                 new_ids = [sampled[0]]
                 request.append_output_token_id(sampled[0])
@@ -467,9 +608,10 @@ class Scheduler:
                         is_stopped = True
                         break
             placeholders = request.num_output_placeholders
-            if placeholders > 0 and not stale:
-                # Async: every returned token (also those cut at a stop) resolves one.
-                request.num_output_placeholders = placeholders - len(sampled)
+            if not stale and (placeholders > 0 or cache_always):
+                if placeholders > 0:
+                    # Async: every returned token (also those cut at a stop) resolves one.
+                    request.num_output_placeholders = placeholders - len(sampled)
                 if status_before == running:
                     self.kv_cache_manager.cache_blocks(
                         request, request.num_computed_tokens - request.num_in_flight_tokens
@@ -492,7 +634,24 @@ class Scheduler:
             self._update_from_kv_xfer_finished(kv_connector_output)
         result.prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
         result.kv_events = self.kv_cache_manager.take_events()
+        result.spec_decoding_stats = spec_stats
         return result
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        """Mirrors ``Scheduler.update_draft_token_ids``: the drafts the drafter proposed
+        after a synchronous step, per request id, become each request's
+        ``spec_token_ids`` for its next step (unknown and finished requests are
+        skipped; a request still prefilling drops its drafts)."""
+        requests = self.requests
+        for rid, drafts in draft_token_ids.items():
+            request = requests.get(rid)
+            if request is None or request.is_finished():
+                continue
+            if request.is_prefill_chunk:
+                if request.spec_token_ids:
+                    request.spec_token_ids = []
+                continue
+            request.spec_token_ids = list(drafts)
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> None:
         connector = self.connector

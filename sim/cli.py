@@ -391,6 +391,17 @@ def replay(
     num_lookahead_tokens: int = typer.Option(
         0, "--num-lookahead-tokens", help="speculative slots reserved per request per step"
     ),
+    num_speculative_tokens: int = typer.Option(
+        0,
+        "--num-speculative-tokens",
+        help="speculative decoding: drafts per request per step (0: off); the fake model "
+        "drafts and accepts by kvcore/replay_spec.py's rules",
+    ),
+    speculative_method: str = typer.Option(
+        "ngram",
+        "--speculative-method",
+        help="speculative method: ngram, ngram_gpu or draft_model",
+    ),
     enable_kv_cache_events: bool = typer.Option(
         False, "--kv-events/--no-kv-events", help="add KV cache events to each step"
     ),
@@ -433,11 +444,24 @@ def conformance(
         help="replay the step traces through vLLM's AsyncScheduler and engine-core batch "
         "queue (and kvcore's); op sequences and sizing cases are the same either way",
     ),
+    spec_decode: bool = typer.Option(
+        False,
+        "--spec-decode/--no-spec-decode",
+        help="add speculative decoding (ngram, ngram_gpu, draft_model; 1-4 drafts) to "
+        "every step trace",
+    ),
 ) -> None:
     from sim.conformance.cli import run_conformance
 
     raise typer.Exit(
-        run_conformance(vllm_python, traces, seed, out_dir, async_scheduling=async_scheduling)
+        run_conformance(
+            vllm_python,
+            traces,
+            seed,
+            out_dir,
+            async_scheduling=async_scheduling,
+            spec_decode=spec_decode,
+        )
     )
 
 

@@ -95,11 +95,13 @@ def run_conformance(
     op_cases: int = 40,
     sizing_cases: int = 40,
     async_scheduling: bool = False,
+    spec_decode: bool = False,
 ) -> int:
     """Run the comparison and print the table; return the exit status.
 
     ``async_scheduling``: the step traces run through vLLM's ``AsyncScheduler`` and
-    engine-core batch queue, and through kvcore's."""
+    engine-core batch queue, and through kvcore's. ``spec_decode``: every step trace
+    has speculative decoding."""
     err = Console(stderr=True)
     try:
         if traces < 1:
@@ -119,9 +121,9 @@ def run_conformance(
     try:
         if sys.stderr.isatty():
             with err.status(f"replaying {traces} traces through vLLM {version} and kvcore"):
-                report = run(*args, async_scheduling=async_scheduling)
+                report = run(*args, async_scheduling=async_scheduling, spec_decode=spec_decode)
         else:
-            report = run(*args, async_scheduling=async_scheduling)
+            report = run(*args, async_scheduling=async_scheduling, spec_decode=spec_decode)
     except OracleError as e:
         print(f"kvsim: error: {e}", file=sys.stderr)
         return 2

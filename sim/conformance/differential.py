@@ -143,13 +143,14 @@ def run(
     timeout: float = 900.0,
     progress: Callable[[str], None] | None = None,
     async_scheduling: bool = False,
+    spec_decode: bool = False,
 ) -> Report:
     """Run the comparison; see the module docstring. Raises :class:`OracleError`."""
     t0 = time.perf_counter()
     python = str(vllm_python or DEFAULT_VLLM_PYTHON)
     report = Report(seed=seed, async_scheduling=async_scheduling)
     out_dir = Path(out_dir)
-    step_cases = [random_case(seed, i, async_scheduling) for i in range(num_traces)]
+    step_cases = [random_case(seed, i, async_scheduling, spec_decode) for i in range(num_traces)]
     op_cases = [ops_mod.random_ops_case(seed, i) for i in range(num_op_cases)]
     sizing_cases = [sizing_mod.random_sizing_case(seed, i) for i in range(num_sizing_cases)]
     with tempfile.TemporaryDirectory(prefix="kvsim-conformance-") as tmp:
@@ -192,6 +193,7 @@ def run(
             report.steps += sum(1 for x in (theirs or []) if x.get("type") == "step")
             if diff:
                 name = f"steps_seed{seed}_case{i}" + ("_async" if async_scheduling else "")
+                name += "_spec" if spec_decode else ""
                 files = _write_case(out_dir, name, {"trace": trace, "config": config})
                 files.append("kvsim replay " + replay_command(config, files[0]))
                 report.mismatches.append(Mismatch("steps", i, diff, files))

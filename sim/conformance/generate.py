@@ -213,11 +213,29 @@ def add_aborts(rng: np.random.Generator, trace: list[dict[str, Any]]) -> None:
             r["abort_in_step" if in_step else "abort_step"] = step
 
 
-def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:
+SPEC_METHODS = ("ngram", "ngram_gpu", "draft_model")
+
+
+def add_speculative(rng: np.random.Generator, config: dict[str, Any]) -> None:
+    """Speculative decoding knobs: 1-4 draft tokens, one of the modelled methods. A
+    ``long_prefill_token_threshold`` below ``1 + k`` is raised to it (vLLM asserts
+    that a padded one-token admission keeps all ``1 + k`` rows)."""
+    k = int(rng.integers(1, 5))
+    config["num_speculative_tokens"] = k
+    config["speculative_method"] = str(_pick(rng, SPEC_METHODS))
+    threshold = config["long_prefill_token_threshold"]
+    if 0 < threshold < 1 + k:
+        config["long_prefill_token_threshold"] = 1 + k
+
+
+def random_case(
+    seed: int, index: int, async_scheduling: bool = False, spec_decode: bool = False
+) -> Case:
     """Step case ``index`` of run ``seed``: (driver/ReplayConfig knobs, replay trace).
 
     ``async_scheduling`` only adds that knob: the trace and the other knobs are those
-    of the synchronous case."""
+    of the synchronous case. ``spec_decode`` adds speculative decoding knobs, drawn
+    from a stream of their own."""
     rng = case_rng(seed, index)
     block_size = int(_pick(rng, BLOCK_SIZES))
     policy = "priority" if _chance(rng, 0.35) else "fcfs"
@@ -226,4 +244,6 @@ def random_case(seed: int, index: int, async_scheduling: bool = False) -> Case:
     add_aborts(case_rng(seed, index, stream=2), trace)
     if async_scheduling:
         config["async_scheduling"] = True
+    if spec_decode:
+        add_speculative(case_rng(seed, index, stream=3), config)
     return config, trace

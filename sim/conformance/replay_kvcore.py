@@ -29,6 +29,8 @@ FLAGS = {
     "enable_kv_cache_events": "--kv-events",
     "dump_block_tables": "--dump-block-tables",
     "async_scheduling": "--async-scheduling",
+    "num_speculative_tokens": "--num-speculative-tokens",
+    "speculative_method": "--speculative-method",
 }
 
 
@@ -41,13 +43,16 @@ def replay_config(config: dict[str, Any]) -> ReplayConfig:
 
 
 def run_kvcore_steps(config: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict] | str:
-    """All of kvcore's JSON lines for the case, or an error message."""
+    """All of kvcore's JSON lines for the case (a livelocked replay ends with an
+    ``error`` line after ``MAX_STEPS`` steps), or an error message."""
     try:
         lines = []
         for line in replay(parse_trace(trace), replay_config(config)):
             lines.append(line)
             if len(lines) > MAX_STEPS:
-                return f"kvcore did not finish within {MAX_STEPS} steps"
+                # The lines so far, so that the first step that differs is shown.
+                lines.append({"type": "error", "error": f"did not finish in {MAX_STEPS} steps"})
+                return lines
         return lines
     except Exception as e:  # noqa: BLE001 - any failure is a mismatch to report
         return f"{type(e).__name__}: {e}"

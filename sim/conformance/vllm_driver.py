@@ -64,8 +64,14 @@ Request set-up (kvsim must mirror it)
   that iteration applies none, the abort is made at the start of the next step (its
   copy in the input queue). A step line whose aborts ended requests lists them under
   ``aborted`` (those before ``schedule()`` first).
-* Speculative decoding is not supported (``num_speculative_tokens`` must be 0):
-  its slots only matter with a drafter whose proposals would have to be faked.
+* Speculative decoding (``num_speculative_tokens`` > 0, ``speculative_method`` ngram
+  | ngram_gpu | draft_model): vLLM's ``SpeculativeConfig`` on the tiny model; the
+  fake model drafts and accepts by the rules of ``kvcore/replay_spec.py`` (loaded by
+  path: the same file kvcore's replay uses). A request that verifies drafts samples
+  ``1 + accepted`` tokens; after a synchronous step that ran (and did not set
+  ``skip_drafts``) its scheduled requests get their next drafts through
+  ``update_draft_token_ids`` (vLLM's ``EngineCore.post_step``). Step lines then add
+  per scheduled request ``spec`` and per step ``skip_drafts`` and ``spec_decoding``.
 
 Steps config keys (defaults in brackets)
 ----------------------------------------
@@ -77,7 +83,8 @@ watermark [0.0], scheduler_reserve_full_isl [true], max_model_len [null: max of
 prompt + max_tokens], use_v2_model_runner [true], kv_groups [["full"]]
 (``full`` | ``sliding_window`` | ``chunked_local``), sliding_window,
 attention_chunk_size, sample_token_id [7], enable_kv_cache_events [false],
-dump_block_tables [false], num_speculative_tokens [0], none_hash_seed
+dump_block_tables [false], num_speculative_tokens [0], speculative_method [ngram],
+none_hash_seed
 [vllm-none-hash], async_scheduling [false]. The header's ``config`` echoes the keys
 of vLLM's samples only (kv_groups and window sizes show up as ``coordinator`` /
 ``managers``).
@@ -106,6 +113,7 @@ available_bytes (one int, or a list with one value per worker), num_workers
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import queue
@@ -124,7 +132,9 @@ from vllm.config import (
     DeviceConfig,
     KVEventsConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
+    SpeculativeConfig,
     VllmConfig,
 )
 from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
@@ -145,7 +155,7 @@ from vllm.v1.kv_cache_interface import (
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
-from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
@@ -171,6 +181,7 @@ STEPS_DEFAULTS: dict[str, Any] = {
     "enable_kv_cache_events": False,
     "dump_block_tables": False,
     "num_speculative_tokens": 0,
+    "speculative_method": "ngram",
     "none_hash_seed": kv_cache_utils.DEFAULT_NONE_HASH_SEED,
     "async_scheduling": False,
 }
@@ -214,6 +225,20 @@ _TINY_LLAMA = {
     "torch_dtype": "float32",
 }
 _MODEL_DIR: str | None = None
+
+
+def _load_replay_spec() -> Any:
+    """kvcore's fake drafter rules (standard library only), loaded by path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, os.pardir, os.pardir, "kvcore", "replay_spec.py")
+    spec = importlib.util.spec_from_file_location("kvsim_oracle_replay_spec", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+replay_spec = _load_replay_spec()
 
 
 # --------------------------------------------------------------------------- #
@@ -415,19 +440,29 @@ def build_vllm_config(cfg: dict[str, Any], max_model_len: int) -> VllmConfig:
     events = None
     if cfg["enable_kv_cache_events"]:
         events = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+    speculative = None
+    k = int(cfg["num_speculative_tokens"] or 0)
+    if k:
+        method = cfg["speculative_method"]
+        speculative = SpeculativeConfig(
+            method=method,
+            num_speculative_tokens=k,
+            model=path if method == "draft_model" else None,
+            target_model_config=model,
+            target_parallel_config=ParallelConfig(),
+        )
     return VllmConfig(
         model_config=model,
         scheduler_config=SchedulerConfig(**sched_kwargs),
         cache_config=cache,
         device_config=DeviceConfig(device="cpu"),
         kv_events_config=events,
+        speculative_config=speculative,
     )
 
 
 def build_scheduler(cfg: dict[str, Any], max_model_len: int) -> tuple[Scheduler, _EventSink]:
     """Build vLLM's Scheduler from the knobs; returns it with its event sink."""
-    if int(cfg["num_speculative_tokens"] or 0) != 0:
-        raise ValueError("num_speculative_tokens is not supported by the oracle driver")
     vllm_config = build_vllm_config(cfg, max_model_len)
     register_all_kvcache_specs(vllm_config)
     cls = RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
@@ -476,14 +511,50 @@ def ordered_trace(trace: list[dict[str, Any]]) -> list[tuple[float, dict[str, An
     return [(int(r["arrival_step"]) + i * 1e-9, r) for i, r in enumerate(reqs)]
 
 
-def fake_model_output(sched: Scheduler, out: Any, token: int) -> ModelRunnerOutput:
-    """Sample `token` for each scheduled request whose prefill is now complete."""
-    req_ids = list(out.num_scheduled_tokens)
+def sampled_tokens(sched: Scheduler, out: Any, token: int) -> list[list[int]]:
+    """Right after ``schedule()``: `token` for each scheduled request whose prefill is
+    now complete, ``1 + accepted`` times for one that verifies drafts."""
+    spec = out.scheduled_spec_decode_tokens
     sampled = []
-    for rid in req_ids:
+    for rid in out.num_scheduled_tokens:
         req = sched.requests[rid]
-        done = req.num_computed_tokens >= req.num_tokens
-        sampled.append([token] if done else [])
+        if req.is_prefill_chunk:
+            sampled.append([])
+            continue
+        drafts = spec.get(rid)
+        n = 1 + replay_spec.num_accepted(rid, req.num_tokens, len(drafts)) if drafts else 1
+        sampled.append([token] * n)
+    return sampled
+
+
+def propose_drafts(sched: Scheduler, out: Any, token: int) -> None:
+    """After a synchronous step that ran: the fake drafter's proposals, handed over as
+    ``EngineCore.post_step`` hands the model runner's."""
+    k = sched.num_spec_tokens
+    if not k or not out.total_num_scheduled_tokens or out.skip_drafts:
+        return
+    req_ids, drafts = [], []
+    for rid in out.num_scheduled_tokens:
+        req = sched.requests.get(rid)
+        if req is not None and not req.is_finished():
+            req_ids.append(rid)
+            drafts.append([token] * replay_spec.num_drafts(rid, req.num_tokens, k))
+    sched.update_draft_token_ids(DraftTokenIds(req_ids, drafts))
+
+
+def spec_stats_json(engine_outputs: dict[int, Any]) -> dict[str, Any] | None:
+    """The step's speculative-decoding counters (None: no drafts verified)."""
+    stats = None
+    for eco in engine_outputs.values():
+        if eco.scheduler_stats is not None:
+            stats = eco.scheduler_stats.spec_decoding_stats
+    return replay_spec.spec_stats_json(stats)
+
+
+def fake_model_output(sched: Scheduler, out: Any, token: int) -> ModelRunnerOutput:
+    """The model output of a synchronous step (see :func:`sampled_tokens`)."""
+    req_ids = list(out.num_scheduled_tokens)
+    sampled = sampled_tokens(sched, out, token)
     return ModelRunnerOutput(
         req_ids=req_ids,
         req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
@@ -602,9 +673,12 @@ class StepReplay:
             self.scheduled_entry(rid, n, blocks.get(rid, []))
             for rid, n in out.num_scheduled_tokens.items()
         ]
-        mro = fake_model_output(sched, out, int(self.cfg["sample_token_id"]))
+        token = int(self.cfg["sample_token_id"])
+        mro = fake_model_output(sched, out, token)
         self.aborted += [rid for rid in self.in_step if self.abort(rid)]
         engine_outputs = sched.update_from_output(out, mro)
+        propose_drafts(sched, out, token)
+        self.add_spec_counts(entries, out)
         for entry, tokens in zip(entries, mro.sampled_token_ids):
             self.finish_entry(entry, bool(tokens))
         preempted = sorted(out.preempted_req_ids or ())
@@ -626,7 +700,18 @@ class StepReplay:
         }
         if self.cfg["enable_kv_cache_events"]:
             line["kv_events"] = [event_to_json(e) for e in self.sink.take()]
+        if self.cfg["num_speculative_tokens"]:
+            line["skip_drafts"] = bool(out.skip_drafts)
+            line["spec_decoding"] = spec_stats_json(engine_outputs)
         return line
+
+    def add_spec_counts(self, entries: list[dict[str, Any]], out: Any) -> None:
+        """With speculative decoding: each entry's drafts verified in this step."""
+        if not self.cfg["num_speculative_tokens"]:
+            return
+        spec = out.scheduled_spec_decode_tokens
+        for entry in entries:
+            entry["spec"] = len(spec.get(entry["id"], ()))
 
     def run(self) -> Iterable[dict[str, Any]]:
         """Yield the header, every step line and the summary."""
@@ -723,8 +808,7 @@ class FakeExecutor:
     def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Future:
         """Fix the batch's sampled tokens; no output yet when any token was scheduled."""
         req_ids = list(scheduler_output.num_scheduled_tokens)
-        requests = self.sched.requests
-        sampled = [[] if requests[rid].is_prefill_chunk else [self.token] for rid in req_ids]
+        sampled = sampled_tokens(self.sched, scheduler_output, self.token)
         output = ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
@@ -826,6 +910,7 @@ class AsyncStepReplay(StepReplay):
                 for rid, n in out.num_scheduled_tokens.items()
             ]
             sampled_flags = [bool(t) for t in mro.sampled_token_ids]
+            self.add_spec_counts(entries, out)
             preempted = sorted(out.preempted_req_ids or ())
             self.resuming.update(preempted)
             total = out.total_num_scheduled_tokens
@@ -860,6 +945,9 @@ class AsyncStepReplay(StepReplay):
         }
         if self.cfg["enable_kv_cache_events"]:
             line["kv_events"] = [event_to_json(e) for e in self.sink.take()]
+        if self.cfg["num_speculative_tokens"]:
+            line["skip_drafts"] = bool(new_batches[0][0].skip_drafts) if new_batches else None
+            line["spec_decoding"] = spec_stats_json(outputs) if applied else None
         return line
 
 

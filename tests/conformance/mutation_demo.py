@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/conformance/mutation_demo.py [--traces 30] [--seed S]
     .venv/bin/python tests/conformance/mutation_demo.py --async-scheduling
+    .venv/bin/python tests/conformance/mutation_demo.py --spec-decode
 
 Each mutant monkeypatches kvcore in this process only (no file changes), runs the
 randomized comparison against vLLM (``.venv-vllm``) and prints the first mismatch.
@@ -19,6 +20,11 @@ Mutants (``--async-scheduling``: vLLM's AsyncScheduler and batch queue):
   placeholder-stop the max_tokens check of running requests ignores placeholders: a
                    request is scheduled once more although the step in flight
                    already samples its last token
+Mutants (``--spec-decode``: speculative decoding, synchronous and async traces):
+  accept-rejected  one rejected draft of each step is counted as accepted: it stays
+                   in the request's computed tokens (vLLM rolls back every one)
+  chunk-drafts     drafts proposed after a partial prefill chunk are kept for the
+                   request's next step (vLLM drops them)
 """
 
 from __future__ import annotations
@@ -85,6 +91,28 @@ def _placeholder_stop(original: Callable) -> Callable:
     return _schedule_running
 
 
+def _accept_rejected(original: Callable) -> Callable:
+    def update_from_output(self: Scheduler, scheduler_output, sampled, *args, **kwargs):
+        result = original(self, scheduler_output, sampled, *args, **kwargs)
+        for rid, drafts in scheduler_output.scheduled_spec_decode_tokens.items():
+            request = self.requests.get(rid)
+            tokens = sampled.get(rid)
+            if request is None or request.is_finished() or not tokens:
+                continue
+            if len(drafts) > len(tokens) - 1 and not request.num_stale_output_tokens:
+                request.num_computed_tokens += 1  # one rejected draft kept
+        return result
+
+    return update_from_output
+
+
+def _chunk_drafts(self: Scheduler, draft_token_ids) -> None:
+    for rid, drafts in draft_token_ids.items():
+        request = self.requests.get(rid)
+        if request is not None and not request.is_finished():
+            request.spec_token_ids = list(drafts)
+
+
 @contextmanager
 def patched(cls: type, name: str, value: Callable) -> Iterator[None]:
     """Replace ``cls.name`` for the duration of the block."""
@@ -120,24 +148,40 @@ ASYNC_MUTANTS = {
 }
 
 
+SPEC_MUTANTS = {
+    "accept-rejected": (
+        Scheduler,
+        "update_from_output",
+        _accept_rejected(Scheduler.update_from_output),
+    ),
+    "chunk-drafts": (Scheduler, "update_draft_token_ids", _chunk_drafts),
+}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=int, default=30)
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
     p.add_argument("--out-dir", default="conformance-mutants")
     p.add_argument("--async-scheduling", action="store_true", help="the async mutants")
+    p.add_argument("--spec-decode", action="store_true", help="the speculative mutants")
     args = p.parse_args()
     missed = []
-    mutants = ASYNC_MUTANTS if args.async_scheduling else MUTANTS
+    if args.spec_decode:
+        mutants = SPEC_MUTANTS
+    else:
+        mutants = ASYNC_MUTANTS if args.async_scheduling else MUTANTS
+    plain = not (args.async_scheduling or args.spec_decode)
     for name, (cls, attr, value) in mutants.items():
         with patched(cls, attr, value):
             report = run(
                 args.traces,
                 args.seed,
                 out_dir=os.path.join(args.out_dir, name),
-                num_op_cases=0 if args.async_scheduling else 40,  # no scheduler in them
-                num_sizing_cases=0 if args.async_scheduling else 40,
+                num_op_cases=40 if plain else 0,  # no scheduler in them
+                num_sizing_cases=40 if plain else 0,
                 async_scheduling=args.async_scheduling,
+                spec_decode=args.spec_decode,
             )
         found = len(report.mismatches)
         print(
