@@ -8,7 +8,6 @@ subprocess, and read the run directory back.
 from __future__ import annotations
 
 import csv
-import inspect
 import json
 import os
 import subprocess
@@ -17,23 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import yaml
 
-from kvcore.scheduler import Scheduler
 from sim.engine_config import EngineConfig
 from sim.run import RunSpec, run
 
 REPO = Path(__file__).resolve().parent.parent
-
-HAS_SPEC_SCHEDULER = "speculative_config" in inspect.signature(Scheduler.__init__).parameters
-needs_spec_scheduler = pytest.mark.skipif(
-    not HAS_SPEC_SCHEDULER,
-    reason="kvcore's speculative scheduler is not merged (Scheduler has no speculative_config)",
-)
-"""Marks a test that runs the engine with speculative decoding (kvcore's
-``Scheduler(..., speculative_config=...)``, ``scheduled_spec_decode_tokens``,
-``update_draft_token_ids``)."""
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> Path:

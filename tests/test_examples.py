@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import yaml
-from sim_run_helpers import REPO, kvsim_cli, needs_spec_scheduler, read_csv
+from sim_run_helpers import REPO, kvsim_cli, read_csv
 
 from sim.plan.probe import fmt_value
 
@@ -61,7 +61,6 @@ def test_workload_and_engine_examples_run_as_written(tmp_path):
     assert summary["prefix_cache_hit_rate"] > 0.5  # two shared 1,200-token system prompts
 
 
-@needs_spec_scheduler
 def test_spec_decode_example_runs_as_written(tmp_path):
     out = tmp_path / "run"
     args = ["run", "chat", "--engine", "examples/spec-decode.yaml", "--num-requests", "30"]

@@ -3,10 +3,7 @@ synchronous and the default async loop, fewer engine steps per output token and 
 lower TPOT than without it on the same light workload; the summary's ``spec_decode``
 block adds up; same seed, same files; bad input exits 2 with one line naming the flag.
 
-The runs need kvcore's speculative scheduler (``Scheduler(...,
-speculative_config=...)``, ``SchedulerOutput.scheduled_spec_decode_tokens``,
-``Scheduler.update_draft_token_ids``); they are skipped, saying so, where kvcore has
-not got it yet. The bad-input cases fail before any scheduler is built.
+The bad-input cases fail before any scheduler is built.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sim_run_helpers import needs_spec_scheduler, read_csv, write_yaml
+from sim_run_helpers import read_csv, write_yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -47,7 +44,6 @@ def _steps_per_token(summary):
     return summary["num_steps"] / output_tokens
 
 
-@needs_spec_scheduler
 @pytest.mark.parametrize("async_scheduling", [False, None], ids=["sync", "async-default"])
 def test_spec_decode_takes_fewer_steps_and_lowers_tpot(tmp_path, async_scheduling):
     base, _ = _run(tmp_path, "base", async_scheduling)
@@ -70,7 +66,6 @@ def test_spec_decode_takes_fewer_steps_and_lowers_tpot(tmp_path, async_schedulin
         assert "speculative_decoding:" in config and "fast_forward: 'off" in config
 
 
-@needs_spec_scheduler
 def test_same_seed_same_files_and_the_draft_model_costs_time(tmp_path):
     a, dir_a = _run(tmp_path, "a", None, DRAFT)
     b, dir_b = _run(tmp_path, "b", None, DRAFT)
@@ -85,7 +80,6 @@ def test_same_seed_same_files_and_the_draft_model_costs_time(tmp_path):
     assert ngram["spec_decode"]["drafter_s"] < a["spec_decode"]["drafter_s"] / 100
 
 
-@needs_spec_scheduler
 def test_a_decode_with_drafts_is_a_decode_in_the_step_records(tmp_path):
     _, run_dir = _run(tmp_path, "spec", False, NGRAM)
     _, cols = read_csv(run_dir / "steps.csv")

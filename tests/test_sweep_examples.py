@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sim_run_helpers import needs_spec_scheduler
 
 from sim.sweep import run_sweep
 from workloads.loader import PRESET_DIR
@@ -111,7 +110,6 @@ def test_agent_routers(tmp_path: Path) -> None:
     assert hits["prefix_aware"] > hits["round_robin"], hits
 
 
-@needs_spec_scheduler
 def test_spec_decode_k(tmp_path: Path) -> None:
     """At light load, n-gram speculative decoding lowers TPOT against k = 0 (off)."""
     k = "engine.speculative_config.num_speculative_tokens"
