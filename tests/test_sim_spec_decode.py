@@ -139,3 +139,30 @@ def test_offload_tier_with_spec_decode_exits_2(tmp_path):
     res = _cli(tmp_path, *args, "--speculative-config", json.dumps(NGRAM))
     assert res.exit_code == 2, res.stderr
     assert "--kv-offloading-size" in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+def test_prefill_only_steps_skip_the_draft_model(tmp_path):
+    """A step of partial prefill chunks only (2048-token prompts, 512 tokens a step)
+    has no request that can use drafts: the scheduler says skip_drafts and the draft
+    model's passes are not charged. The requests come one at a time, so each prompt
+    has at least three such steps."""
+    wl = write_yaml(
+        tmp_path / "wl.yaml",
+        {
+            "arrival": {"type": "poisson", "rate": 0.5},
+            "prompt_len": 2048,
+            "output_len": 8,
+            "num_requests": 6,
+        },
+    )
+    engine = EngineConfig(
+        max_model_len=4096,
+        max_num_batched_tokens=512,
+        max_num_seqs=16,
+        async_scheduling=False,
+        speculative_config=DRAFT,
+    )
+    summary = run(RunSpec(workload=str(wl), engine=engine, seed=1), tmp_path / "r", render=False)
+    block = summary["spec_decode"]
+    assert block["num_steps_drafter_skipped"] >= 3 * summary["num_finished"]
+    assert block["drafter_s"] > 0
