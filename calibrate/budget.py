@@ -38,6 +38,7 @@ from calibrate.budget_terms import activation_peak_bytes as activation_peak_byte
 from calibrate.budget_terms import cudagraph_estimate_bytes as cudagraph_estimate_bytes
 from calibrate.budget_terms import default_non_torch_bytes as default_non_torch_bytes
 from calibrate.budget_terms import rope_cache_bytes as rope_cache_bytes
+from calibrate.draft_kv import plan_with_draft
 from calibrate.gpu_spec import GIB, GPUSpec
 from calibrate.model_spec import ModelSpec
 from kvcore.kv_cache_budget import KVCacheSizing, plan_kv_cache_budget
@@ -115,11 +116,20 @@ class KVBudget:
     max_concurrency: float
     num_kv_cache_groups: int
     kv_cache_config: KVCacheConfig = field(repr=False, compare=False)
+    draft_model: str | None = None
+    """Speculative decoding's draft model (its weights are in ``weights_bytes``, its
+    KV layers in every block); None: none."""
+    draft_weights_bytes: int = 0
+    """The draft model's share of ``weights_bytes`` (per rank)."""
 
     def to_dict(self) -> dict[str, object]:
-        """All terms as JSON-ready values (the kvcore config left out)."""
+        """All terms as JSON-ready values (the kvcore config left out; the draft
+        model's terms only when there is one)."""
         out = asdict(self)
         out.pop("kv_cache_config")
+        if self.draft_model is None:
+            out.pop("draft_model")
+            out.pop("draft_weights_bytes")
         return out
 
 
@@ -175,6 +185,7 @@ def compute_kv_budget(
     cudagraph_memory_bytes: int | None = None,
     non_torch_memory_bytes: int | None = None,
     measured: MeasuredMemoryTerms | None = None,
+    draft_model: ModelSpec | None = None,
 ) -> KVBudget:
     """The KV block budget of ``model`` on one ``gpu`` (per tensor-parallel rank).
 
@@ -187,6 +198,9 @@ def compute_kv_budget(
     ``async_scheduling`` None is vLLM 0.33.0's default, on (none of the options that turn
     it off exists in kvsim): a second step's tokens are then in flight, which a
     sliding-window or chunked-local layer must hold (``max_in_flight_tokens``).
+    ``draft_model``: speculative decoding's draft model on the same GPUs (same
+    tensor-parallel size): its weights join the target's and its KV layers every
+    block (:mod:`calibrate.draft_kv`).
     """
     tp = tensor_parallel_size
     _check_args(model, tp, gpu_memory_utilization, block_size, kv_cache_dtype)
@@ -226,6 +240,10 @@ def compute_kv_budget(
             model, tp, measured.max_num_batched_tokens, measured.max_num_seqs
         )
         activation = round(measured.activation_peak_bytes * activation / at)
+    draft_weights = 0
+    if draft_model is not None:
+        draft_weights = draft_model.weight_bytes() // tp + rope_cache_bytes(draft_model)
+        weights += draft_weights
     available = requested - weights - activation - non_torch - graphs
     if available <= 0 and num_gpu_blocks_override is None:
         raise KVBudgetError(
@@ -235,19 +253,23 @@ def compute_kv_budget(
             f"{(non_torch + graphs) / GIB:.2f} GiB per GPU; raise --tensor-parallel-size or "
             f"--gpu-memory-utilization, or lower --max-num-batched-tokens"
         )
+    sizing = KVCacheSizing(
+        max_model_len=max_len,
+        max_num_batched_tokens=mbt,
+        block_size=block_size,
+        tensor_parallel_size=tp,
+        num_gpu_blocks_override=num_gpu_blocks_override,
+        async_scheduling=async_scheduling is not False,
+    )
     try:
-        plan = plan_kv_cache_budget(
-            available_memory_bytes=max(available, 0),
-            sizing=KVCacheSizing(
-                max_model_len=max_len,
-                max_num_batched_tokens=mbt,
-                block_size=block_size,
-                tensor_parallel_size=tp,
-                num_gpu_blocks_override=num_gpu_blocks_override,
-                async_scheduling=async_scheduling is not False,
-            ),
-            **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
-        )
+        if draft_model is not None:
+            plan = plan_with_draft(max(available, 0), sizing, model, draft_model, kv_cache_dtype)
+        else:
+            plan = plan_kv_cache_budget(
+                available_memory_bytes=max(available, 0),
+                sizing=sizing,
+                **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
+            )
     except InsufficientKVCacheMemoryError as exc:
         where = (
             f"{num_gpu_blocks_override} blocks of num_gpu_blocks_override"
@@ -283,6 +305,8 @@ def compute_kv_budget(
         max_concurrency=plan.max_concurrency,
         num_kv_cache_groups=plan.num_groups,
         kv_cache_config=plan.kv_cache_config,
+        draft_model=None if draft_model is None else draft_model.name,
+        draft_weights_bytes=draft_weights,
     )
 
 
@@ -302,4 +326,28 @@ def engine_kv_budget(
     vLLM's names), so an argument added to the budget reaches it from the engine
     configuration with no list of keywords in between."""
     args = {name: getattr(engine, name) for name in budget_engine_args()}
-    return compute_kv_budget(model, gpu, **args, measured=measured)
+    draft = draft_model_of(engine)
+    return compute_kv_budget(model, gpu, **args, measured=measured, draft_model=draft)
+
+
+def draft_model_of(engine: object) -> ModelSpec | None:
+    """The draft model of an engine's ``speculative_config`` (``method:
+    draft_model``, ``num_speculative_tokens >= 1``), loaded from the catalog (a name or
+    a model file); None without one. The settings may be a mapping (an engine built
+    unchecked). KVBudgetError naming the flag when the catalog has no such model."""
+    spec = getattr(engine, "speculative_config", None)
+    if spec is None:
+        return None
+    get = spec.get if isinstance(spec, dict) else lambda name: getattr(spec, name, None)
+    k = get("num_speculative_tokens")
+    if get("method") != "draft_model" or not isinstance(k, int) or k < 1:
+        return None
+    from calibrate.catalog import CatalogError, load_model
+
+    name = get("model")
+    try:
+        return load_model(str(name))
+    except CatalogError as e:
+        raise KVBudgetError(
+            f"--speculative-config: model: {str(e).removeprefix('model: ')}"
+        ) from None

@@ -52,6 +52,11 @@ _PLOT_CAPTIONS = {
     ),
     "replicas": "Each replica on the same axes: an idle or overloaded replica stands out.",
     "latency": "Vertical lines: p50, p90 and p99 (printed in the legend).",
+    "spec_acceptance": (
+        "Per time bin: draft tokens accepted over draft tokens verified (dashed: the whole "
+        "run). Acceptance is drawn by kvsim's acceptance model, so the curve is flat but "
+        "for noise and for drafts cut short near a request's end."
+    ),
 }
 
 

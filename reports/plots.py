@@ -8,6 +8,7 @@ summary's measurement window).
   and queues on shared axes.
 - ``latency.png``: TTFT, TPOT and E2E histograms (ms, requests on y) of the window's
   requests, p50 / p90 / p99 marked and printed.
+- ``spec_acceptance.png`` (speculative decoding): :mod:`reports.spec_plot`.
 """
 
 from __future__ import annotations
@@ -240,4 +241,11 @@ def render_run_plots(
         if len(binned.replicas) > 1:
             out.append(plot_replicas(binned, summary, plots / "replicas.png"))
     out.append(plot_latency(requests, plots / "latency.png", summary))
+    spec = Path(run_dir) / "spec_decode.csv"
+    if spec.is_file():  # a run with speculative decoding
+        from reports.spec_plot import plot_spec_acceptance
+
+        drawn = plot_spec_acceptance(spec, summary, plots / "spec_acceptance.png")
+        if drawn is not None:
+            out.append(drawn)
     return out

@@ -41,6 +41,11 @@ def _budget_table(b: KVBudget) -> Table:
         ("total GPU memory", b.total_memory_bytes),
         (f"x gpu_memory_utilization {b.gpu_memory_utilization}", b.requested_memory_bytes),
         ("- weights", b.weights_bytes),
+        *(
+            [(f"  (of which draft model {b.draft_model})", b.draft_weights_bytes)]
+            if b.draft_model
+            else []
+        ),
         (
             f"- activation peak ({b.max_num_batched_tokens} tokens, "
             f"{min(b.max_num_batched_tokens, b.max_num_seqs)} seqs)",
@@ -90,6 +95,10 @@ def budget_command(
         engine = load_engine_config(
             None, {**engine_flags, "tensor_parallel_size": tp}, checked=False
         )
+        raw = engine.speculative_config
+        if raw is not None:  # JSON text: checked as a run checks it
+            checked = load_engine_config(None, {"speculative_config": raw}).speculative_config
+            engine = engine.model_copy(update={"speculative_config": checked})
         _, spec, hw, budget_fn = budget_inputs(calibration, model, gpu, tp)
         budget = budget_fn(spec, hw, engine)
     except ValueError as exc:  # CatalogError, KVBudgetError and kvcore's checks

@@ -189,6 +189,7 @@ def run(
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
     kv_offloading_size: float = engine_option("kv_offloading_size"),
+    speculative_config: str = engine_option("speculative_config"),
     steps: str = typer.Option(
         "full",
         "--steps",
@@ -489,6 +490,9 @@ def budget(
     block_size: int = engine_option("block_size"),
     kv_cache_dtype: str = engine_option("kv_cache_dtype"),
     num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
+    speculative_config: str = engine_option(
+        "speculative_config", help_suffix="; here: a draft model's weights and KV"
+    ),
     calibration: str = typer.Option(
         None,
         "--calibration",
@@ -657,6 +661,7 @@ def plan(
     constant_step_s: float = engine_option("constant_step_s"),
     async_scheduling: bool = engine_option("async_scheduling"),
     kv_offloading_size: float = engine_option("kv_offloading_size"),
+    speculative_config: str = engine_option("speculative_config"),
     steps: str = typer.Option("full", "--steps", metavar="full|thin|none", help=STEPS_HELP),
     steps_format: str = typer.Option(
         "csv", "--steps-format", metavar="csv|parquet", help=STEPS_FORMAT_HELP

@@ -74,6 +74,12 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
         "GiB of CPU memory (over all TP ranks) for offloaded KV blocks: a second prefix "
         "cache tier (vLLM's native OffloadingConnector); needs --no-async-scheduling",
     ),
+    "speculative_config": (
+        "--speculative-config",
+        "speculative decoding as a JSON object: method (ngram, ngram_gpu, draft_model), "
+        "num_speculative_tokens, model (draft_model's), and kvsim's acceptance_rate "
+        "(one or per position) and proposal_rate (ngram); docs/engine.md",
+    ),
 }
 """Each engine flag (an ``EngineConfig`` field): its option declaration and a one-line
 help in vLLM's meaning (``latency_model`` and ``constant_step_s`` are kvsim's own)."""
@@ -106,6 +112,7 @@ DERIVED_DEFAULTS = {
     "max_model_len": "the model's maximum",
     "async_scheduling": "on, as vLLM 0.33.0 (no option kvsim models turns it off)",
     "kv_offloading_size": "none: no CPU tier",
+    "speculative_config": "none: no speculative decoding",
 }
 """What a ``None`` engine field resolves to (vLLM 0.33.0's defaults for the OpenAI
 server), as ``--help`` shows it."""
@@ -118,8 +125,15 @@ def engine_option(field: str, *, help_suffix: str = "") -> Any:
     decl, text = ENGINE_FLAGS[field]
     default = EngineConfig.model_fields[field].default
     shown: bool | str = DERIVED_DEFAULTS[field] if default is None else True
+    # A JSON object on the command line (the engine configuration parses it).
+    extra: dict[str, Any] = {"metavar": "JSON"} if field == "speculative_config" else {}
     return typer.Option(
-        default, decl, help=text + help_suffix, show_default=shown, rich_help_panel=ENGINE_PANEL
+        default,
+        decl,
+        help=text + help_suffix,
+        show_default=shown,
+        rich_help_panel=ENGINE_PANEL,
+        **extra,
     )
 
 

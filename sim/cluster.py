@@ -40,6 +40,7 @@ def build_scheduler(resolved: Any) -> Scheduler:
     engine_cfg = resolved.engine
     cls = AsyncScheduler if uses_async_scheduling(engine_cfg) else Scheduler
     offload = getattr(resolved, "offload", None)
+    spec = getattr(resolved, "spec", None)
     connector = (
         None
         if offload is None
@@ -57,6 +58,7 @@ def build_scheduler(resolved: Any) -> Scheduler:
         resolved.kv_cache_config,
         enable_caching=engine_cfg.enable_prefix_caching,
         **({"connector": connector} if connector is not None else {}),
+        **({"speculative_config": spec.config} if spec is not None else {}),
     )
 
 
@@ -105,6 +107,10 @@ class Cluster:
             raise ValueError(f"num_replicas: must be >= 1 (got {num_replicas})")
         engine_cfg = resolved.engine
         offload = getattr(resolved, "offload", None)
+        spec = getattr(resolved, "spec", None)
+        loop_async = uses_async_scheduling(engine_cfg)
+        # The seed config.yaml records (the workload's own when the run gives none).
+        run_seed = getattr(resolved, "workload_config", {}).get("seed", resolved.seed)
         self.env = env
         self.router = router
         # Hash values never leave the simulation: a cheap 64-bit hash gives the same
@@ -126,6 +132,7 @@ class Cluster:
                 fast_forward=fast_forward,
                 host_link=None if offload is None else make_host_link(offload),
                 offload_block_bytes=0 if offload is None else offload.worker_kv_bytes_per_block,
+                spec=None if spec is None else spec.make_run(i, run_seed, loop_async),
             )
             for i in range(num_replicas)
         ]

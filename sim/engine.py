@@ -31,6 +31,12 @@ scheduler has vLLM's offloading connector and the engine times its copies on the
 replica's host link (:meth:`ReplicaEngine._run_offload`, :mod:`sim.offload_transfers`);
 fast-forward is off.
 
+With speculative decoding (``--speculative-config``, both loops) the fake model samples
+``1 + a`` tokens per decoding request with drafts (``a`` accepted, drawn by the
+replica's acceptance model) and the drafter's proposals and cost come from
+:class:`sim.spec_engine.SpecDecodeRun`; fast-forward is off (every step is stepped:
+its stretches assume one token per request per step).
+
 A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
 arrived is aborted as vLLM 0.33.0 aborts a request whose client went away: the
 engine core calls ``Scheduler.finish_requests([id], FINISHED_ABORTED)``
@@ -63,6 +69,7 @@ from sim.errors import SimulationStuck
 from sim.kv_offload import OffloadStats
 from sim.offload_transfers import HostLink, job_bytes
 from sim.records import RequestRecorder, StepRecorder
+from sim.spec_engine import SpecDecodeRun
 from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
 
 _SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
@@ -112,10 +119,12 @@ class ReplicaEngine(FastForwardSteps):
         fast_forward: bool = True,
         host_link: HostLink | None = None,
         offload_block_bytes: int = 0,
+        spec: SpecDecodeRun | None = None,
     ) -> None:
         """``host_link``: the CPU KV offload tier's link (with a scheduler that has the
         offloading connector; synchronous loop only); ``offload_block_bytes``: one GPU
-        block's KV bytes on one TP rank (what a transfer moves per block)."""
+        block's KV bytes on one TP rank (what a transfer moves per block); ``spec``:
+        speculative decoding (with a scheduler that has the same speculative config)."""
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
@@ -137,9 +146,12 @@ class ReplicaEngine(FastForwardSteps):
         self._vector_decode = (
             not windows and scheduler.kv_cache_manager.full_attention_managers is not None
         )
+        self.spec = spec
         # vLLM 0.33.0's default loop when the scheduler is an AsyncScheduler.
         self.batch_queue: BatchQueue | None = (
-            BatchQueue(scheduler, sample_fixed_token(SAMPLE_TOKEN_ID))
+            BatchQueue(
+                scheduler, sample_fixed_token(SAMPLE_TOKEN_ID) if spec is None else spec.sample
+            )
             if isinstance(scheduler, AsyncScheduler)
             else None
         )
@@ -154,6 +166,10 @@ class ReplicaEngine(FastForwardSteps):
                 raise ValueError("KV offload runs with a synchronous Scheduler with a connector")
             self.offload_stats = OffloadStats()
             fast_forward = False  # every step is stepped, with its transfers
+        if spec is not None:
+            if host_link is not None:
+                raise ValueError("speculative decoding does not run with the KV offload tier")
+            fast_forward = False  # stretches assume one token per request per step
         self.fast_forward = fast_forward and self._vector_decode and not timeouts
         # A decode computes the last known token; with async scheduling the tokens in
         # flight (output placeholders, the step's own included) count as known.
@@ -484,7 +500,7 @@ class ReplicaEngine(FastForwardSteps):
             if batch is not None:
                 out = batch.scheduler_output
                 if out.total_num_scheduled_tokens:
-                    duration, prefill, decode, _ = self._step_cost(out)
+                    duration, prefill, decode, _ = self._step_cost(out, batch.sampled_token_ids)
                 else:
                     duration, prefill, decode = 0.0, 0, 0
                 start = max(env.now, self._gpu_free)
@@ -504,6 +520,8 @@ class ReplicaEngine(FastForwardSteps):
             applied, result = queue.apply_oldest()
             now = env.now
             out = applied.scheduler_output
+            if self.spec is not None:
+                self.spec.observe(result.spec_decoding_stats, now)
             if out.total_num_scheduled_tokens == 0:
                 for req in result.finished_requests:  # earlier finishes only
                     self._finish(req, now)
@@ -564,9 +582,14 @@ class ReplicaEngine(FastForwardSteps):
         for req in finished:
             self._finish(req, now)
 
-    def _step_cost(self, out: SchedulerOutput) -> tuple[float, int, int, dict[str, tuple[int]]]:
+    def _step_cost(
+        self, out: SchedulerOutput, sampled: Any = None
+    ) -> tuple[float, int, int, dict[str, Any]]:
         """A scheduled step's duration (s), its prefill and decode token counts and
-        the tokens it samples."""
+        the tokens it samples (``sampled``: what the batch queue's model already
+        sampled; None: sample here)."""
+        if self.spec is not None:
+            return self._spec_step_cost(out, self.spec, sampled)
         reqs = self.scheduler.requests
         n_sched = out.num_scheduled_tokens
         prefill = decode = 0
@@ -600,6 +623,51 @@ class ReplicaEngine(FastForwardSteps):
             )
         return duration, prefill, decode, sampled
 
+    def _spec_step_cost(
+        self, out: SchedulerOutput, spec: SpecDecodeRun, sampled: Any
+    ) -> tuple[float, int, int, dict[str, Any]]:
+        """:meth:`_step_cost` with speculative decoding: a decoding request scheduled
+        ``1 + s`` tokens (``s`` drafts to verify) is a decode of ``1 + s`` tokens (the
+        decode count is of tokens scheduled, as without drafts); the target's step time
+        over every request's scheduled tokens (no decode-only shortcut: it assumes one
+        token each) plus the drafter's (:meth:`SpecDecodeRun.drafter_step_s`)."""
+        reqs = self.scheduler.requests
+        if sampled is None:
+            sampled = spec.sample(self.scheduler, out)
+        drafts = out.scheduled_spec_decode_tokens
+        new: list[int] = []
+        contexts: list[int] = []
+        prefill = decode = decode_reqs = emitted = 0
+        drafting = drafting_context = 0
+        lag = self._decode_lag
+        for rid, n in out.num_scheduled_tokens.items():
+            req = reqs[rid]
+            ctx = req.num_computed_tokens - n
+            new.append(n)
+            contexts.append(ctx)
+            if rid in drafts or (
+                n == 1 and ctx == req.num_tokens + req.num_output_placeholders - lag
+            ):
+                decode += n
+                decode_reqs += 1
+                emitted += len(sampled.get(rid, ()))
+            else:
+                prefill += n
+            if rid in sampled:
+                drafting += 1
+                drafting_context += ctx + n
+        if self._step_time is not None:
+            duration = self._step_time(new, contexts)
+        else:
+            duration = float(
+                self.latency_model.step_time(
+                    np.array(new, dtype=np.int64), np.array(contexts, dtype=np.int64)
+                )
+            )
+        duration += spec.drafter_step_s(out, new, contexts, drafting, drafting_context)
+        spec.note_decodes(decode_reqs, emitted)
+        return duration, prefill, decode, sampled
+
     def _apply_step(
         self,
         out: SchedulerOutput,
@@ -613,7 +681,24 @@ class ReplicaEngine(FastForwardSteps):
         """Apply a step's output at its end ``now`` and write its records; return the
         requests that finished in it (not yet recorded)."""
         result = self.scheduler.update_from_output(out, sampled)
+        if self.spec is not None:
+            self._after_spec_step(self.spec, out, result, sampled, now)
         return self._record_step(out, result, start, duration, prefill, decode, now)
+
+    def _after_spec_step(
+        self,
+        spec: SpecDecodeRun,
+        out: SchedulerOutput,
+        result: EngineStepOutput,
+        sampled: dict[str, Any],
+        now: float,
+    ) -> None:
+        """After a synchronous step's output: count its drafts, and hand the drafter's
+        proposals to the scheduler (vLLM's ``EngineCore.post_step``), unless the step
+        skipped the drafter."""
+        spec.observe(result.spec_decoding_stats, now)
+        if not out.skip_drafts:
+            self.scheduler.update_draft_token_ids(spec.drafts(sampled, result.finished_req_ids))
 
     def _record_step(
         self,

@@ -32,6 +32,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from sim.spec_config import SpeculativeSettings, parse_json_object
 from workloads.errors import WorkloadError, yaml_problem
 
 BLOCK_SIZE_MULTIPLE = 16
@@ -40,6 +41,10 @@ supports (``AttentionBackend.supports_block_size``): FLASH_ATTN, TRITON_ATTN,
 FLEX_ATTENTION and the MLA backends TRITON_MLA / FLASH_ATTN_MLA take any multiple of
 16, FlashInfer 16/32/64 (more on Blackwell), FlashMLA 64, CUTLASS_MLA 128; no backend
 takes a size that is not a multiple of 16 (``No valid attention backend found``)."""
+
+
+_DROPPED_WHEN_NONE = ("kv_offloading_size", "speculative_config")
+"""Fields a dump leaves out when None (they came after files and hashes were written)."""
 
 
 class EngineConfig(BaseModel):
@@ -75,16 +80,36 @@ class EngineConfig(BaseModel):
     bytes), summed over the tensor-parallel ranks; None: no CPU tier (vLLM's default).
     With a size, vLLM 0.33.0 runs the ``OffloadingConnector`` (``--kv-offloading-backend
     native``, the only backend kvsim models; ``VllmConfig._post_init_kv_transfer_config``)."""
+    speculative_config: SpeculativeSettings | None = None
+    """vLLM's ``--speculative-config`` (a JSON object; a mapping in a file): method,
+    ``num_speculative_tokens``, the draft ``model``, and kvsim's acceptance knobs
+    (:mod:`sim.spec_config`); None: no speculative decoding (vLLM's default)."""
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        """Fields as pydantic dumps them, without ``kv_offloading_size`` when it is None:
-        every file and hash written from an engine without a CPU tier stays as it was
-        before the field existed (a dump read back gives the same config)."""
+        """Fields as pydantic dumps them, without ``kv_offloading_size`` and
+        ``speculative_config`` when they are None: every file and hash written from an
+        engine without a CPU tier or speculative decoding stays as it was before the
+        fields existed (a dump read back gives the same config)."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("kv_offloading_size", 0) is None:
-            del data["kv_offloading_size"]
+        if isinstance(data, dict):
+            for name in _DROPPED_WHEN_NONE:
+                if name in data and data[name] is None:
+                    del data[name]
         return data
+
+    @field_validator("speculative_config", mode="before")
+    @classmethod
+    def _speculative_json(cls, value: Any) -> Any:
+        """``--speculative-config`` gives JSON text; a file gives a mapping."""
+        return parse_json_object(value)
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _speculative_off(cls, value: SpeculativeSettings | None) -> SpeculativeSettings | None:
+        """``num_speculative_tokens: 0`` (a sweep's baseline) is no speculative decoding:
+        the same engine, and the same files, as without the key."""
+        return value if value is not None and value.enabled else None
 
     @field_validator("block_size")
     @classmethod
@@ -119,8 +144,10 @@ def uses_async_scheduling(engine: EngineConfig) -> bool:
 
     vLLM 0.33.0 (``VllmConfig``, async_scheduling unset) turns it on unless the model is
     a pooling model, pipeline parallelism is used, the speculative method does not
-    support it, or the executor backend does not: none of these exists in kvsim, so it
-    is on unless ``async_scheduling`` is False (``--no-async-scheduling``).
+    support it, or the executor backend does not: none of these exists in kvsim (every
+    speculative method kvsim models supports it with vLLM's default V2 model runner,
+    ``kvcore.spec_decode.SpeculativeConfig.supports_async_scheduling``), so it is on
+    unless ``async_scheduling`` is False (``--no-async-scheduling``).
     """
     return engine.async_scheduling is not False
 
@@ -147,10 +174,16 @@ def format_validation_error(source: str, err: ValidationError) -> str:
     field = ".".join(str(p) for p in first["loc"]) or "(top level)"
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
-        allowed = ", ".join(EngineConfig.model_fields)
+        nested = first["loc"][0] == "speculative_config" and len(first["loc"]) > 1
+        allowed = ", ".join((SpeculativeSettings if nested else EngineConfig).model_fields)
         msg = f"unknown key; allowed: {allowed}"
     elif first["type"] == "literal_error":
         msg = f"{msg} (got {first.get('input')!r})"
+    msg = msg.removeprefix("Value error, ")
+    if first["loc"] and first["loc"][0] == "speculative_config" and source == "engine flags":
+        # A --speculative-config JSON: name the flag and the key inside it.
+        inner = ".".join(str(p) for p in first["loc"][1:])
+        return f"--speculative-config: {inner + ': ' if inner else ''}{msg}"
     return f"{source}: {field}: {msg}"
 
 

@@ -44,6 +44,7 @@ OWN_ENTRIES: dict[str, frozenset[str]] = {
             "summary.json",
             "requests.csv",
             "aborted.csv",
+            "spec_decode.csv",
             "steps.csv",
             "steps.parquet",
             "decisions.jsonl",

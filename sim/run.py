@@ -30,6 +30,7 @@ from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router, make_router
 from sim.setup import ResolvedRun, resolve_run
 from sim.signals import raise_pending
+from sim.spec_setup import FAST_FORWARD_OFF, spec_summary, write_timeline
 from sim.summary import build_summary
 from sim.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
 from workloads.overrides import WorkloadOverrides
@@ -184,6 +185,12 @@ def simulate(
     ]
     if resolved.offload is not None:
         summary["offload"] = _offload_block(resolved, cluster, steps)
+    if resolved.spec is not None:
+        runs = [e.spec for e in cluster.engines if e.spec is not None]
+        write_timeline(out_dir / "spec_decode.csv", runs)
+        summary["spec_decode"] = spec_summary(
+            resolved.spec, runs, requests.output_tokens, steps.num_steps
+        )
     summary["steps_file"] = steps.file_info()
     summary["wall_s"] = time.perf_counter() - wall0
     return summary
@@ -229,6 +236,12 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
         **(
             {"kv_offload": resolved.offload.describe(), "fast_forward": FAST_FORWARD_NOT_APPLICABLE}
             if resolved.offload is not None
+            else {}
+        ),
+        # Only a run with speculative decoding names these.
+        **(
+            {"speculative_decoding": resolved.spec.describe(), "fast_forward": FAST_FORWARD_OFF}
+            if resolved.spec is not None
             else {}
         ),
         "steps": spec.steps,

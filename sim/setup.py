@@ -19,6 +19,7 @@ from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig, offload_async_message, uses_async_scheduling
 from sim.kv_offload import OffloadSetup, resolve_offload
 from sim.router import make_router
+from sim.spec_setup import SpecSetup, resolve_spec
 from sim.step_parquet import check_format
 from sim.step_thin import check_mode
 from sim.work_bounds import check_work_bounds
@@ -51,6 +52,8 @@ class ResolvedRun:
     """The API server's costs, for client-side latencies (:mod:`calibrate.frontend`)."""
     offload: OffloadSetup | None = None
     """The CPU KV offload tier (``--kv-offloading-size``); None: none."""
+    spec: SpecSetup | None = None
+    """Speculative decoding (``--speculative-config``); None: none."""
 
 
 def check_cluster(spec: RunSpec) -> None:
@@ -100,6 +103,13 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         engine.tensor_parallel_size,
         gpu.host_link_bytes_per_s,
     )
+    speculative = resolve_spec(
+        engine,
+        max_model_len=budget.max_model_len,
+        max_num_batched_tokens=budget.max_num_batched_tokens,
+        gpu=gpu,
+        offload=offload is not None,
+    )
     workload = load_workload(spec.workload, seed=spec.seed, overrides=spec.workload_overrides)
     describe = getattr(latency, "describe", None)
     resolved = ResolvedRun(
@@ -119,6 +129,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         latency_model=latency,
         latency_description=describe() if describe else {"kind": engine.latency_model},
         offload=offload,
+        spec=speculative,
     )
     check_work_bounds(resolved, allow_large=allow_large, source=spec.workload)
     return resolved

@@ -38,6 +38,10 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "constant_step_s": (["--constant-step-s", "0.02"], 0.02),
     "async_scheduling": (["--no-async-scheduling"], False),
     "kv_offloading_size": (["--kv-offloading-size", "4"], 4.0),
+    "speculative_config": (
+        ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'],
+        '{"method": "ngram", "num_speculative_tokens": 3}',
+    ),
 }
 """A value other than the default for each engine flag, and the field's value it gives."""
 

@@ -27,6 +27,7 @@ def test_every_example_is_covered_here():
         "gpu-prices.yaml",
         "day.yaml",
         "bench-stages.yaml",
+        "spec-decode.yaml",
     }
     assert {p.name for p in EXAMPLES.iterdir()} == covered
     text = Path(__file__).read_text(encoding="utf-8")
@@ -58,6 +59,20 @@ def test_workload_and_engine_examples_run_as_written(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_finished"] == workload["num_requests"]
     assert summary["prefix_cache_hit_rate"] > 0.5  # two shared 1,200-token system prompts
+
+
+def test_spec_decode_example_runs_as_written(tmp_path):
+    out = tmp_path / "run"
+    args = ["run", "chat", "--engine", "examples/spec-decode.yaml", "--num-requests", "30"]
+    res = kvsim_cli(*args, "--no-report", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    engine = yaml.safe_load((EXAMPLES / "spec-decode.yaml").read_text())
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    spec = config["engine"]["speculative_config"]
+    assert {k: spec[k] for k in engine["speculative_config"]} == engine["speculative_config"]
+    assert config["kv_budget"]["draft_model"] == "Llama-3.2-1B"
+    block = json.loads((out / "summary.json").read_text())["spec_decode"]
+    assert block["method"] == "draft_model" and block["num_accepted_tokens"] > 0
 
 
 def test_bench_stages_example_runs_its_stages(tmp_path):

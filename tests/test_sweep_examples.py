@@ -64,7 +64,7 @@ def test_every_example_is_a_valid_spec() -> None:
     from sim.sweep import prepare
 
     names = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
-    assert names == ["agent-routers", "chat-qps", "kv-cliff", "rag-prefix-caching"]
+    assert names == ["agent-routers", "chat-qps", "kv-cliff", "rag-prefix-caching", "spec-decode-k"]
     for name in names:
         prepare(SWEEPS / f"{name}.yaml")
 
@@ -108,3 +108,12 @@ def test_agent_routers(tmp_path: Path) -> None:
     rows = run_example(path, tmp_path / "out", "agent")
     hits = {r["router"]: float(r["prefix_cache_hit_rate"]) for r in rows}
     assert hits["prefix_aware"] > hits["round_robin"], hits
+
+
+def test_spec_decode_k(tmp_path: Path) -> None:
+    """At light load, n-gram speculative decoding lowers TPOT against k = 0 (off)."""
+    k = "engine.speculative_config.num_speculative_tokens"
+    path = reduced("spec-decode-k", tmp_path, {k: [0, 3], "workload.arrival.rate": [2]}, [0])
+    rows = run_example(path, tmp_path / "out", "chat")
+    tpot = mean_by(rows, k, "tpot_s_mean")
+    assert tpot[3.0] < tpot[0.0], tpot
