@@ -326,21 +326,30 @@ def engine_kv_budget(
     vLLM's names), so an argument added to the budget reaches it from the engine
     configuration with no list of keywords in between."""
     args = {name: getattr(engine, name) for name in budget_engine_args()}
-    draft = draft_model_of(engine)
+    draft = draft_model_of(engine, model)
     return compute_kv_budget(model, gpu, **args, measured=measured, draft_model=draft)
 
 
-def draft_model_of(engine: object) -> ModelSpec | None:
-    """The draft model of an engine's ``speculative_config`` (``method:
-    draft_model``, ``num_speculative_tokens >= 1``), loaded from the catalog (a name or
-    a model file); None without one. The settings may be a mapping (an engine built
-    unchecked). KVBudgetError naming the flag when the catalog has no such model."""
+def draft_model_of(engine: object, target: ModelSpec | None = None) -> ModelSpec | None:
+    """The drafter's model of an engine's ``speculative_config``
+    (``num_speculative_tokens >= 1``): ``method: draft_model``'s model, loaded from the
+    catalog (a name or a model file), or for ``eagle`` / ``eagle3`` the head derived
+    from ``target`` (:func:`calibrate.eagle_head.eagle_head`); None for the n-gram
+    methods or without one. The settings may be a mapping (an engine built unchecked).
+    KVBudgetError naming the flag when the catalog has no such model."""
     spec = getattr(engine, "speculative_config", None)
     if spec is None:
         return None
     get = spec.get if isinstance(spec, dict) else lambda name: getattr(spec, name, None)
     k = get("num_speculative_tokens")
-    if get("method") != "draft_model" or not isinstance(k, int) or k < 1:
+    method = get("method")
+    if not isinstance(k, int) or k < 1:
+        return None
+    if method in ("eagle", "eagle3") and target is not None:
+        from calibrate.eagle_head import eagle_head
+
+        return eagle_head(target, str(method))
+    if method != "draft_model":
         return None
     from calibrate.catalog import CatalogError, load_model
 

@@ -19,18 +19,7 @@ the target's; the target's estimates are used unchanged).
 from __future__ import annotations
 
 from calibrate.model_spec import ModelSpec
-from kvcore.kv_cache_budget import (
-    KVCacheBudget,
-    KVCacheSizing,
-    generate_scheduler_kv_cache_config,
-    get_kv_cache_capacity,
-)
-from kvcore.kv_cache_planning import (
-    get_kv_cache_bytes_per_block,
-    get_kv_cache_configs,
-    get_layer_spec,
-    max_in_flight_tokens,
-)
+from kvcore.kv_cache_budget import KVCacheBudget, KVCacheSizing, plan_layer_budget
 
 DRAFT_LAYER_PREFIX = "draft."
 """Prefix of the draft model's layer names in the combined layer specs."""
@@ -52,34 +41,6 @@ def plan_with_draft(
     specs = dict(target.kv_layer_specs(bs, kv_cache_dtype, tp))
     for name, spec in draft.kv_layer_specs(bs, kv_cache_dtype, tp).items():
         specs[DRAFT_LAYER_PREFIX + name] = spec
-    in_flight = max_in_flight_tokens(
-        sizing.max_num_batched_tokens, async_scheduling=sizing.async_scheduling
-    )
-    (config,) = get_kv_cache_configs(
-        [specs],
-        [available_memory_bytes],
-        sizing.max_model_len,
-        in_flight,
-        num_gpu_blocks_override=sizing.num_gpu_blocks_override,
-    )
-    groups = config.kv_cache_groups
-    tokens, concurrency = get_kv_cache_capacity(config, sizing.max_model_len, in_flight)
-    return KVCacheBudget(
-        num_blocks=config.num_blocks,
-        bytes_per_block=get_kv_cache_bytes_per_block(groups),
-        layer_page_size_bytes={
-            name: get_layer_spec(group, name).page_size_bytes
-            for group in groups
-            for name in group.layer_names
-        },
-        block_sizes=[group.kv_cache_spec.block_size for group in groups],
-        num_groups=len(groups),
-        layers_per_group=[len(group.layer_names) for group in groups],
-        max_model_len=sizing.max_model_len,
-        max_in_flight_tokens=in_flight,
-        max_concurrency=concurrency,
-        kv_cache_size_tokens=tokens,
-        # What the scheduler's KV cache manager gets: one spec per group (vLLM's
-        # generate_scheduler_kv_cache_config; the draft's pages ride on each block).
-        kv_cache_config=generate_scheduler_kv_cache_config([config]),
-    )
+    # What the scheduler's KV cache manager gets: one spec per group (vLLM's
+    # generate_scheduler_kv_cache_config; the draft's pages ride on each block).
+    return plan_layer_budget(specs, available_memory_bytes, sizing, scheduler_view=True)

@@ -209,7 +209,6 @@ def plan_kv_cache_budget(
     Raises ``InsufficientKVCacheMemoryError`` when one ``max_model_len`` request does not
     fit, ValueError on bad input.
     """
-    max_model_len = sizing.max_model_len
     specs = build_layer_specs(
         num_full_layers=num_full_layers,
         num_sliding_window_layers=num_sliding_window_layers,
@@ -225,6 +224,24 @@ def plan_kv_cache_budget(
     )
     if disable_hybrid_kv_cache_manager is None:
         disable_hybrid_kv_cache_manager = num_chunked_local_layers > 0
+    return plan_layer_budget(specs, available_memory_bytes, sizing, disable_hybrid_kv_cache_manager)
+
+
+def plan_layer_budget(
+    specs: dict[str, KVCacheSpec],
+    available_memory_bytes: int,
+    sizing: KVCacheSizing,
+    disable_hybrid_kv_cache_manager: bool = False,
+    scheduler_view: bool = False,
+) -> KVCacheBudget:
+    """The KV block budget of one worker whose layers have ``specs`` (``{layer name:
+    spec}``), for ``available_memory_bytes`` and the engine arguments of ``sizing``
+    (vLLM's ``get_kv_cache_configs`` on one worker). ``scheduler_view``: the budget's
+    ``kv_cache_config`` is the scheduler's (one spec per group,
+    ``generate_scheduler_kv_cache_config``), as needed when a group mixes page sizes.
+    Raises ``InsufficientKVCacheMemoryError`` when one ``max_model_len`` request does
+    not fit."""
+    max_model_len = sizing.max_model_len
     in_flight = max_in_flight_tokens(
         sizing.max_num_batched_tokens, async_scheduling=sizing.async_scheduling
     )
@@ -253,5 +270,5 @@ def plan_kv_cache_budget(
         max_in_flight_tokens=in_flight,
         max_concurrency=concurrency,
         kv_cache_size_tokens=tokens,
-        kv_cache_config=config,
+        kv_cache_config=generate_scheduler_kv_cache_config([config]) if scheduler_view else config,
     )

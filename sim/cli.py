@@ -400,7 +400,7 @@ def replay(
     speculative_method: str = typer.Option(
         "ngram",
         "--speculative-method",
-        help="speculative method: ngram, ngram_gpu or draft_model",
+        help="speculative method: ngram, ngram_gpu, draft_model, eagle or eagle3",
     ),
     enable_kv_cache_events: bool = typer.Option(
         False, "--kv-events/--no-kv-events", help="add KV cache events to each step"
@@ -447,7 +447,8 @@ def conformance(
     spec_decode: bool = typer.Option(
         False,
         "--spec-decode/--no-spec-decode",
-        help="add speculative decoding (ngram, ngram_gpu, draft_model; 1-4 drafts) to "
+        help="add speculative decoding (ngram, ngram_gpu, draft_model, eagle, eagle3; 1-4 "
+        "drafts) to "
         "every step trace",
     ),
 ) -> None:

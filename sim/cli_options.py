@@ -76,7 +76,8 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
     ),
     "speculative_config": (
         "--speculative-config",
-        "speculative decoding as a JSON object: method (ngram, ngram_gpu, draft_model), "
+        "speculative decoding as a JSON object: method (ngram, ngram_gpu, draft_model, "
+        "eagle, eagle3), "
         "num_speculative_tokens, model (draft_model's), and kvsim's acceptance_rate "
         "(one or per position) and proposal_rate (ngram); docs/engine.md",
     ),

@@ -115,7 +115,11 @@ class Cluster:
         self.router = router
         # Hash values never leave the simulation: a cheap 64-bit hash gives the same
         # results as the configured algorithm (see FastBlockHasher).
-        self.hasher = FastBlockHasher(engine_cfg.block_size)
+        # EAGLE's block hashes cover the token after each block (vLLM's lookahead hashes).
+        lookahead = 0
+        if spec is not None:
+            lookahead = spec.config.num_hash_lookahead_tokens(engine_cfg.enable_prefix_caching)
+        self.hasher = FastBlockHasher(engine_cfg.block_size, lookahead)
         self.engines = [
             ReplicaEngine(
                 env,

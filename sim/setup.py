@@ -105,6 +105,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
     )
     speculative = resolve_spec(
         engine,
+        target=model,
         max_model_len=budget.max_model_len,
         max_num_batched_tokens=budget.max_num_batched_tokens,
         gpu=gpu,

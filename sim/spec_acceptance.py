@@ -36,6 +36,13 @@ public write-ups give; none of them is a kvsim measurement):
   proposing: the usual range (0.6-0.8) quoted for a small same-family draft model
   (e.g. Llama-3.2-1B for Llama-3.1-8B) on chat in the same blog post and in the
   EAGLE paper's draft-model baselines (Li et al., 2024).
+- ``eagle``: 0.75, 0.68, 0.61, ... (at least 0.4); ``eagle3``: 0.8, 0.75, 0.7, ...
+  (at least 0.5), always proposing. The EAGLE papers report mean acceptance lengths
+  on MT-bench chat of about 3.6-3.8 tokens (EAGLE, Li et al., 2024, 5 drafts in a
+  tree) and 6+ (EAGLE-3, Li et al., 2025, a tree of 8); with a chain of ``k`` drafts
+  (vLLM's) these rates give a mean acceptance length of 2.8 tokens at ``k`` = 3 for
+  EAGLE-3: a chain is shorter than those trees, so below their figures; an
+  assumption, not a measurement.
 
 They are planning defaults, not predictions: measure your own traffic (vLLM's
 ``vllm:spec_decode_num_accepted_tokens_per_pos`` over ``..._num_drafts``) and pass
@@ -62,13 +69,17 @@ def default_rates(method: str, k: int) -> tuple[float, ...]:
     module docstring for the sources)."""
     if method == "draft_model":
         return _declining(0.75, 0.05, 0.4, k)
+    if method == "eagle3":
+        return _declining(0.8, 0.05, 0.5, k)
+    if method == "eagle":
+        return _declining(0.75, 0.07, 0.4, k)
     return _declining(0.5, 0.05, 0.2, k)
 
 
 def default_proposal_rate(method: str) -> float:
     """The default chance the drafter proposes (``ngram`` / ``ngram_gpu``: a lookup
-    match; a draft model always proposes)."""
-    return 1.0 if method == "draft_model" else 0.6
+    match; a draft model or EAGLE head always proposes)."""
+    return 0.6 if method.startswith("ngram") else 1.0
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ class SpeculativeSettings(BaseModel):
     num_speculative_tokens: int = Field(ge=0)
     """Draft tokens per request per step (``k``); 0: speculative decoding off."""
     model: str | None = None
-    """The draft model (a catalog name or a model JSON file) of ``draft_model``."""
+    """The draft model (a catalog name or a model JSON file) of ``draft_model``; for
+    ``eagle`` / ``eagle3`` the head's name (recorded; kvsim derives the head's size
+    from the target model)."""
     acceptance_rate: float | list[float] | None = None
     proposal_rate: float | None = Field(None, ge=0.0, le=1.0)
 
@@ -52,8 +54,7 @@ class SpeculativeSettings(BaseModel):
         if value in UNMODELLED_SPEC_METHODS:
             raise PydanticCustomError(
                 "spec_method",
-                "{got} is not modelled by kvsim (its drafter changes prefix caching); "
-                "allowed: {allowed}",
+                "{got} is not modelled by kvsim; allowed: {allowed}",
                 {"got": repr(value), "allowed": ", ".join(SPEC_METHODS)},
             )
         if value not in SPEC_METHODS:
@@ -80,11 +81,12 @@ class SpeculativeSettings(BaseModel):
         k = self.num_speculative_tokens
         if self.method == "draft_model" and self.model is None:
             raise ValueError("method draft_model needs model (a draft model of the catalog)")
-        if self.method != "draft_model" and self.model is not None:
-            raise ValueError(f"model is for method draft_model only (method is {self.method})")
-        if self.proposal_rate is not None and self.method == "draft_model":
+        if self.method.startswith("ngram") and self.model is not None:
+            raise ValueError(f"model is not used by method {self.method} (no model drafts)")
+        if self.proposal_rate is not None and not self.method.startswith("ngram"):
             raise ValueError(
-                "proposal_rate is for the n-gram methods only (a draft model always proposes)"
+                "proposal_rate is for the n-gram methods only (a draft model or EAGLE head "
+                "always proposes)"
             )
         if isinstance(self.acceptance_rate, list) and k and len(self.acceptance_rate) != k:
             raise ValueError(

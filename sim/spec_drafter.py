@@ -14,6 +14,9 @@ pass, in the same step, on the requests that sampled (vLLM 0.33.0's
   tokens and prompt chunks as the target does) that proposes the first draft, then
   ``k - 1`` one-token decode passes over the requests that draft. A step whose
   drafts nobody can use (``SchedulerOutput.skip_drafts``) runs none of them.
+- ``eagle`` / ``eagle3``: the same passes of the EAGLE head
+  (:func:`calibrate.eagle_head.eagle_head`: one decoder layer of the target's shape
+  over its hidden states, with the head's input projection and output vocabulary).
 
 With a constant latency model (``--latency-model constant``: seconds per step, no
 model size) the drafter costs nothing: it has no figure for a smaller model.
@@ -34,7 +37,8 @@ thousand tokens: microseconds; an assumption, not measured here)."""
 
 class DrafterCost:
     """The drafter's seconds per step for ``method`` with ``k`` drafts; ``draft_latency``
-    the draft model's latency model (``draft_model`` only; None: no GPU cost)."""
+    the latency model of the drafter's model (a draft model or EAGLE head; None for the
+    n-gram methods or a constant latency model: no GPU cost)."""
 
     def __init__(self, method: str, k: int, draft_latency: Any | None = None) -> None:
         self.method = method
@@ -52,7 +56,7 @@ class DrafterCost:
         over ``contexts`` (per request, tokens), ``num_drafting`` of whose requests
         sampled and draft, with ``drafting_context`` tokens in their KV after the step's
         tokens (summed)."""
-        if self.method != "draft_model":
+        if self.method.startswith("ngram"):
             return NGRAM_S_PER_REQUEST * num_drafting
         model = self.draft_latency
         if model is None or not new_tokens:
@@ -71,12 +75,13 @@ class DrafterCost:
 
     def describe(self) -> dict[str, object]:
         """The drafter's cost model as ``config.yaml`` records it."""
-        if self.method != "draft_model":
+        if self.method.startswith("ngram"):
             return {"kind": "n-gram lookup", "host_s_per_request": NGRAM_S_PER_REQUEST}
         if self.draft_latency is None:
             return {"kind": "none (constant latency model)"}
         describe = getattr(self.draft_latency, "describe", None)
+        what = "draft model" if self.method == "draft_model" else f"{self.method} head"
         return {
-            "kind": f"draft model: 1 pass over the step's tokens + {self.k - 1} decode passes",
+            "kind": f"{what}: 1 pass over the step's tokens + {self.k - 1} decode passes",
             "latency_model": describe() if describe else {},
         }

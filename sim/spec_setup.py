@@ -63,15 +63,16 @@ class SpecSetup:
 def resolve_spec(
     engine: Any,
     *,
+    target: Any = None,
     max_model_len: int,
     max_num_batched_tokens: int,
     gpu: Any,
     offload: bool,
 ) -> SpecSetup | None:
     """The run's speculative decoding (None when off, or ``num_speculative_tokens``
-    0). ValueError naming ``--speculative-config`` when it cannot run: ``1 + k``
-    beyond the limits (:func:`sim.spec_config.check_speculative`), or with the CPU
-    offload tier."""
+    0); ``target`` the target model (an EAGLE head is derived from it). ValueError
+    naming ``--speculative-config`` when it cannot run: ``1 + k`` beyond the limits
+    (:func:`sim.spec_config.check_speculative`), or with the CPU offload tier."""
     settings: SpeculativeSettings | None = engine.speculative_config
     if settings is None or not settings.enabled:
         return None
@@ -83,8 +84,10 @@ def resolve_spec(
     check_speculative(settings, max_model_len, max_num_batched_tokens)
     config = settings.kvcore_config()
     draft_latency = None
-    if config.method == "draft_model" and engine.latency_model != "constant":
-        draft = draft_model_of(engine)
+    draft = None
+    if engine.latency_model != "constant":
+        draft = draft_model_of(engine, target)
+    if draft is not None:
         draft_latency = make_latency_model(
             "roofline",
             model=draft,

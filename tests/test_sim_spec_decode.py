@@ -26,6 +26,7 @@ WORKLOAD = {
 }
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
 DRAFT = {"method": "draft_model", "model": "Llama-3.2-1B", "num_speculative_tokens": 4}
+EAGLE3 = {"method": "eagle3", "num_speculative_tokens": 3}
 
 
 def _run(tmp_path, name, async_scheduling, spec=None, seed=3):
@@ -48,7 +49,7 @@ def _steps_per_token(summary):
 def test_spec_decode_takes_fewer_steps_and_lowers_tpot(tmp_path, async_scheduling):
     base, _ = _run(tmp_path, "base", async_scheduling)
     assert "spec_decode" not in base
-    for spec in (NGRAM, DRAFT):
+    for spec in (NGRAM, DRAFT, EAGLE3):
         with_spec, run_dir = _run(tmp_path, spec["method"], async_scheduling, spec)
         assert with_spec["num_finished"] == base["num_finished"] == WORKLOAD["num_requests"]
         assert _steps_per_token(with_spec) < 0.9 * _steps_per_token(base), spec
@@ -78,6 +79,14 @@ def test_same_seed_same_files_and_the_draft_model_costs_time(tmp_path):
     assert a["spec_decode"]["drafter_s"] > 0
     ngram, _ = _run(tmp_path, "n", None, NGRAM)
     assert ngram["spec_decode"]["drafter_s"] < a["spec_decode"]["drafter_s"] / 100
+    # An EAGLE-3 head (one layer of the target's shape) costs less than a 1B draft model
+    # run for as many drafts, more than an n-gram lookup.
+    eagle, _ = _run(tmp_path, "e", None, dict(EAGLE3, num_speculative_tokens=4))
+    per_draft = {
+        name: s["spec_decode"]["drafter_s"] / s["spec_decode"]["num_drafts"]
+        for name, s in (("draft", a), ("eagle", eagle), ("ngram", ngram))
+    }
+    assert per_draft["ngram"] < per_draft["eagle"] < per_draft["draft"], per_draft
 
 
 def test_a_decode_with_drafts_is_a_decode_in_the_step_records(tmp_path):
@@ -99,7 +108,7 @@ OK_WORKLOAD = "arrival: {type: poisson, rate: 1}\nprompt_len: 10\noutput_len: 5\
 
 BAD = [
     ("unknown-method", '{"method": "medusa", "num_speculative_tokens": 3}', ["method", "medusa"]),
-    ("eagle", '{"method": "eagle", "num_speculative_tokens": 3}', ["eagle", "not modelled"]),
+    ("mtp", '{"method": "mtp", "num_speculative_tokens": 3}', ["mtp", "not modelled"]),
     ("k-negative", '{"method": "ngram", "num_speculative_tokens": -2}', ["num_speculative_tokens"]),
     (
         "k-beyond-model-len",

@@ -165,6 +165,29 @@ def test_a_draft_model_costs_weights_and_kv_per_block():
     assert "draft_model" not in alone.to_dict() and both.to_dict()["draft_model"] == "Llama-3.2-1B"
 
 
+def test_an_eagle3_head_is_one_layer_of_the_target_with_a_draft_vocabulary():
+    """EAGLE-3's head: one decoder layer of the target's shape, a 3h x h input
+    projection, a 32,000-token output vocabulary (the target's embedding is shared);
+    its one attention layer adds one layer's pages to every block."""
+    from calibrate.budget import draft_model_of
+    from calibrate.eagle_head import eagle_head
+
+    model, gpu = load_model("Llama-3.1-8B"), load_gpu("H100-SXM")
+    head = eagle_head(model, "eagle3")
+    assert head.num_layers == 1 and head.vocab_size == 32_000 and head.tie_word_embeddings
+    h = model.hidden_size
+    layer = (model.param_counts().attention + model.param_counts().dense_mlp) // 32
+    expected = layer + 32_000 * h + 3 * h * h + 3 * h
+    assert head.total_params == expected
+    assert eagle_head(model, "eagle").vocab_size == model.vocab_size
+    engine = _engine(method="eagle3", num_speculative_tokens=3)
+    assert draft_model_of(engine, model) == head
+    alone = compute_kv_budget(model, gpu, max_model_len=8192)
+    both = compute_kv_budget(model, gpu, max_model_len=8192, draft_model=head)
+    assert both.bytes_per_block - alone.bytes_per_block == alone.bytes_per_block // 32
+    assert alone.num_gpu_blocks * 0.9 < both.num_gpu_blocks < alone.num_gpu_blocks
+
+
 def _engine(**spec) -> EngineConfig:
     return load_engine_config(None, {"speculative_config": spec, "max_model_len": 4096})
 
@@ -184,12 +207,12 @@ def test_settings_resolve_and_zero_tokens_is_off():
 @pytest.mark.parametrize(
     ("spec", "needles"),
     [
-        ({"method": "eagle3", "num_speculative_tokens": 3}, ["method", "not modelled"]),
+        ({"method": "dflash", "num_speculative_tokens": 3}, ["method", "not modelled"]),
         ({"method": "mtp", "num_speculative_tokens": 1}, ["method", "not modelled"]),
         ({"method": "lookahead", "num_speculative_tokens": 3}, ["unknown method", "ngram"]),
         ({"method": "ngram", "num_speculative_tokens": -1}, ["num_speculative_tokens"]),
         ({"method": "draft_model", "num_speculative_tokens": 2}, ["needs model"]),
-        ({"method": "ngram", "num_speculative_tokens": 2, "model": "x"}, ["draft_model only"]),
+        ({"method": "ngram", "num_speculative_tokens": 2, "model": "x"}, ["not used by"]),
         ({"method": "ngram", "num_speculative_tokens": 2, "top_k": 1}, ["unknown key", "top_k"]),
         ({"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": [0.5]}, ["1 rates"]),
         ({"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 2}, ["[0, 1]"]),
