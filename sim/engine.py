@@ -583,13 +583,13 @@ class ReplicaEngine(FastForwardSteps):
             self._finish(req, now)
 
     def _step_cost(
-        self, out: SchedulerOutput, sampled: Any = None
+        self, out: SchedulerOutput, batch_sampled: Any = None
     ) -> tuple[float, int, int, dict[str, Any]]:
         """A scheduled step's duration (s), its prefill and decode token counts and
-        the tokens it samples (``sampled``: what the batch queue's model already
+        the tokens it samples (``batch_sampled``: what the batch queue's model already
         sampled; None: sample here)."""
         if self.spec is not None:
-            return self._spec_step_cost(out, self.spec, sampled)
+            return self._spec_step_cost(out, self.spec, batch_sampled)
         reqs = self.scheduler.requests
         n_sched = out.num_scheduled_tokens
         prefill = decode = 0
