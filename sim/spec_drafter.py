@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.step_timing import make_decode_timer, make_step_timer
+
 NGRAM_S_PER_REQUEST = 2e-6
 """Host seconds of one request's n-gram lookup (vLLM's numba KMP proposer over a few
 thousand tokens: microseconds; an assumption, not measured here)."""
@@ -44,6 +46,10 @@ class DrafterCost:
         self.method = method
         self.k = k
         self.draft_latency = draft_latency
+        # The latency model's pure-Python twins (checked against it when built; None
+        # where none exists): a step costs no numpy call.
+        self._step_time = None if draft_latency is None else make_step_timer(draft_latency)
+        self._decode_time = None if draft_latency is None else make_decode_timer(draft_latency)
 
     def step_s(
         self,
@@ -61,12 +67,20 @@ class DrafterCost:
         model = self.draft_latency
         if model is None or not new_tokens:
             return 0.0
-        first = float(
-            model.step_time(
-                np.asarray(new_tokens, dtype=np.int64), np.asarray(contexts, dtype=np.int64)
+        if self._step_time is not None:
+            first = self._step_time(list(new_tokens), list(contexts))
+        else:
+            first = float(
+                model.step_time(
+                    np.asarray(new_tokens, dtype=np.int64), np.asarray(contexts, dtype=np.int64)
+                )
             )
-        )
         if self.k <= 1 or num_drafting == 0:
+            return first
+        decode = self._decode_time
+        if decode is not None:
+            for i in range(self.k - 1):
+                first += decode(num_drafting, drafting_context + i * num_drafting)
             return first
         passes = np.arange(self.k - 1, dtype=np.int64)
         batch = np.full(self.k - 1, num_drafting, dtype=np.int64)
