@@ -229,11 +229,26 @@ def whole_run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             "request)",
         ),
         ("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%} of prompt tokens"),
+        *(
+            [("speculative decoding", spec_decode_fact(summary["spec_decode"]))]
+            if "spec_decode" in summary
+            else []
+        ),
         ("KV cache usage", _pct(summary["kv_usage"])),
         ("engine steps", f"{summary['num_steps']:,}"),
         ("wall time", f"{summary.get('wall_s', 0.0):,.2f} s"),
     ]
     return rows
+
+
+def spec_decode_fact(block: dict[str, Any]) -> str:
+    """One line of a run's ``spec_decode`` block: method, drafts per step, acceptance."""
+    return (
+        f"{block['method']}, k = {block['num_speculative_tokens']}: "
+        f"{block['acceptance_rate']:.1%} of draft tokens accepted, "
+        f"{block['mean_acceptance_length']:.2f} tokens per draft, "
+        f"{block['tokens_per_decode']:.2f} per scheduled decode"
+    )
 
 
 def replica_rows(summary: dict[str, Any]) -> list[list[str]]:

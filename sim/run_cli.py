@@ -15,6 +15,7 @@ from rich.table import Table
 
 from calibrate.use_calibration import calibration_defaults
 from reports.html import plus_minus
+from reports.run_facts import spec_decode_fact
 from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
 from sim.goodput import parse_goodput
@@ -120,6 +121,8 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
         f"{summary['num_preemptions']:,} ({summary['preemptions_per_request']:.3f} per request)",
     )
     t.add_row("prefix cache hit rate", f"{summary['prefix_cache_hit_rate']:.1%}")
+    if "spec_decode" in summary:
+        t.add_row("speculative decoding", spec_decode_fact(summary["spec_decode"]))
     kv = summary["kv_usage"]
     t.add_row(
         "KV usage mean / p99 / max (whole run)",

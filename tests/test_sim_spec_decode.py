@@ -14,6 +14,7 @@ import pytest
 from sim_run_helpers import read_csv, write_yaml
 from typer.testing import CliRunner
 
+from reports.run_facts import spec_decode_fact
 from sim.cli import app
 from sim.engine_config import EngineConfig
 from sim.run import RunSpec, run
@@ -175,3 +176,20 @@ def test_prefill_only_steps_skip_the_draft_model(tmp_path):
     block = summary["spec_decode"]
     assert block["num_steps_drafter_skipped"] >= 3 * summary["num_finished"]
     assert block["drafter_s"] > 0
+
+
+def test_the_run_table_names_the_method_and_its_acceptance(tmp_path):
+    (tmp_path / "ok.yaml").write_text(OK_WORKLOAD)
+    spec = '{"method": "eagle3", "num_speculative_tokens": 2, "acceptance_rate": 1.0}'
+    res = CliRunner().invoke(
+        app,
+        ["run", str(tmp_path / "ok.yaml"), "--max-model-len", "4096", "--no-report"]
+        + ["--speculative-config", spec, "--out", str(tmp_path / "run")],
+    )
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.stdout.split())
+    assert "speculative decoding" in flat and "eagle3, k = 2" in flat, flat
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    # Every draft accepted: 3 tokens per draft.
+    fact = spec_decode_fact(summary["spec_decode"])
+    assert "100.0% of draft tokens accepted, 3.00 tokens per draft" in fact, fact
