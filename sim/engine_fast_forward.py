@@ -23,6 +23,7 @@ from kvcore.request import Request
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.records import StepRecorder
+from sim.simpy_internals import next_event_time
 from sim.step_timing import StretchTimer, timeout_at
 
 SAMPLE_TOKEN_ID = 7
@@ -366,10 +367,7 @@ class FastForwardSteps:
         env = self.env
         if self.steps.num_writers == 1 or self._reacts_to_finish:
             return env.peek()
-        return min(
-            (when for when, _, _, event in env._queue if type(event) is not StepTimeout),
-            default=float("inf"),
-        )
+        return next_event_time(env, StepTimeout)
 
     def _write_decisions(
         self,

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from heapq import heappush
 from typing import Any
 
 import numpy as np
 import simpy
 
 from calibrate.roofline_scalar import ScalarRoofline, scalar_roofline
+from sim.simpy_internals import schedule_at
 
 
 def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:
@@ -132,8 +132,4 @@ def timeout_at(env: simpy.Environment, when: float) -> simpy.Event:
     ``env.timeout(d)`` lands at ``env.now + d``; a stretch of steps ends where the
     sequential sums land, which this places exactly, in one event.
     """
-    event = simpy.Event(env)
-    event._ok = True
-    event._value = None
-    heappush(env._queue, (when, simpy.events.NORMAL, next(env._eid), event))
-    return event
+    return schedule_at(env, when)
