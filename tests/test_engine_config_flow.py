@@ -4,6 +4,7 @@ field reaches the budget with no keyword list in between to forget it."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import asdict
 from typing import Any
@@ -78,7 +79,10 @@ def test_each_command_builds_its_engine_from_every_flag_it_declares(
         seen.append({k: v for k, v in overrides.items() if v is not None})
         raise Stop("stop")
 
-    for module in ("sim.engine_config", "sim.run_cli", "sim.budget_cli", "calibrate.trace_fit.cli"):
+    modules = ("sim.engine_config", "sim.run_cli", "sim.budget_cli", "calibrate.trace_fit.cli")
+    for module in modules:  # imported first: a module imported while the function is
+        importlib.import_module(module)  # patched would keep the stand-in for good
+    for module in modules:
         monkeypatch.setattr(f"{module}.load_engine_config", stand_in)
     declared = _declared(command[0])
     assert declared, command
