@@ -126,6 +126,32 @@ def wait_oracle(proc: subprocess.Popen, timeout: float) -> str:
     return err
 
 
+def oracle_step_lines(
+    step_cases: list[tuple[dict[str, Any], list[dict[str, Any]]]],
+    vllm_python: str,
+    timeout: float = 900.0,
+) -> list[list[dict[str, Any]] | None]:
+    """vLLM's step lines for each ``(config, trace)`` case (None where it failed on
+    one), from one oracle process: for comparing several kvcore variants (mutants)
+    with one vLLM run."""
+    with tempfile.TemporaryDirectory(prefix="kvsim-conformance-") as tmp:
+        work = Path(tmp)
+        jobs = [
+            {"mode": "steps", "trace": trace, "config": config, "out": str(work / f"s{i}.jsonl")}
+            for i, (config, trace) in enumerate(step_cases)
+        ]
+        wait_oracle(start_oracle(vllm_python, jobs, work), timeout)
+        return [_read_lines(work / f"s{i}.jsonl") for i in range(len(step_cases))]
+
+
+def first_step_mismatch(
+    theirs: list[dict[str, Any]] | None, ours: list[dict[str, Any]] | str
+) -> Diff | None:
+    """The first difference of one step case's lines (a failure on either side is a
+    difference of its own)."""
+    return _steps_diff(theirs, ours, "vLLM failed on the case")
+
+
 def _job_error(stderr: str, index: int) -> str:
     for line in stderr.splitlines():
         if line.startswith(f"job {index} ") and "done in" not in line:

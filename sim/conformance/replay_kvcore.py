@@ -42,16 +42,18 @@ def replay_config(config: dict[str, Any]) -> ReplayConfig:
     return ReplayConfig(**kwargs)
 
 
-def run_kvcore_steps(config: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict] | str:
+def run_kvcore_steps(
+    config: dict[str, Any], trace: list[dict[str, Any]], max_steps: int = MAX_STEPS
+) -> list[dict] | str:
     """All of kvcore's JSON lines for the case (a livelocked replay ends with an
-    ``error`` line after ``MAX_STEPS`` steps), or an error message."""
+    ``error`` line after ``max_steps`` steps), or an error message."""
     try:
         lines = []
         for line in replay(parse_trace(trace), replay_config(config)):
             lines.append(line)
-            if len(lines) > MAX_STEPS:
+            if len(lines) > max_steps:
                 # The lines so far, so that the first step that differs is shown.
-                lines.append({"type": "error", "error": f"did not finish in {MAX_STEPS} steps"})
+                lines.append({"type": "error", "error": f"did not finish in {max_steps} steps"})
                 return lines
         return lines
     except Exception as e:  # noqa: BLE001 - any failure is a mismatch to report
