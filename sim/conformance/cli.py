@@ -71,6 +71,8 @@ def render(report: Report, console: Console) -> None:
     table.add_row(
         "engine loop", "async (batch queue of 2)" if report.async_scheduling else "synchronous"
     )
+    if report.spec_decode:
+        table.add_row("speculative decoding", "in every trace")
     table.add_row("traces run", str(report.traces))
     table.add_row("steps compared", str(report.steps))
     table.add_row("op sequences / ops compared", f"{report.op_cases} / {report.ops}")

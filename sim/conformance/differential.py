@@ -68,6 +68,7 @@ class Report:
     seed: int
     vllm_version: str | None = None
     async_scheduling: bool = False
+    spec_decode: bool = False
     traces: int = 0
     steps: int = 0
     op_cases: int = 0
@@ -174,7 +175,7 @@ def run(
     """Run the comparison; see the module docstring. Raises :class:`OracleError`."""
     t0 = time.perf_counter()
     python = str(vllm_python or DEFAULT_VLLM_PYTHON)
-    report = Report(seed=seed, async_scheduling=async_scheduling)
+    report = Report(seed=seed, async_scheduling=async_scheduling, spec_decode=spec_decode)
     out_dir = Path(out_dir)
     step_cases = [random_case(seed, i, async_scheduling, spec_decode) for i in range(num_traces)]
     op_cases = [ops_mod.random_ops_case(seed, i) for i in range(num_op_cases)]
