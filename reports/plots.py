@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from reports.step_bins import BinnedSteps, bin_steps  # noqa: E402
+from reports.step_stream import StepRows  # noqa: E402
 
 MAX_REPLICA_ROWS = 16
 """Replicas drawn in ``replicas.png`` (the first ones, by id)."""
@@ -212,7 +213,7 @@ def plot_latency(requests: pd.DataFrame, path: Path, summary: dict[str, Any] | N
 def render_run_plots(
     run_dir: Path,
     num_gpu_blocks: int,
-    steps: pd.DataFrame | None = None,
+    steps: pd.DataFrame | StepRows | None = None,
     requests: pd.DataFrame | None = None,
     summary: dict[str, Any] | None = None,
     note: str = "",
@@ -221,8 +222,9 @@ def render_run_plots(
     return the files written, in report order.
 
     ``steps`` / ``requests``: the rows to plot (e.g. checked ones from
-    :func:`reports.run_records.read_run_records`); None reads ``steps.csv`` /
-    ``requests.csv`` as they are. No step rows (``--steps none``): no timeline or
+    :func:`reports.run_records.read_run_records`; ``steps`` may be a steps file's
+    rows binned in chunks, :class:`reports.step_stream.StepRows`); None reads
+    ``steps.csv`` / ``requests.csv`` as they are. No step rows (``--steps none``): no timeline or
     replica plots. ``note``: appended to the timeline's title (e.g. thinned steps).
     """
     plots = Path(run_dir) / "plots"
@@ -235,7 +237,10 @@ def render_run_plots(
         requests = pd.read_csv(run_dir / "requests.csv")
     out = []
     end = float((summary or {}).get("sim_duration_s") or 0.0)
-    binned = bin_steps(steps, num_gpu_blocks - 1, end)
+    if isinstance(steps, pd.DataFrame):
+        binned = bin_steps(steps, num_gpu_blocks - 1, end)
+    else:
+        binned = steps.binned(num_gpu_blocks - 1, end)
     if binned is not None:
         out.append(plot_timeline(binned, summary, plots / "timeline.png", note))
         if len(binned.replicas) > 1:

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from reports.step_stream import StepRows
 
 STEP_PLOT_COLUMNS = (
     "replica",
@@ -53,9 +56,11 @@ class RunRecordsError(ValueError):
 @dataclass
 class RunRecords:
     """The rows the plots may use, and one line per problem found (empty: complete).
-    ``steps_mode``: ``full``, ``thin`` or ``none`` (what the run wrote)."""
+    ``steps_mode``: ``full``, ``thin`` or ``none`` (what the run wrote). ``steps``:
+    a ``steps.csv`` is checked and later binned in chunks
+    (:class:`reports.step_stream.StepRows`), other steps files are read whole."""
 
-    steps: pd.DataFrame
+    steps: pd.DataFrame | StepRows
     requests: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     steps_mode: str = "full"
@@ -112,7 +117,7 @@ def steps_mode(summary: dict[str, Any]) -> tuple[str, int | None]:
     return "full", _expected(summary, "num_steps")
 
 
-def _count_lines(path: Path) -> tuple[int, bool]:
+def count_lines(path: Path) -> tuple[int, bool]:
     """Newline characters in ``path`` and whether it ends in one (reads in 1 MiB blocks)."""
     count, last = 0, b"\n"
     with path.open("rb") as f:
@@ -135,7 +140,7 @@ def _read_one(
     name = path.name
     if not path.is_file():
         raise RunRecordsError(f"{path}: missing (the run's {what} records)")
-    newlines, ends_in_newline = _count_lines(path)
+    newlines, ends_in_newline = count_lines(path)
     try:
         df = pd.read_csv(path, on_bad_lines="skip", skip_blank_lines=False, low_memory=False)
     except pd.errors.EmptyDataError:
@@ -188,6 +193,8 @@ def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
 
     Raises RunRecordsError when a file cannot be read at all; otherwise returns the
     usable rows (plotted columns numeric) and one note per problem, in file order.
+    ``steps.csv``'s rows are not held: they are read again, in chunks, when binned
+    (:meth:`reports.step_stream.StepRows.binned`).
     """
     run_dir = Path(run_dir)
     mode, expected_steps = steps_mode(summary)
@@ -196,14 +203,18 @@ def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
         step_notes: list[str] = []
     else:
         name = steps_file_name(summary)
-        read = _read_parquet if name.endswith(".parquet") else _read_one
-        steps, step_notes = read(
-            run_dir / name,
-            STEP_PLOT_COLUMNS,
-            STEP_OPTIONAL_COLUMNS,
-            expected_steps,
-            "step rows" if mode == "thin" else "steps",
-        )
+        what = "step rows" if mode == "thin" else "steps"
+        if name.endswith(".parquet"):
+            steps, step_notes = _read_parquet(
+                run_dir / name, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, expected_steps, what
+            )
+        else:  # possibly millions of rows: checked here, binned later, in chunks
+            from reports.step_stream import read_step_rows
+
+            steps = read_step_rows(
+                run_dir / name, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, expected_steps, what
+            )
+            step_notes = steps.notes
     requests, request_notes = _read_one(
         run_dir / "requests.csv",
         REQUEST_PLOT_COLUMNS,

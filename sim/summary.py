@@ -180,7 +180,21 @@ def _kv_stats(usage: np.ndarray, dur: np.ndarray) -> dict[str, float]:
 
 
 def _window_kv(steps: StepRecorder, start: float, end: float) -> dict[str, float]:
-    """KV usage over the steps that start in ``[start, end]`` (see :func:`_kv_stats`)."""
+    """KV usage over the steps that start in ``[start, end]`` (see :func:`_kv_stats`).
+
+    When the steps are in start order (checked; a one-replica run writes them so), the
+    window is a slice: views, not copies of the window's steps (8 bytes per step each,
+    ~120 MB apiece at a million chat requests)."""
     starts = _array(steps.start_s)
+    usage, duration = _array(steps.kv_usage), _array(steps.duration_s)
+    if _in_order(starts):
+        lo = int(np.searchsorted(starts, start, side="left"))
+        hi = int(np.searchsorted(starts, end, side="right"))
+        return _kv_stats(usage[lo:hi], duration[lo:hi])
     inside = (starts >= start) & (starts <= end)
-    return _kv_stats(_array(steps.kv_usage)[inside], _array(steps.duration_s)[inside])
+    return _kv_stats(usage[inside], duration[inside])
+
+
+def _in_order(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease (a temporary of one byte per value)."""
+    return bool((values[1:] >= values[:-1]).all())

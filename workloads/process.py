@@ -65,6 +65,7 @@ class Workload:
         self._submit: Submit | None = None
         self._num_submitted = 0
         self._finished = False
+        self._started = False
 
     @property
     def num_submitted(self) -> int:
@@ -77,12 +78,21 @@ class Workload:
         ``ahead``: the chunks of :meth:`draw_ahead`, drawn elsewhere (a helper process,
         :mod:`sim.offload`); the workload then takes its requests from them.
         """
-        if self._env is not None:
+        if self._started:
             raise RuntimeError(f"workload {self.name!r} was already started")
+        self._started = True
         self._env = env
         self._submit = submit
         self.all_submitted = env.event()
         self._begin(env, ahead)
+
+    def release(self) -> None:
+        """Let go of the run once it is over: ``submit`` (the engines behind it) and the
+        SimPy environment (its processes), so the run's engines and records are freed
+        with the run rather than with this workload. It cannot be started again."""
+        self._submit = None
+        self._env = None
+        self.all_submitted = None
 
     def draw_ahead(
         self, prepare: Callable[[SimRequest], Any] | None = None
