@@ -26,15 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_sim import chat_workload  # noqa: E402
 
 from sim.engine_config import EngineConfig  # noqa: E402
 from sim.run import RunSpec, simulate  # noqa: E402
 from sim.setup import resolve_run  # noqa: E402
-from workloads.loader import PRESET_DIR  # noqa: E402
 
 CASES: list[tuple[str, bool, dict[str, Any]]] = [
     ("plain", True, {}),
@@ -58,14 +58,6 @@ CASES: list[tuple[str, bool, dict[str, Any]]] = [
 """(name, async scheduling, engine settings): the plain engine first on each loop."""
 
 
-def _workload(tmp: Path, num_requests: int) -> Path:
-    data = yaml.safe_load((PRESET_DIR / "chat.yaml").read_text())
-    data["num_requests"] = num_requests
-    path = tmp / "chat_bench.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def _time(workload: Path, out: Path, async_scheduling: bool, engine: dict[str, Any]) -> tuple:
     config = EngineConfig(async_scheduling=async_scheduling, **engine)
     resolved = resolve_run(RunSpec(workload=str(workload), engine=config))
@@ -83,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        workload = _workload(tmp, args.requests)
+        workload = chat_workload(tmp, args.requests)
         plain: dict[bool, float] = {}
         header = ("case", "loop", "wall_s", "req/s", "steps/s", "x plain")
         print("{:20s} {:5s} {:>8s} {:>8s} {:>9s} {:>8s}".format(*header))

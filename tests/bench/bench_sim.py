@@ -43,7 +43,8 @@ def _maxrss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _workload(tmp: Path, num_requests: int) -> Path:
+def chat_workload(tmp: Path, num_requests: int) -> Path:
+    """The bundled chat preset with ``num_requests`` requests, written under ``tmp``."""
     data = yaml.safe_load((PRESET_DIR / "chat.yaml").read_text())
     data["num_requests"] = num_requests
     path = tmp / "chat_bench.yaml"
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     rss_before = _maxrss_mib()
     with tempfile.TemporaryDirectory(prefix="bench_sim_") as tmp_name:
         tmp = Path(tmp_name)
-        workload = _workload(tmp, args.num_requests)
+        workload = chat_workload(tmp, args.num_requests)
         best = None
         for i in range(args.repeats):
             wall, summary = _one_run(workload, tmp / f"run{i}", args.model, args.gpu)
