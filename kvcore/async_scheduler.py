@@ -89,8 +89,9 @@ class AsyncScheduler(Scheduler):
             speculative_config=speculative_config,
             use_v2_model_runner=use_v2_model_runner,
         )
-        # Placeholder drafts a decoding request carries into its next step (vLLM
-        # resizes the list to each step's ``num_spec_tokens_to_schedule``).
+        # Placeholder drafts a decoding request carries into its next step, shared and
+        # never mutated (vLLM resizes it to each step's ``num_spec_tokens_to_schedule``,
+        # which is always ``num_spec_tokens`` without dynamic speculative decoding).
         self._spec_token_placeholders: list[int] = [-1] * self.num_spec_tokens
 
     def _update_after_schedule(self, out: SchedulerOutput) -> None:
@@ -99,8 +100,6 @@ class AsyncScheduler(Scheduler):
         more per draft scheduled for it, and placeholder drafts for its next step."""
         super()._update_after_schedule(out)
         spec_tokens = out.scheduled_spec_decode_tokens
-        if self.num_spec_tokens:
-            self._spec_token_placeholders = [-1] * out.num_spec_tokens_to_schedule
         placeholders = self._spec_token_placeholders
         requests = self.requests
         for rid in out.num_scheduled_tokens:

@@ -56,7 +56,6 @@ class _StepPlan:
 
     __slots__ = (
         "budget",
-        "input_budget",
         "num_scheduled",
         "new_blocks",
         "new",
@@ -70,7 +69,6 @@ class _StepPlan:
 
     def __init__(self, budget: int, drafts_needed: bool) -> None:
         self.budget = budget
-        self.input_budget = budget  # vLLM's input_budget (tokens plus drafting slots)
         self.spec_tokens: dict[str, list[int]] = {}
         self.drafts_needed = drafts_needed
         self.prefill_scheduled = False
@@ -80,6 +78,12 @@ class _StepPlan:
         self.resumed: list[Request] = []
         self.running: list[Request] = []
         self.preempted: list[Request] = []
+
+    def tokens_left(self, draft_slots: int) -> int:
+        """Tokens the next request may be scheduled: the token budget less every
+        scheduled request's drafting slots and its own (vLLM's ``input_budget -
+        draft_slots``; both budgets start at ``max_num_batched_tokens`` in kvcore)."""
+        return self.budget - draft_slots * (len(self.num_scheduled) + 1)
 
 
 class Scheduler:
@@ -262,7 +266,8 @@ class Scheduler:
         req_index = 0
         while req_index < len(running) and plan.budget > 0:
             request = running[req_index]
-            if plan.input_budget <= draft_slots:
+            budget = plan.tokens_left(draft_slots) if draft_slots else plan.budget
+            if budget <= 0:
                 break
             computed = request.num_computed_tokens
             placeholders = request.num_output_placeholders
@@ -276,10 +281,8 @@ class Scheduler:
             n = len(request._all_token_ids) + len(request.spec_token_ids) + placeholders - computed
             if 0 < threshold < n:
                 n = threshold
-            if n > plan.budget:
-                n = plan.budget
-            if n > plan.input_budget - draft_slots:
-                n = plan.input_budget - draft_slots
+            if n > budget:
+                n = budget
             if n > max_model_len - computed - 1:
                 n = max_model_len - computed - 1
             if n == 0:
@@ -297,9 +300,7 @@ class Scheduler:
                         req_index -= 1
                     if victim.request_id in plan.num_scheduled:
                         plan.running.remove(victim)
-                        restored = plan.num_scheduled.pop(victim.request_id)
-                        plan.budget += restored
-                        plan.input_budget += restored + draft_slots
+                        plan.budget += plan.num_scheduled.pop(victim.request_id)
                         plan.new_blocks.pop(victim.request_id)
                         plan.spec_tokens.pop(victim.request_id, None)
                 else:
@@ -317,7 +318,6 @@ class Scheduler:
             plan.new_blocks[request.request_id] = new_blocks
             plan.num_scheduled[request.request_id] = n
             plan.budget -= n
-            plan.input_budget -= n + draft_slots
             req_index += 1
             if not plan.drafts_needed:
                 plan.drafts_needed = not self._drafts_unused(request, computed, n)
@@ -363,7 +363,7 @@ class Scheduler:
         num_spec = self.num_spec_tokens
         while plan.budget > 0:
             queue = holding if holding else waiting
-            if not queue or plan.input_budget <= draft_slots:
+            if not queue or (draft_slots and plan.tokens_left(draft_slots) <= 0):
                 break
             if len(self.running) >= self.max_num_running_reqs:
                 break
@@ -405,7 +405,7 @@ class Scheduler:
             if load_kv_async:
                 n = 0  # loading: nothing to compute in this step
             else:
-                budget = min(plan.budget, plan.input_budget - draft_slots)
+                budget = plan.tokens_left(draft_slots)
                 n = request.num_tokens - num_computed
                 if (
                     num_spec
@@ -466,7 +466,6 @@ class Scheduler:
             plan.new_blocks[request.request_id] = kvm.get_blocks(request.request_id)
             plan.num_scheduled[request.request_id] = n
             plan.budget -= n
-            plan.input_budget -= n + draft_slots
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed
             if not plan.drafts_needed:
