@@ -35,6 +35,18 @@ SPEC_METHODS = ("ngram", "ngram_gpu", "draft_model", "eagle", "eagle3")
 EAGLE_METHODS = ("eagle", "eagle3")
 
 UNMODELLED_SPEC_METHODS = ("mtp", "dflash", "dspark", "suffix")
+
+
+def check_spec_method(method: str) -> None:
+    """ValueError naming the allowed methods unless kvcore models ``method`` (a vLLM
+    method kvcore leaves out is said to be so)."""
+    allowed = ", ".join(SPEC_METHODS)
+    if method in UNMODELLED_SPEC_METHODS:
+        raise ValueError(f"method {method!r} is not modelled by kvsim; allowed: {allowed}")
+    if method not in SPEC_METHODS:
+        raise ValueError(f"unknown method {method!r}; allowed: {allowed}")
+
+
 """vLLM methods kvcore refuses (with a message saying so) rather than approximates."""
 
 
@@ -50,15 +62,7 @@ class SpeculativeConfig:
     num_speculative_tokens: int
 
     def __post_init__(self) -> None:
-        if self.method in UNMODELLED_SPEC_METHODS:
-            raise ValueError(
-                f"speculative method {self.method!r} is not modelled by kvsim; "
-                f"allowed: {', '.join(SPEC_METHODS)}"
-            )
-        if self.method not in SPEC_METHODS:
-            raise ValueError(
-                f"unknown speculative method {self.method!r}; allowed: {', '.join(SPEC_METHODS)}"
-            )
+        check_spec_method(self.method)
         k = self.num_speculative_tokens
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"num_speculative_tokens must be an integer >= 1, got {k!r}")
@@ -90,12 +94,6 @@ class SpeculativeConfig:
         only drafters with their own forward pass (lookahead slots) skip a step whose
         drafts nobody can use."""
         return self.num_lookahead_tokens > 0
-
-    def supports_async_scheduling(self, use_v2_model_runner: bool = True) -> bool:
-        """Whether vLLM 0.33.0 runs this method with async scheduling (its default
-        engine loop): the V2 model runner runs every method here; the V1 runner
-        only the GPU ones (``ngram`` then turns async scheduling off)."""
-        return use_v2_model_runner or self.method != "ngram"
 
 
 @dataclass(slots=True)

@@ -145,9 +145,9 @@ def uses_async_scheduling(engine: EngineConfig) -> bool:
     vLLM 0.33.0 (``VllmConfig``, async_scheduling unset) turns it on unless the model is
     a pooling model, pipeline parallelism is used, the speculative method does not
     support it, or the executor backend does not: none of these exists in kvsim (every
-    speculative method kvsim models supports it with vLLM's default V2 model runner,
-    ``kvcore.spec_decode.SpeculativeConfig.supports_async_scheduling``), so it is on
-    unless ``async_scheduling`` is False (``--no-async-scheduling``).
+    speculative method kvsim models supports it with vLLM's default V2 model runner;
+    with the V1 runner, which kvsim does not model, ``ngram`` would turn it off), so it
+    is on unless ``async_scheduling`` is False (``--no-async-scheduling``).
     """
     return engine.async_scheduling is not False
 

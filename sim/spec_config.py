@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from kvcore.spec_decode import SPEC_METHODS, UNMODELLED_SPEC_METHODS, SpeculativeConfig
+from kvcore.spec_decode import SpeculativeConfig, check_spec_method
 from sim.spec_acceptance import AcceptanceModel
 
 FLAG = "--speculative-config"
@@ -51,18 +51,7 @@ class SpeculativeSettings(BaseModel):
     @field_validator("method")
     @classmethod
     def _method(cls, value: str) -> str:
-        if value in UNMODELLED_SPEC_METHODS:
-            raise PydanticCustomError(
-                "spec_method",
-                "{got} is not modelled by kvsim; allowed: {allowed}",
-                {"got": repr(value), "allowed": ", ".join(SPEC_METHODS)},
-            )
-        if value not in SPEC_METHODS:
-            raise PydanticCustomError(
-                "spec_method",
-                "unknown method {got}; allowed: {allowed}",
-                {"got": repr(value), "allowed": ", ".join(SPEC_METHODS)},
-            )
+        check_spec_method(value)  # ValueError: pydantic reports it on the key
         return value
 
     @field_validator("acceptance_rate")

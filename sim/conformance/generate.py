@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from kvcore.spec_decode import SPEC_METHODS
+
 HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 GROUP_LAYOUTS = (
     (("full",), 0.50),
@@ -211,9 +213,6 @@ def add_aborts(rng: np.random.Generator, trace: list[dict[str, Any]]) -> None:
             if in_step:
                 taken.add(step)
             r["abort_in_step" if in_step else "abort_step"] = step
-
-
-SPEC_METHODS = ("ngram", "ngram_gpu", "draft_model", "eagle", "eagle3")
 
 
 def add_speculative(rng: np.random.Generator, config: dict[str, Any]) -> None:
