@@ -113,18 +113,18 @@ class Cluster:
         run_seed = getattr(resolved, "workload_config", {}).get("seed", resolved.seed)
         self.env = env
         self.router = router
+        schedulers = [build_scheduler(resolved) for _ in range(num_replicas)]
         # Hash values never leave the simulation: a cheap 64-bit hash gives the same
-        # results as the configured algorithm (see FastBlockHasher).
-        # EAGLE's block hashes cover the token after each block (vLLM's lookahead hashes).
-        lookahead = 0
-        if spec is not None:
-            lookahead = spec.config.num_hash_lookahead_tokens(engine_cfg.enable_prefix_caching)
-        self.hasher = FastBlockHasher(engine_cfg.block_size, lookahead)
+        # results as the configured algorithm (see FastBlockHasher); its blocks cover
+        # the tokens after them the schedulers ask for (EAGLE's lookahead hashes).
+        self.hasher = FastBlockHasher(
+            engine_cfg.block_size, schedulers[0].num_hash_lookahead_tokens
+        )
         self.engines = [
             ReplicaEngine(
                 env,
                 i,
-                build_scheduler(resolved),
+                schedulers[i],
                 resolved.latency_model,
                 self.hasher,
                 steps,

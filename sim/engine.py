@@ -166,9 +166,7 @@ class ReplicaEngine(FastForwardSteps):
                 raise ValueError("KV offload runs with a synchronous Scheduler with a connector")
             self.offload_stats = OffloadStats()
             fast_forward = False  # every step is stepped, with its transfers
-        if spec is not None:
-            if host_link is not None:
-                raise ValueError("speculative decoding does not run with the KV offload tier")
+        if spec is not None:  # (kvcore refuses it with the offload tier's connector)
             fast_forward = False  # stretches assume one token per request per step
         self.fast_forward = fast_forward and self._vector_decode and not timeouts
         # A decode computes the last known token; with async scheduling the tokens in
@@ -612,16 +610,20 @@ class ReplicaEngine(FastForwardSteps):
             # Decode-only steps use the vectorized formula, as fast-forward does, so
             # both paths give bit-identical durations.
             duration = self._decode_duration(decode, context_sum)
-        elif self._step_time is not None:
-            duration = self._step_time(list(n_sched.values()), contexts)
         else:
-            duration = float(
-                self.latency_model.step_time(
-                    np.fromiter(n_sched.values(), dtype=np.int64, count=len(n_sched)),
-                    np.array(contexts, dtype=np.int64),
-                )
-            )
+            duration = self._step_seconds(list(n_sched.values()), contexts)
         return duration, prefill, decode, sampled
+
+    def _step_seconds(self, new_tokens: list[int], contexts: list[int]) -> float:
+        """The latency model's seconds for a step of ``new_tokens`` per request over
+        ``contexts`` tokens each (its pure-Python twin where it has one)."""
+        if self._step_time is not None:
+            return self._step_time(new_tokens, contexts)
+        return float(
+            self.latency_model.step_time(
+                np.array(new_tokens, dtype=np.int64), np.array(contexts, dtype=np.int64)
+            )
+        )
 
     def _spec_step_cost(
         self, out: SchedulerOutput, spec: SpecDecodeRun, sampled: Any
@@ -656,14 +658,7 @@ class ReplicaEngine(FastForwardSteps):
             if rid in sampled:
                 drafting += 1
                 drafting_context += ctx + n
-        if self._step_time is not None:
-            duration = self._step_time(new, contexts)
-        else:
-            duration = float(
-                self.latency_model.step_time(
-                    np.array(new, dtype=np.int64), np.array(contexts, dtype=np.int64)
-                )
-            )
+        duration = self._step_seconds(new, contexts)
         duration += spec.drafter_step_s(out, new, contexts, drafting, drafting_context)
         spec.note_decodes(decode_reqs, emitted)
         return duration, prefill, decode, sampled

@@ -16,8 +16,9 @@ step's ``SpecDecodingStats`` (:meth:`SpecDecodeRun.observe`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from kvcore.sched_output import SchedulerOutput
+from kvcore.scheduler import Scheduler
 from kvcore.spec_decode import SpecDecodingStats
 from sim.spec_acceptance import AcceptanceSampler
 from sim.spec_drafter import DrafterCost
@@ -59,13 +60,13 @@ class SpecDecodeRun:
 
     # -- the fake model ------------------------------------------------------------
 
-    def sample(self, scheduler: Any, out: Any) -> dict[str, list[int]]:
+    def sample(self, scheduler: Scheduler, out: SchedulerOutput) -> dict[str, list[int]]:
         """Tokens each scheduled request samples: none for a partial prefill chunk, else
         ``1 + a`` with ``a`` accepted of its scheduled drafts (with async scheduling an
         n-gram lookup without a match accepts none of the placeholders). A
         ``kvcore.batch_queue.SampleFn``; call right after ``schedule()``."""
         requests = scheduler.requests
-        drafts: Mapping[str, Sequence[int]] = getattr(out, "scheduled_spec_decode_tokens", {})
+        drafts = out.scheduled_spec_decode_tokens
         sampling = [rid for rid in out.num_scheduled_tokens if not requests[rid].is_prefill_chunk]
         with_drafts = [rid for rid in sampling if drafts.get(rid)]
         counts = [len(drafts[rid]) for rid in with_drafts]
@@ -80,19 +81,19 @@ class SpecDecodeRun:
         self, sampled: Mapping[str, Sequence[int]], finished: Sequence[str]
     ) -> dict[str, list[int]]:
         """The drafter's proposals after a synchronous step (for
-        ``update_draft_token_ids``): ``k`` drafts for each request that sampled and did
-        not finish, or none where an n-gram lookup finds no match."""
+        ``update_draft_token_ids``, which copies them): ``k`` drafts for each request
+        that sampled and did not finish, or none where an n-gram lookup finds no match."""
         done = set(finished)
         rids = [rid for rid in sampled if rid not in done]
         proposes = self.sampler.proposes(len(rids))
         draft = [self.token_id] * self.k
-        return {rid: (list(draft) if p else []) for rid, p in zip(rids, proposes)}
+        return {rid: (draft if p else []) for rid, p in zip(rids, proposes)}
 
     # -- cost and counts -----------------------------------------------------------
 
     def drafter_step_s(
         self,
-        out: Any,
+        out: SchedulerOutput,
         new_tokens: Sequence[int],
         contexts: Sequence[int],
         num_drafting: int,
@@ -100,7 +101,7 @@ class SpecDecodeRun:
     ) -> float:
         """The drafter's seconds in a step (0 when ``out.skip_drafts``); see
         :meth:`sim.spec_drafter.DrafterCost.step_s`."""
-        if getattr(out, "skip_drafts", False):
+        if out.skip_drafts:
             self.num_skipped += 1
             return 0.0
         s = self.drafter.step_s(new_tokens, contexts, num_drafting, drafting_context)
