@@ -287,8 +287,9 @@ def replay(
     totals = {"finished": 0, "preemptions": 0, "tokens": 0}
     pool = scheduler.kv_cache_manager.block_pool
     queue = None
+    sample = fake_sampler(config.sample_token_id)
     if config.async_scheduling:
-        queue = BatchQueue(scheduler, fake_sampler(config.sample_token_id))
+        queue = BatchQueue(scheduler, sample)
     aborts = sorted(
         (tr.abort_step, i, tr.request_id) for tr, i in pending if tr.abort_step is not None
     )
@@ -326,7 +327,7 @@ def replay(
         if queue is None:
             if next_idx == len(pending) and not scheduler.has_requests():
                 break
-            line = _step(scheduler, reqs, step, config, pool, totals, in_step, aborted)
+            line = _step(scheduler, sample, reqs, step, config, pool, totals, in_step, aborted)
         else:
             if next_idx == len(pending) and not queue.has_work():
                 break
@@ -359,6 +360,7 @@ def _abort(scheduler: Scheduler, request_ids: list[str]) -> list[str]:
 
 def _step(
     scheduler: Scheduler,
+    sample: SampleFn,
     reqs: dict[str, Request],
     step: int,
     config: ReplayConfig,
@@ -369,7 +371,7 @@ def _step(
 ) -> dict[str, Any]:
     out = scheduler.schedule()
     free_after_schedule = pool.get_num_free_blocks()
-    sampled = fake_sampler(config.sample_token_id)(scheduler, out)
+    sampled = sample(scheduler, out)
     entries = _scheduled_entries(out, reqs, sampled)
     aborted += _abort(scheduler, in_step)  # the aborts queue, read before the output
     result = scheduler.update_from_output(out, sampled)
