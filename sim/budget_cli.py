@@ -95,10 +95,6 @@ def budget_command(
         engine = load_engine_config(
             None, {**engine_flags, "tensor_parallel_size": tp}, checked=False
         )
-        raw = engine.speculative_config
-        if raw is not None:  # JSON text: checked as a run checks it
-            checked = load_engine_config(None, {"speculative_config": raw}).speculative_config
-            engine = engine.model_copy(update={"speculative_config": checked})
         _, spec, hw, budget_fn = budget_inputs(calibration, model, gpu, tp)
         budget = budget_fn(spec, hw, engine)
     except ValueError as exc:  # CatalogError, KVBudgetError and kvcore's checks

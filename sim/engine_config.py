@@ -218,7 +218,9 @@ def load_engine_config(
 
     ``checked=False`` skips the model's validation: for ``kvsim budget``, whose values
     the KV budget checks itself (``calibrate.budget.compute_kv_budget``, with its own
-    messages; it takes block sizes and KV cache dtypes a run refuses)."""
+    messages; it takes block sizes and KV cache dtypes a run refuses). The
+    ``speculative_config`` JSON, which nothing else checks, is parsed and checked as a
+    run's is even then."""
     data: dict[str, Any] = dict(defaults or {})
     source = "engine flags"
     if path is not None:
@@ -226,6 +228,9 @@ def load_engine_config(
         data.update(_engine_file(path))
     data.update({k: v for k, v in overrides.items() if v is not None})
     if not checked:
+        if data.get("speculative_config") is not None:
+            spec = load_engine_config(None, {"speculative_config": data["speculative_config"]})
+            data["speculative_config"] = spec.speculative_config
         return EngineConfig.model_construct(**data)
     try:
         return EngineConfig(**data)
