@@ -5,8 +5,9 @@ weights, KV and forward passes cost (speculative decoding with ``method: eagle``
 An EAGLE head is one decoder layer of the target's shape that reads the target's
 hidden states: EAGLE fuses the token embedding with the last hidden state (a
 ``2h x h`` projection), EAGLE-3 fuses three of the target's hidden states (``3h x h``)
-and predicts over a reduced draft vocabulary (32,000 tokens in the public EAGLE-3
-heads of Llama 3, e.g. ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``'s ``draft_vocab_size``).
+and predicts over a reduced draft vocabulary: 32,000 tokens against Llama 3's 128K in
+the EAGLE-3 configuration of the ``speculators`` library (its ``draft_vocab_size``);
+an assumption for other targets.
 vLLM 0.33.0 loads it into the target's workers and gives its attention layer its own
 KV cache beside the target's layers. The head shares the target's token embedding, so
 only its output projection counts here (``tie_word_embeddings``). A mixture-of-experts

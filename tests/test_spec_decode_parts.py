@@ -64,6 +64,11 @@ def test_defaults_are_low_for_ngram_and_higher_for_a_draft_model():
     assert list(ngram) == sorted(ngram, reverse=True)
     assert AcceptanceModel.build("ngram", 3).proposal_rate < 1.0
     assert AcceptanceModel.build("draft_model", 3).proposal_rate == 1.0
+    # EAGLE-3's defaults: a mean acceptance length of 2.8 tokens at k = 3
+    # (sim/spec_acceptance.py's docstring and docs/engine.md quote it).
+    eagle3 = AcceptanceModel.build("eagle3", 3)
+    assert eagle3.proposal_rate == 1.0
+    assert round(eagle3.mean_tokens_per_decode(), 2) == 2.82
 
 
 # -- the fake model and the drafter's proposals -------------------------------------

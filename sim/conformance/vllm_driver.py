@@ -65,7 +65,8 @@ Request set-up (kvsim must mirror it)
   copy in the input queue). A step line whose aborts ended requests lists them under
   ``aborted`` (those before ``schedule()`` first).
 * Speculative decoding (``num_speculative_tokens`` > 0, ``speculative_method`` ngram
-  | ngram_gpu | draft_model): vLLM's ``SpeculativeConfig`` on the tiny model; the
+  | ngram_gpu | draft_model | eagle | eagle3): vLLM's ``SpeculativeConfig`` on the
+  tiny model (draft_model: the model itself; eagle / eagle3: a one-layer head); the
   fake model drafts and accepts by the rules of ``kvcore/replay_spec.py`` (loaded by
   path: the same file kvcore's replay uses). A request that verifies drafts samples
   ``1 + accepted`` tokens; after a synchronous step that ran (and did not set
