@@ -181,6 +181,7 @@ def compute_kv_budget(
     kv_cache_dtype: str = "auto",
     num_gpu_blocks_override: int | None = None,
     async_scheduling: bool | None = None,
+    data_parallel_size: int = 1,
     *,
     cudagraph_memory_bytes: int | None = None,
     non_torch_memory_bytes: int | None = None,
@@ -198,6 +199,10 @@ def compute_kv_budget(
     ``async_scheduling`` None is vLLM 0.33.0's default, on (none of the options that turn
     it off exists in kvsim): a second step's tokens are then in flight, which a
     sliding-window or chunked-local layer must hold (``max_in_flight_tokens``).
+    ``data_parallel_size``: with an MoE model, its routed experts are split over the
+    ``data_parallel_size * tp`` ranks (:meth:`ModelSpec.weight_bytes_per_rank`); the
+    fused-MoE workspaces are sized for this rank's tokens (vLLM sizes them for the DP
+    group's chunk; not modelled).
     ``draft_model``: speculative decoding's draft model on the same GPUs (same
     tensor-parallel size): its weights join the target's and its KV layers every
     block (:mod:`calibrate.draft_kv`).
@@ -224,7 +229,8 @@ def compute_kv_budget(
         _positive("num_gpu_blocks_override", num_gpu_blocks_override)
     total = gpu.memory_bytes if measured is None else measured.total_memory_bytes
     requested = math.ceil(total * gpu_memory_utilization)
-    weights = model.weight_bytes() // tp + rope_cache_bytes(model)
+    dp = _positive("data_parallel_size", data_parallel_size)
+    weights = model.weight_bytes_per_rank(tp, dp) + rope_cache_bytes(model)
     activation = activation_peak_bytes(model, tp, mbt, seqs)
     non_torch = non_torch_memory_bytes
     if non_torch is None:

@@ -90,18 +90,22 @@ def make_latency_model(
     calibration: str | Path | None = None,
     efficiency: RooflineEfficiency | None = None,
     kv_cache_dtype: str = "auto",
+    data_parallel_size: int = 1,
 ) -> LatencyModel:
     """The latency model of ``kind``.
 
     ``roofline`` needs ``model`` and ``gpu`` (``efficiency`` overrides the default
-    factors); ``constant`` needs ``step_s`` (seconds); ``fitted`` needs ``calibration``
-    (a file path; ``model``/``gpu``, when given, must match it). Bad arguments raise
-    ValueError naming the argument.
+    factors; ``data_parallel_size``: an MoE model's DP group); ``constant`` needs
+    ``step_s`` (seconds); ``fitted`` needs ``calibration`` (a file path;
+    ``model``/``gpu``, when given, must match it). Bad arguments raise ValueError naming
+    the argument.
     """
     if kind == "roofline":
         if model is None or gpu is None:
             raise ValueError("latency model 'roofline' needs a model and a gpu")
-        return RooflineLatencyModel(model, gpu, tensor_parallel_size, efficiency, kv_cache_dtype)
+        return RooflineLatencyModel(
+            model, gpu, tensor_parallel_size, efficiency, kv_cache_dtype, data_parallel_size
+        )
     if kind == "constant":
         if step_s is None:
             raise ValueError("latency model 'constant' needs step_s (seconds per step)")

@@ -221,6 +221,26 @@ class ModelSpec(BaseModel):
         linear_bytes = get_dtype_size(dtype or self.weight_dtype or self.dtype)
         return counts.linear * linear_bytes + other_bytes
 
+    def routed_expert_bytes(self) -> int:
+        """Bytes of the routed experts' weights (matmul weights, stored as
+        :meth:`weight_bytes` stores them): what expert parallelism splits over ranks."""
+        routed = self.param_counts().moe_routed
+        if self.weight_bits is not None:
+            group = self.weight_group_size or self.hidden_size
+            return routed * self.weight_bits // 8 + 2 * (routed // group)
+        return routed * get_dtype_size(self.weight_dtype or self.dtype)
+
+    def weight_bytes_per_rank(self, tp: int = 1, dp: int = 1) -> int:
+        """Weight bytes on one GPU: everything split ``tp`` ways, except that with data
+        parallelism (``dp > 1``) an MoE model's routed experts are split over all
+        ``dp * tp`` ranks, as vLLM's fused-MoE layer shards them (expert parallel or
+        tensor parallel over the flattened group, ``FusedMoEParallelConfig.make``)."""
+        total = self.weight_bytes()
+        if dp == 1 or not self.num_experts:
+            return total // tp
+        routed = self.routed_expert_bytes()
+        return (total - routed) // tp + routed // (tp * dp)
+
     # ---- KV cache ----------------------------------------------------------------------
 
     def kv_cache_dtype(self, kv_cache_dtype: str = "auto") -> str:

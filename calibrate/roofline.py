@@ -23,9 +23,19 @@ For one tensor-parallel rank and one step with ``N`` tokens over ``R`` requests:
 * tensor parallelism: work and weights are split ``tp`` ways (KV heads: at least one per
   rank), plus two all-reduces per layer of ``N * H`` activations, each as vLLM runs it
   on this GPU's link (custom one-/two-shot kernel or NCCL ring,
-  :class:`calibrate.allreduce.AllReducePlan`): its latency scaled by
-  ``allreduce_latency_s / 36 us`` (NCCL's fitted 2-GPU latency), its bytes' time
-  divided by ``interconnect``.
+  :class:`calibrate.allreduce.AllReducePlan`), and one NCCL all-gather of the step's
+  logits (``R * V`` values: every rank samples, vLLM's ``LogitsProcessor``): each
+  call's latency scaled by ``allreduce_latency_s / 36 us`` (NCCL's fitted 2-GPU
+  latency), its bytes' time divided by ``interconnect``.
+* data parallelism with an MoE model (``data_parallel_size`` ``dp > 1``, with or
+  without ``--enable-expert-parallel``): the routed experts are split over all
+  ``dp * tp`` ranks, and each MoE layer gathers the DP group's tokens before its experts
+  and reduce-scatters after them (vLLM's default all2all backend,
+  ``allgather_reducescatter``), two NCCL calls over the link moving ``(dp - 1) / dp``
+  of the group's hidden states (plus router logits) each; the other DP ranks are taken
+  to carry this rank's load (vLLM pads every rank's batch to the group's largest and
+  steps them together, which kvsim does not: each DP rank is a replica of its own).
+  A dense model's DP ranks are independent engines: nothing changes;
 * ``attention_kernel_s`` per layer and attention phase present (kernel floor);
 * ``step_overhead_s`` per step (scheduler, input preparation, sampling, launch) and
   ``per_request_overhead_s`` per scheduled request.
@@ -38,7 +48,7 @@ apply (the same seconds per GEMM kernel at peak bandwidth, tokens per GEMM, weig
 causal triangle, all-reduce latencies and link efficiencies), scaled by that GPU's own
 peaks and link. Not
 modelled: CUDA-graph batch padding, activation traffic, kernel launch gaps inside a
-step, expert parallelism.
+step, DP ranks' lockstep (see above).
 """
 
 from __future__ import annotations
@@ -76,12 +86,17 @@ class RooflineEfficiency:
     All-reduces follow :mod:`calibrate.allreduce` (vLLM's custom kernel or NCCL, NCCL
     fitted on Vidur's all-reduce data): ``interconnect`` multiplies the link's fitted
     efficiency (1: as fitted), ``allreduce_latency_s`` is NCCL's 2-GPU per-call latency
-    (36 us fitted), which every algorithm's modelled latency scales with.
+    (36 us fitted), which every NCCL call's modelled latency scales with (all-reduces
+    above the custom kernel's size limit, the logits all-gather, MoE dispatch and
+    combine); ``custom_allreduce_scale`` multiplies vLLM's custom kernel's per-call
+    latency (the GPU file's ``custom_allreduce_latency_us`` or the link's default: an
+    assumption, no public measurement).
     ``step_overhead_s`` 0.4 ms and ``per_request_overhead_s`` 5 us per scheduled
     request: scheduler, input preparation and sampling (BLIS's fitted terms: 0.13 ms
-    per step, 4 us per request and 32 us per layer). The first eight fields are what
-    ``kvsim calibrate --from-trace`` fits (:mod:`calibrate.roofline_terms`): multipliers
-    on the size curves, whose shapes stay fixed.
+    per step, 4 us per request and 32 us per layer). The first eight fields and
+    ``custom_allreduce_scale`` are what ``kvsim calibrate --from-trace`` fits
+    (:mod:`calibrate.roofline_terms`): multipliers on the size curves, whose shapes stay
+    fixed.
     """
 
     compute: float = 0.755
@@ -95,6 +110,7 @@ class RooflineEfficiency:
     gemm_kernel_s: float = 4.65e-6
     gemm_kernel_tokens: float = 110.0
     prefill_causal_weight: float = 2.33
+    custom_allreduce_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("compute", "memory", "attention", "interconnect"):
@@ -109,7 +125,12 @@ class RooflineEfficiency:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 seconds")
-        for name in ("gemm_kernel_s", "gemm_kernel_tokens", "prefill_causal_weight"):
+        for name in (
+            "gemm_kernel_s",
+            "gemm_kernel_tokens",
+            "prefill_causal_weight",
+            "custom_allreduce_scale",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
@@ -182,10 +203,16 @@ class RooflineLatencyModel(LatencyModel):
         tensor_parallel_size: int = 1,
         efficiency: RooflineEfficiency | None = None,
         kv_cache_dtype: str = "auto",
+        data_parallel_size: int = 1,
     ) -> None:
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size!r}")
+        if data_parallel_size < 1:
+            raise ValueError(f"data_parallel_size must be >= 1, got {data_parallel_size!r}")
         self.model, self.gpu, self.tp = model, gpu, tensor_parallel_size
+        # data parallelism changes a step only for an MoE model (its experts span the
+        # DP group); a dense model's DP ranks are independent engines
+        self.dp = data_parallel_size if model.num_experts else 1
         self.eff = efficiency or RooflineEfficiency()
         tp, eff = self.tp, self.eff
         counts = model.param_counts()
@@ -201,7 +228,10 @@ class RooflineLatencyModel(LatencyModel):
         self.dense_weight_bytes = (
             non_expert * wbytes + (counts.router + counts.norms) * abytes + lm_head_bytes
         ) / tp + self.gemm_kernels * eff.gemm_kernel_s * gpu.hbm_bandwidth_bytes_per_s
-        self.expert_bytes = 3 * model.hidden_size * model.moe_intermediate_size * wbytes / tp
+        # one routed expert's bytes on this rank: experts span all dp * tp ranks
+        self.expert_bytes = (
+            3 * model.hidden_size * model.moe_intermediate_size * wbytes / (tp * self.dp)
+        )
         active_routed = counts.active_per_token - (
             counts.embedding + counts.lm_head + non_expert + counts.router + counts.norms
         )
@@ -209,6 +239,14 @@ class RooflineLatencyModel(LatencyModel):
         self.lm_head_flops_per_request = 2.0 * counts.embedding / tp
         self.allreduce_bytes_per_token = model.hidden_size * abytes
         self.allreduce = AllReducePlan(gpu, tp) if tp > 1 else None
+        # every TP rank runs the sampler, so each step all-gathers the logits of its
+        # requests (vLLM's LogitsProcessor._gather_logits on CUDA): NCCL, V per request
+        self.logits_bytes_per_request = model.vocab_size * abytes
+        # MoE dispatch (all-gather of hidden states and router logits) and combine
+        # (reduce-scatter) over the DP group, NCCL's ring (vLLM's default all2all
+        # backend, allgather_reducescatter): bytes per token of each
+        self.dispatch = AllReducePlan(gpu, self.dp) if self.dp > 1 else None
+        self.dispatch_bytes_per_token = (2 * model.hidden_size + model.num_experts) * abytes
         self.groups = self._attention_groups(model, kv_cache_dtype)
 
     def _attention_groups(self, model: ModelSpec, kv_cache_dtype: str) -> list[_AttentionGroup]:
@@ -233,10 +271,13 @@ class RooflineLatencyModel(LatencyModel):
     # ---- shared terms ------------------------------------------------------------------
 
     def _distinct_experts(self, num_tokens: np.ndarray) -> np.ndarray:
+        """Experts the MoE layers touch, counted in this rank's expert shards: the
+        ``dp * num_tokens`` tokens of the DP group (its other ranks taken to carry as
+        many as this one; vLLM pads every rank's batch to the group's largest)."""
         e, k = self.model.num_experts, self.model.num_experts_per_tok
         if not e:
             return np.zeros_like(num_tokens, dtype=np.float64)
-        return e * (1.0 - (1.0 - k / e) ** num_tokens)
+        return e * (1.0 - (1.0 - k / e) ** (self.dp * num_tokens))
 
     def _dense_time(self, num_tokens: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
         weights = self.dense_weight_bytes + (
@@ -252,21 +293,54 @@ class RooflineLatencyModel(LatencyModel):
             num_requests + n0
         ) * self.lm_head_flops_per_request
 
-    def allreduce_parts(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One all-reduce call of ``num_tokens`` tokens' activations: its latency in
-        units of ``NCCL_LATENCY_2_S`` and its bytes' seconds at the link's fitted
-        efficiency (:class:`calibrate.allreduce.AllReducePlan`)."""
+    def allreduce_parts(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One all-reduce call of ``num_tokens`` tokens' activations
+        (:class:`calibrate.allreduce.AllReducePlan`): its NCCL latency in units of
+        ``NCCL_LATENCY_2_S`` (0 where the custom kernel or symmetric memory serves it),
+        its custom-kernel latency in seconds (0 where NCCL does) and its bytes' seconds
+        at the link's fitted efficiency."""
         assert self.allreduce is not None
-        size = num_tokens * self.allreduce_bytes_per_token
+        size = np.asarray(num_tokens * self.allreduce_bytes_per_token, dtype=np.float64)
         latency, per_byte = self.allreduce.parts_array(size)
-        return latency / NCCL_LATENCY_2_S, size * per_byte
+        fast = size < self.allreduce.fast_max
+        nccl = np.where(fast, 0.0, latency / NCCL_LATENCY_2_S)
+        return nccl, np.where(fast, latency, 0.0), size * per_byte
 
-    def _allreduce_time(self, num_tokens: np.ndarray) -> np.ndarray:
-        if self.allreduce is None:
-            return np.zeros_like(num_tokens, dtype=np.float64)
-        latency, link = self.allreduce_parts(num_tokens)
-        one = latency * self.eff.allreduce_latency_s + link / self.eff.interconnect
-        return 2.0 * self.model.num_layers * one
+    def dispatch_parts(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """An MoE layer's dispatch and combine over the DP group of ``dp`` ranks, each
+        with ``num_tokens`` tokens: its two NCCL calls' latency in units of
+        ``NCCL_LATENCY_2_S`` and its bytes' seconds at the link's fitted efficiency. An
+        all-gather or reduce-scatter of ``M`` bytes in all moves ``(w - 1) / w M`` per
+        rank, half a ring all-reduce's."""
+        assert self.dispatch is not None
+        size = self.dp * np.asarray(num_tokens, dtype=np.float64)
+        latency = np.full_like(size, 2.0 * self.dispatch.nccl_latency / NCCL_LATENCY_2_S)
+        return latency, size * self.dispatch_bytes_per_token * self.dispatch.ring / 2.0
+
+    def logits_gather_parts(self, num_requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The step's all-gather of ``num_requests`` requests' logits over the TP group
+        (one NCCL call): its latency in units of ``NCCL_LATENCY_2_S`` and its bytes'
+        seconds at the link's fitted efficiency (``(tp - 1) / tp`` of them per rank)."""
+        assert self.allreduce is not None
+        size = np.asarray(num_requests, dtype=np.float64) * self.logits_bytes_per_request
+        latency = np.full_like(size, self.allreduce.nccl_latency / NCCL_LATENCY_2_S)
+        return latency, size * (self.allreduce.ring / 2.0)
+
+    def _allreduce_time(self, num_tokens: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
+        """Seconds of the step's collectives: the TP all-reduces and logits all-gather,
+        and the MoE layers' dispatch and combine."""
+        out = np.zeros_like(num_tokens, dtype=np.float64)
+        lat_s, ic = self.eff.allreduce_latency_s, self.eff.interconnect
+        if self.allreduce is not None:
+            nccl, custom, link = self.allreduce_parts(num_tokens)
+            one = nccl * lat_s + custom * self.eff.custom_allreduce_scale + link / ic
+            out = out + 2.0 * self.model.num_layers * one
+            latency, link = self.logits_gather_parts(num_requests)
+            out = out + (latency * lat_s + link / ic)
+        if self.dispatch is not None:
+            latency, link = self.dispatch_parts(num_tokens)
+            out = out + self.model.num_moe_layers * (latency * lat_s + link / ic)
+        return out
 
     def _overhead(self, num_requests: np.ndarray) -> np.ndarray:
         return self.eff.step_overhead_s + self.eff.per_request_overhead_s * num_requests
@@ -289,7 +363,7 @@ class RooflineLatencyModel(LatencyModel):
         if not new.size:
             return 0.0
         n_tok, n_req = np.float64(new.sum()), np.float64(new.size)
-        total = float(self._dense_time(n_tok, n_req) + self._allreduce_time(n_tok))
+        total = float(self._dense_time(n_tok, n_req) + self._allreduce_time(n_tok, n_req))
         total += float(self._overhead(n_req))
         is_decode = new == 1
         for g in self.groups:
@@ -318,7 +392,7 @@ class RooflineLatencyModel(LatencyModel):
         for sliding windows).
         """
         b, k = as_decode_arrays(batch_sizes, total_context)
-        out = self._dense_time(b, b) + self._allreduce_time(b) + self._overhead(b)
+        out = self._dense_time(b, b) + self._allreduce_time(b, b) + self._overhead(b)
         for g in self.groups:
             tokens = decode_kv_tokens(g, b, k, windowed_context)
             compute = tokens * g.decode_flops_per_pair / self.attn_flops_per_s
@@ -333,5 +407,6 @@ class RooflineLatencyModel(LatencyModel):
             "model": self.model.name,
             "gpu": self.gpu.name,
             "tensor_parallel_size": self.tp,
+            **({"data_parallel_size": self.dp} if self.dp > 1 else {}),
             **asdict(self.eff),
         }

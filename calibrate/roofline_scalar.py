@@ -41,8 +41,13 @@ class ScalarRoofline:
             )
         )  # fmt: skip
         self.ar_per_tok = float(model.allreduce_bytes_per_token)
+        # the logits all-gather (one NCCL call): latency units, seconds per request
+        self.lg_lat = 0.0 if plan is None else float(plan.nccl_latency) / NCCL_LATENCY_2_S
+        self.lg_bpr = float(model.logits_bytes_per_request)
+        self.lg_half_ring = 0.0 if plan is None else float(plan.ring) / 2.0
         self.ar_ic = float(eff.interconnect)
         self.ar_lat = float(eff.allreduce_latency_s)
+        self.custom_scale = float(eff.custom_allreduce_scale)
         self.ar_ref = NCCL_LATENCY_2_S
         self.two_layers = 2.0 * model.model.num_layers
         self.step_oh = float(eff.step_overhead_s)
@@ -67,10 +72,15 @@ class ScalarRoofline:
         if self.has_ar:  # RooflineLatencyModel._allreduce_time, AllReducePlan.parts inlined
             fast_max, one_shot_max, custom_lat, one_shot, ring, nccl_lat = self.ar
             size = t * self.ar_per_tok
-            latency = custom_lat if size < fast_max else nccl_lat
+            if size < fast_max:  # the custom kernel (or symmetric memory): its latency
+                latency = custom_lat * self.custom_scale
+            else:  # NCCL: its latency in units of the fitted 2-GPU one
+                latency = nccl_lat / self.ar_ref * self.ar_lat
             per_byte = one_shot if size < one_shot_max else ring
-            one = latency / self.ar_ref * self.ar_lat + size * per_byte / self.ar_ic
-            out = out + self.two_layers * one
+            one = latency + size * per_byte / self.ar_ic
+            collectives = self.two_layers * one
+            gather = self.lg_lat * self.ar_lat + (r * self.lg_bpr) * self.lg_half_ring / self.ar_ic
+            out = out + (collectives + gather)
         return out + (self.step_oh + self.req_oh * r)
 
     def _attention(

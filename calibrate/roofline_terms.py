@@ -5,14 +5,15 @@ dense and attention phase), ``RooflineLatencyModel.step_time`` is a dot product
 ``terms(step) . theta`` with
 
 ``theta = (1/memory, 1/compute, 1/attention, 1/interconnect, allreduce_latency_s,
-attention_kernel_s, step_overhead_s, per_request_overhead_s)``
+attention_kernel_s, step_overhead_s, per_request_overhead_s, custom_allreduce_scale)``
 
 (the efficiency factors of :class:`calibrate.roofline.RooflineEfficiency`) and terms at
 the catalog's nominal peaks, with the model's size curves (GEMM kernel bytes and tokens,
 the prefill triangle's weight) and its all-reduce model in them: seconds for the first
 four (``link_s``: the modelled all-reduce bytes' time, which ``interconnect`` divides),
-counts for the rest (all-reduce calls, each weighted by its algorithm's latency over
-NCCL's 2-GPU one; attention kernels; steps; scheduled requests).
+counts for the rest (NCCL calls, each weighted by its latency over NCCL's 2-GPU one;
+attention kernels; steps; scheduled requests) and seconds again for the last (the custom
+all-reduce kernel's per-call latency, summed over its calls).
 The efficiencies are thus multipliers on fixed curves, not the curves' shapes. The
 branches are those the model takes at its own efficiency. This is what fitting the
 efficiencies to measured request times solves linearly (:mod:`calibrate.trace_fit`).
@@ -42,6 +43,7 @@ TERMS = (
     "attention_kernels",
     "steps",
     "requests",
+    "custom_allreduce_s",
 )
 """The term names, in ``theta`` order."""
 
@@ -54,6 +56,7 @@ PARAMETERS = (
     "attention_kernel_s",
     "step_overhead_s",
     "per_request_overhead_s",
+    "custom_allreduce_scale",
 )
 """The ``RooflineEfficiency`` field each term's coefficient comes from."""
 
@@ -103,7 +106,16 @@ class RooflineTerms:
         out[:, 1] += np.where(memory_bound, 0.0, flops / self.peak_gemm) * on
         if rf.tp > 1:
             calls = 2.0 * rf.model.num_layers
-            latency, link = rf.allreduce_parts(n_tok)
+            nccl, custom, link = rf.allreduce_parts(n_tok)
+            out[:, 3] += calls * link * on
+            out[:, 4] += calls * nccl * on
+            out[:, 8] += calls * custom * on
+            latency, link = rf.logits_gather_parts(n_req)
+            out[:, 3] += link * on
+            out[:, 4] += latency * on
+        if rf.dispatch is not None:  # the MoE layers' dispatch and combine
+            calls = float(rf.model.num_moe_layers)
+            latency, link = rf.dispatch_parts(n_tok)
             out[:, 3] += calls * link * on
             out[:, 4] += calls * latency * on
         out[:, 6] += on

@@ -71,7 +71,7 @@ class StepFeatures:
         out[0] = 1.0
         out[1] = float(rf._dense_time(np.float64(n_tok), np.float64(n_req)))
         out[5] = n_req
-        out[7] = float(rf._allreduce_time(np.float64(n_tok)))
+        out[7] = float(rf._allreduce_time(np.float64(n_tok), np.float64(n_req)))
         is_dec = new == 1
         for g in rf.groups:
             for decode in (False, True):
@@ -111,7 +111,7 @@ class StepFeatures:
         out[:, 0] = on
         out[:, 1] = rf._dense_time(b, b) * on
         out[:, 5] = b
-        out[:, 7] = rf._allreduce_time(b) * on
+        out[:, 7] = rf._allreduce_time(b, b) * on
         for g in rf.groups:
             tokens = decode_kv_tokens(g, b, k, windowed_context)
             out[:, 4] += g.num_layers * tokens * g.kv_bytes_per_token / rf.bytes_per_s

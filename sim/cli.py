@@ -159,7 +159,12 @@ def run(
         "--fast-forward/--no-fast-forward",
         help="advance decode-only stretches at once (identical results)",
     ),
-    num_replicas: int = typer.Option(1, "--num-replicas", help="replicas behind the router"),
+    num_replicas: int = typer.Option(
+        None,
+        "--num-replicas",
+        help="replicas behind the router (each DP rank is one)",
+        show_default="--data-parallel-size (1)",
+    ),
     router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
     goodput: list[str] = typer.Option(  # noqa: B008 (typer reads its options so)
         None,
@@ -180,6 +185,8 @@ def run(
     tensor_parallel_size: int = engine_option(
         "tensor_parallel_size", help_suffix="; with --calibration: the file's"
     ),
+    data_parallel_size: int = engine_option("data_parallel_size"),
+    enable_expert_parallel: bool = engine_option("enable_expert_parallel"),
     long_prefill_token_threshold: int = engine_option("long_prefill_token_threshold"),
     enable_chunked_prefill: bool = engine_option("enable_chunked_prefill"),
     enable_prefix_caching: bool = engine_option("enable_prefix_caching"),
@@ -484,6 +491,7 @@ def budget(
     tensor_parallel_size: int = engine_option(
         "tensor_parallel_size", help_suffix="; with --calibration: the file's"
     ),
+    data_parallel_size: int = engine_option("data_parallel_size"),
     gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
     max_model_len: int = engine_option("max_model_len"),
     max_num_batched_tokens: int = engine_option("max_num_batched_tokens"),
@@ -653,6 +661,8 @@ def plan(
     gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
     block_size: int = engine_option("block_size"),
     tensor_parallel_size: int = engine_option("tensor_parallel_size"),
+    data_parallel_size: int = engine_option("data_parallel_size"),
+    enable_expert_parallel: bool = engine_option("enable_expert_parallel"),
     enable_prefix_caching: bool = engine_option("enable_prefix_caching"),
     enable_chunked_prefill: bool = engine_option("enable_chunked_prefill"),
     scheduling_policy: str = engine_option("scheduling_policy"),

@@ -40,6 +40,15 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
         "--tensor-parallel-size",
         "GPUs one replica's model is split over (the budget is per GPU)",
     ),
+    "data_parallel_size": (
+        "--data-parallel-size",
+        "engines (replicas) sharing one MoE model's experts over DP x TP GPUs; a dense "
+        "model's DP ranks are independent replicas",
+    ),
+    "enable_expert_parallel": (
+        "--enable-expert-parallel/--no-enable-expert-parallel",
+        "whole experts per GPU instead of each expert split (same modelled bytes)",
+    ),
     "long_prefill_token_threshold": (
         "--long-prefill-token-threshold",
         "prefill at most this many tokens of one request per step; 0: no cap",

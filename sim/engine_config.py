@@ -43,8 +43,14 @@ FLEX_ATTENTION and the MLA backends TRITON_MLA / FLASH_ATTN_MLA take any multipl
 takes a size that is not a multiple of 16 (``No valid attention backend found``)."""
 
 
-_DROPPED_WHEN_NONE = ("kv_offloading_size", "speculative_config")
-"""Fields a dump leaves out when None (they came after files and hashes were written)."""
+_DROPPED_AT_DEFAULT: dict[str, object] = {
+    "kv_offloading_size": None,
+    "speculative_config": None,
+    "data_parallel_size": 1,
+    "enable_expert_parallel": False,
+}
+"""Fields a dump leaves out at these defaults (they came after files and hashes were
+written)."""
 
 
 class EngineConfig(BaseModel):
@@ -67,6 +73,15 @@ class EngineConfig(BaseModel):
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     max_model_len: int | None = Field(None, gt=1)
     tensor_parallel_size: int = Field(1, gt=0)
+    data_parallel_size: int = Field(1, gt=0)
+    """vLLM's ``--data-parallel-size``: engines that share one MoE model's experts (its
+    MoE layers span the ``data_parallel_size * tensor_parallel_size`` GPUs; each engine
+    is one of the run's replicas, so the replica count is a multiple of it). A dense
+    model's DP ranks are independent engines: then it only sets the replica count."""
+    enable_expert_parallel: bool = False
+    """vLLM's ``--enable-expert-parallel``: whole experts per rank instead of every
+    expert split; the step model counts the same expected bytes either way (kept for
+    vLLM's command lines)."""
     long_prefill_token_threshold: int = Field(0, ge=0)
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     latency_model: Literal["roofline", "constant"] = "roofline"
@@ -87,14 +102,14 @@ class EngineConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        """Fields as pydantic dumps them, without ``kv_offloading_size`` and
-        ``speculative_config`` when they are None: every file and hash written from an
-        engine without a CPU tier or speculative decoding stays as it was before the
-        fields existed (a dump read back gives the same config)."""
+        """Fields as pydantic dumps them, without those of :data:`_DROPPED_AT_DEFAULT`
+        at their defaults: every file and hash written from an engine without a CPU
+        tier, speculative decoding or data parallelism stays as it was before the fields
+        existed (a dump read back gives the same config)."""
         data = handler(self)
         if isinstance(data, dict):
-            for name in _DROPPED_WHEN_NONE:
-                if name in data and data[name] is None:
+            for name, default in _DROPPED_AT_DEFAULT.items():
+                if name in data and data[name] == default:
                     del data[name]
         return data
 

@@ -171,7 +171,8 @@ def run_command(
     """Body of ``kvsim run``; returns the exit status.
 
     ``model``, ``gpu`` and the engine's ``tensor_parallel_size`` left out (None) are
-    the calibration file's when there is one, else the defaults.
+    the calibration file's when there is one, else the defaults; ``num_replicas`` left
+    out is the engine's ``data_parallel_size`` (1 by default: one engine).
     ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``;
     ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`);
     ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
@@ -199,7 +200,7 @@ def run_command(
             calibration=calibration,
             decisions=decisions,
             check=check,
-            num_replicas=1 if num_replicas is None else num_replicas,
+            num_replicas=engine.data_parallel_size if num_replicas is None else num_replicas,
             router=router or "round_robin",
             fast_forward=fast_forward,
             workload_overrides=workload_overrides,

@@ -57,9 +57,16 @@ class ResolvedRun:
 
 
 def check_cluster(spec: RunSpec) -> None:
-    """ValueError naming the field when ``num_replicas`` or ``router`` is bad."""
+    """ValueError naming the field when ``num_replicas`` (a multiple of the engine's
+    ``data_parallel_size``) or ``router`` is bad."""
     if not isinstance(spec.num_replicas, int) or spec.num_replicas < 1:
         raise ValueError(f"--num-replicas: must be an integer >= 1 (got {spec.num_replicas!r})")
+    dp = spec.engine.data_parallel_size
+    if spec.num_replicas % dp:
+        raise ValueError(
+            f"--num-replicas: must be a multiple of --data-parallel-size {dp} (each DP rank "
+            f"is one replica; got {spec.num_replicas})"
+        )
     make_router(spec.router)
 
 
@@ -87,6 +94,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
             gpu=gpu,
             tensor_parallel_size=engine.tensor_parallel_size,
             kv_cache_dtype=engine.kv_cache_dtype,
+            data_parallel_size=engine.data_parallel_size,
             efficiency=cal.factors() if isinstance(cal, EfficiencyCalibration) else None,
         )
     if not engine.enable_chunked_prefill and budget.max_num_batched_tokens < budget.max_model_len:

@@ -30,6 +30,8 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "max_num_batched_tokens": (["--max-num-batched-tokens", "4096"], 4096),
     "max_model_len": (["--max-model-len", "3000"], 3000),
     "tensor_parallel_size": (["--tensor-parallel-size", "2"], 2),
+    "data_parallel_size": (["--data-parallel-size", "2"], 2),
+    "enable_expert_parallel": (["--enable-expert-parallel"], True),
     "long_prefill_token_threshold": (["--long-prefill-token-threshold", "64"], 64),
     "enable_chunked_prefill": (["--no-enable-chunked-prefill"], False),
     "enable_prefix_caching": (["--no-enable-prefix-caching"], False),

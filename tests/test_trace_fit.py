@@ -32,9 +32,22 @@ ENGINE = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "gpu_memory_utili
 @pytest.mark.parametrize("gpu", ["H100-SXM", "L40S"])
 def test_terms_dot_theta_is_the_roofline(model: str, tp: int, gpu: str) -> None:
     eff = RooflineEfficiency(memory=0.6, attention=0.4, step_overhead_s=1e-3)
-    rf = RooflineLatencyModel(load_model(model), load_gpu(gpu), tp, eff)
+    check_terms(RooflineLatencyModel(load_model(model), load_gpu(gpu), tp, eff), eff, tp)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_terms_dot_theta_is_the_roofline_with_dp(tp: int) -> None:
+    """An MoE model whose experts span a DP group of 4 (dispatch and combine terms)."""
+    eff = RooflineEfficiency(memory=0.6, interconnect=0.3, custom_allreduce_scale=3.0)
+    gpu = load_gpu("H100-SXM")
+    rf = RooflineLatencyModel(load_model("DeepSeek-V3"), gpu, tp, eff, data_parallel_size=4)
+    check_terms(rf, eff, tp)
+
+
+def check_terms(rf: RooflineLatencyModel, eff: RooflineEfficiency, seed: int) -> None:
+    """``terms . theta`` equals the roofline's step and decode times on random steps."""
     terms, theta = RooflineTerms(rf), theta_of(eff)
-    rng = np.random.default_rng(tp)
+    rng = np.random.default_rng(seed)
     for _ in range(40):
         n = int(rng.integers(1, 40))
         new = rng.choice([0, 1, 1, 1, int(rng.integers(2, 3000))], size=n)

@@ -6,9 +6,13 @@ from __future__ import annotations
 from sim.validate.serving import DATA, RUNS, validate_serving
 
 # Median |signed error of the mean| over the four runs, default latency model, as
-# measured when these bounds were set: TTFT 18.0%, TPOT 12.4%, E2E 14.8% (before the
-# size-dependent efficiencies and vLLM's all-reduce algorithms: 19.6%, 13.7%, 16.1%).
-BOUNDS = {"ttft_mean": 0.19, "tpot_mean": 0.13, "e2e_mean": 0.155}
+# measured when these bounds were set: TTFT 28.4%, TPOT 16.3%, E2E 19.6%. They were
+# 18.0%, 12.4% and 14.8% before expert parallelism was modelled: the Qwen3-30B-A3B run
+# (DP 2 with EP) then read every expert on each replica and came out +12% E2E, one
+# error hiding another; with the experts shared it is -22%, the same sign and cause as
+# the Qwen3-32B TP 2 run's -32% (the datasheet's PCIe link is about three times what
+# that machine's GPUs exchange at: docs/calibration.md).
+BOUNDS = {"ttft_mean": 0.29, "tpot_mean": 0.17, "e2e_mean": 0.20}
 
 
 def test_every_public_run_replays_within_the_bounds() -> None:
@@ -26,8 +30,11 @@ def test_the_data_is_in_the_checkout() -> None:
 
 def test_a_fit_to_one_real_run_carries_to_another_model_and_tp_size() -> None:
     """Fitted to the RTX PRO 6000's Qwen3-32B run (TP 2) alone, the factors replay its
-    Llama-3.1-8B run (TP 1, another model), which the fit never saw, within 5% on the E2E
-    and TPOT means and 10% on TTFT (measured when set: +1.2%, +1.3%, +1.1%)."""
+    Llama-3.1-8B run (TP 1, another model), which the fit never saw, within 6% on the E2E
+    mean, 4.5% on TPOT and 11% on TTFT (measured when set: -5.3%, -3.7%, -9.8%). Before
+    the custom all-reduce kernel's latency had a factor of its own this pair came out
+    within 2%, through one latency for every collective, fitted at nine times NCCL's, which
+    the DP + EP run refuted (+31% E2E)."""
     from calibrate.trace_fit.cli import measured_requests
     from calibrate.trace_fit.fit import errors, fit_trace
     from calibrate.trace_fit.replay import replay
@@ -46,5 +53,5 @@ def test_a_fit_to_one_real_run_carries_to_another_model_and_tp_size() -> None:
         measured_requests(str(DATA / held_out)).frame(),
         replay(spec(held_out), fit.efficiency).requests,
     )
-    assert abs(err["e2e_mean"]) < 0.05 and abs(err["tpot_mean"]) < 0.05, err
-    assert abs(err["ttft_mean"]) < 0.10, err
+    assert abs(err["e2e_mean"]) < 0.06 and abs(err["tpot_mean"]) < 0.045, err
+    assert abs(err["ttft_mean"]) < 0.11, err

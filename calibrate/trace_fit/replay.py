@@ -44,7 +44,7 @@ def replay(spec: RunSpec, efficiency: RooflineEfficiency) -> Replay:
     if not isinstance(base, RooflineLatencyModel):
         raise ValueError("--from-trace fits the roofline latency model: drop --latency-model")
     model = RooflineLatencyModel(
-        base.model, base.gpu, base.tp, efficiency, resolved.engine.kv_cache_dtype
+        base.model, base.gpu, base.tp, efficiency, resolved.engine.kv_cache_dtype, base.dp
     )
     recorder = RecordingLatency(model)
     resolved = dataclasses.replace(resolved, latency_model=recorder)

@@ -135,6 +135,17 @@ class PlanSpec(_Strict):
             raise ValueError("rate: max_rate searches the rate; leave rate out")
         if self.question == "min_replicas" and self.rate is None:
             raise ValueError("rate: min_replicas needs the target rate (req/s)")
+        dp = self.engine.data_parallel_size
+        if dp > 1 and self.question == "min_replicas":
+            raise ValueError(
+                "engine.data_parallel_size: min_replicas searches one replica at a time; "
+                "with data parallelism ask max_rate of num_replicas DP groups"
+            )
+        if self.num_replicas % dp:
+            raise ValueError(
+                f"num_replicas: must be a multiple of engine.data_parallel_size {dp} "
+                f"(each DP rank is one replica; got {self.num_replicas})"
+            )
         return self
 
 
