@@ -378,3 +378,57 @@ def compare(vllm_lines: list[dict[str, Any]], kvcore_lines: list[dict[str, Any]]
     if vllm_lines[:1] != kvcore_lines[:1]:
         return Diff("header", vllm_lines[0], kvcore_lines[0])
     return first_line_diff(vllm_lines, kvcore_lines, "step", "step")
+
+
+def coverage(lines_per_case: list[list[dict[str, Any]]]) -> dict[str, int]:
+    """How often the cases exercised each P/D event (from the step lines)."""
+    counts = dict.fromkeys(
+        (
+            "loads",
+            "failed_loads",
+            "notify_only_recvs",
+            "sends",
+            "not_processed",
+            "push_registrations",
+            "push_finished",
+            "preemptions",
+            "abort_while_loading",
+            "steps_with_held_blocks",
+        ),
+        0,
+    )
+    for lines in lines_per_case:
+        loading: set[str] = set()
+        for x in lines:
+            if x.get("type") != "step":
+                continue
+            meta = x.get("meta")
+            if meta is not None:
+                counts["loads"] += sum(1 for r in meta["recv"] if r[3])
+                counts["notify_only_recvs"] += sum(1 for r in meta["recv"] if not r[3])
+                counts["sends"] += len(meta["send"])
+                counts["not_processed"] += len(meta["not_processed"])
+                counts["push_registrations"] += len(meta["push_reg"])
+                counts["push_finished"] += len(meta["push_fin"])
+                counts["failed_loads"] += len(x["report"]["failed"])
+                counts["preemptions"] += len(x["preempted"])
+            counts["abort_while_loading"] += len(set(x["aborted"]) & loading)
+            counts["steps_with_held_blocks"] += bool(x["held"])
+            loading = set(x["waiting_for_kv"])
+    return counts
+
+
+# -- mutants (shown by tests/conformance/mutation_demo.py --pd and the tests) --------
+
+_request_finished = NixlConnectorScheduler.request_finished
+
+
+def early_free(
+    self: NixlConnectorScheduler, request: Request, block_ids: tuple[list[int], ...]
+) -> tuple[bool, dict[str, Any] | None]:
+    """A broken prefill side: a finished request's blocks are freed at once and no
+    send is issued (vLLM holds them until the decode side has read them)."""
+    _, params = _request_finished(self, request, block_ids)
+    self._reqs_need_send.pop(request.request_id, None)
+    self._finished_request_blocks.pop(request.request_id, None)
+    return False, params
