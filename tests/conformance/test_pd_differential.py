@@ -25,14 +25,8 @@ import pytest
 from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.scheduler import Scheduler
 from sim.conformance.differential import DEFAULT_VLLM_PYTHON
-from sim.conformance.pd import (
-    compare,
-    coverage,
-    early_free,
-    random_case,
-    run_kvcore_or_error,
-    run_oracle,
-)
+from sim.conformance.pd import compare, run_kvcore_or_error, run_oracle
+from sim.conformance.pd_cases import coverage, early_free, random_case
 
 NUM_CASES = 50
 """Per role and scheduler: 100 traces per role, half of them async."""
