@@ -178,3 +178,17 @@ def run_pd(
             report.mismatches.append(Mismatch(f"pd-{role}", i, diff, files))
     report.wall_s = time.perf_counter() - t0
     return report
+
+
+_matched_tokens = NixlConnectorScheduler.get_num_new_matched_tokens
+
+
+def load_one_short(
+    self: NixlConnectorScheduler, request: Request, num_computed_tokens: int
+) -> tuple[int | None, bool]:
+    """A broken decode side: the prompt's last token is left out of the load (vLLM
+    loads the whole prompt past the local hit and recomputes only to sample)."""
+    count, load_async = _matched_tokens(self, request, num_computed_tokens)
+    if load_async and count is not None and count > 1:
+        return count - 1, True
+    return count, load_async
