@@ -8,7 +8,7 @@ caches or speculative drafts (lookahead slots are supported).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -394,11 +394,16 @@ class KVCacheManager:
     def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, popped: Iterable[Sequence[KVCacheBlock]] = ()) -> None:
         """Pool invariants plus: every held block referenced once per holder, no block
-        held twice in one table, ref counts equal the number of tables holding a block."""
+        held twice in one table, ref counts equal the number of tables holding a block
+        (``popped``: block lists taken by :meth:`pop_blocks_for_free` and not yet
+        freed, each one holder)."""
         self.block_pool.check_invariants()
         holders: dict[int, int] = {}
+        for blocks in popped:
+            for b in blocks:
+                holders[b.block_id] = holders.get(b.block_id, 0) + 1
         for m in self.coordinator.single_type_managers:
             for rid, blocks in m.req_to_blocks.items():
                 seen = set()

@@ -955,7 +955,7 @@ class Scheduler:
 
     def check_invariants(self) -> None:
         """Raise AssertionError if scheduler and KV cache state disagree."""
-        self.kv_cache_manager.check_invariants()
+        self.kv_cache_manager.check_invariants(blocks for _, blocks in self.deferred_frees)
         running_ids = [r.request_id for r in self.running]
         waiting_ids = [r.request_id for r in self.waiting]
         waiting_ids += [r.request_id for r in self.kv_holding_waiting]

@@ -16,7 +16,9 @@ from kvcore.kv_cache_interface import (
     SlidingWindowSpec,
 )
 from kvcore.nixl_connector import NixlConnectorScheduler
+from kvcore.scheduler import Scheduler
 from sim.conformance.pd import KvcoreReplay
+from sim.conformance.pd_cases import random_case
 
 PROMPT = list(range(100, 140))  # 2.5 blocks of 16 tokens
 D_PARAMS = {
@@ -109,3 +111,28 @@ def test_unmodelled_layouts_are_refused() -> None:
     config = KVCacheConfig(num_blocks=10, kv_cache_tensors=[], kv_cache_groups=[full])
     with pytest.raises(ValueError, match="kv_role"):
         NixlConnectorScheduler(config, "kv_sideways")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_scheduler_invariants_hold_in_random_cases(
+    role: str, async_scheduling: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check_invariants`` after every schedule() and update: blocks held for the
+    decode side and blocks whose free is deferred are accounted for."""
+    schedule, update = Scheduler.schedule, Scheduler.update_from_output
+
+    def checked_schedule(self: Scheduler):  # noqa: ANN202
+        out = schedule(self)
+        self.check_invariants()
+        return out
+
+    def checked_update(self: Scheduler, *args, **kwargs):  # noqa: ANN202
+        result = update(self, *args, **kwargs)
+        self.check_invariants()
+        return result
+
+    monkeypatch.setattr(Scheduler, "schedule", checked_schedule)
+    monkeypatch.setattr(Scheduler, "update_from_output", checked_update)
+    for i in range(25):
+        KvcoreReplay(*random_case(1, i, role, async_scheduling)).run()

@@ -32,7 +32,10 @@ def random_case(
         "block_size": bs,
         "num_gpu_blocks": rng.randint(10, 40),
         "max_num_seqs": rng.randint(2, 8),
-        "max_num_batched_tokens": rng.choice([64, 128, 256]),
+        # A prefill instance preempts when chunked prefills overlap: smaller budgets.
+        "max_num_batched_tokens": rng.choice(
+            [32, 64, 64, 128] if role == "prefill" else [64, 128, 256]
+        ),
         "long_prefill_token_threshold": rng.choice([0, 0, 0, 32]),
         "policy": rng.choice(["fcfs", "fcfs", "priority"]),
         "lease_steps": rng.randint(2, 12),
@@ -56,7 +59,7 @@ def random_case(
         }
         plain = rng.random() < 0.15
         if role == "prefill":
-            req["max_tokens"] = 1 if rng.random() < 0.7 else rng.randint(2, 6)
+            req["max_tokens"] = 1 if rng.random() < 0.5 else rng.randint(2, 12)
             req["read"] = rng.random() < 0.8
             if not plain:
                 req["kv_transfer_params"] = {"do_remote_decode": True, "do_remote_prefill": False}
