@@ -580,9 +580,10 @@ class Scheduler:
         # Async: output still in flight is stale; it is delivered, counters untouched
         # (dropped instead for a KV producer, whose hand-off the free just broke; an
         # undrained dropped share stays dropped).
-        request.drop_stale_output = self.requires_kv_delivery or (
-            request.drop_stale_output and request.num_stale_output_tokens > 0
-        )
+        if self.connector is not None:
+            request.drop_stale_output = self.requires_kv_delivery or (
+                request.drop_stale_output and request.num_stale_output_tokens > 0
+            )
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
         request.num_preemptions += 1
@@ -595,13 +596,16 @@ class Scheduler:
             request = requests[rid]
             request.num_computed_tokens += n
             request.num_in_flight_tokens += n
-            if self.defer_block_free:
-                request.last_sched_seq = self.sched_step_seq
             request.is_prefill_chunk = request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders
             )
             if self.connector is not None and not request.is_prefill_chunk:
                 self._inflight_prefills.discard(request)
+        if self.defer_block_free:
+            # The step each request was last scheduled in, to fence deferred frees.
+            seq = self.sched_step_seq
+            for rid in out.num_scheduled_tokens:
+                requests[rid].last_sched_seq = seq
         self.finished_req_ids = set()
         self.reset_preempted_req_ids = set()
 
@@ -623,16 +627,15 @@ class Scheduler:
             # Every write of this and earlier steps is done: deferred frees may go.
             self.processed_step_seq += 1
             self._drain_deferred_frees()
-        failed_kv_load_req_ids: set[str] = set()
-        if kv_connector_output is not None and self.connector is not None:
-            if kv_connector_output.failed_recving:
-                failed_kv_load_req_ids |= self._handle_failed_recving(
-                    kv_connector_output.failed_recving
-                )
-            if kv_connector_output.invalid_block_ids:
-                failed_kv_load_req_ids |= self._handle_invalid_blocks(
-                    kv_connector_output.invalid_block_ids, scheduler_output.num_scheduled_tokens
-                )
+        failed_kv_load_req_ids: set[str] | None = None  # set only after failed loads
+        if (
+            kv_connector_output is not None
+            and self.connector is not None
+            and (kv_connector_output.failed_recving or kv_connector_output.invalid_block_ids)
+        ):
+            failed_kv_load_req_ids = self._handle_failed_loads(
+                kv_connector_output, scheduler_output.num_scheduled_tokens
+            )
         stopped: list[Request] = []
         stopped_waiting: list[Request] = []
         preempted = RequestStatus.PREEMPTED
@@ -649,7 +652,7 @@ class Scheduler:
             if request.num_stale_output_tokens > 0:  # async: scheduled before a preemption
                 stale = True
                 request.num_stale_output_tokens -= n
-            if failed_kv_load_req_ids and rid in failed_kv_load_req_ids:
+            if failed_kv_load_req_ids is not None and rid in failed_kv_load_req_ids:
                 continue
             status_before = request.status
             if status_before > preempted:  # finished (is_finished)
@@ -812,6 +815,21 @@ class Scheduler:
                 self._free_blocks(request)
         for rid in sorted(kv_connector_output.finished_sending):
             self._free_blocks(self.requests[rid])
+
+    def _handle_failed_loads(
+        self, kv_connector_output: KVConnectorOutput, num_scheduled: dict[str, int]
+    ) -> set[str]:
+        """The start of vLLM's ``update_from_output`` with a connector: the requests
+        a failed load affects, to skip in this step's output (and, by the fail policy,
+        to fail at its end)."""
+        failed: set[str] = set()
+        if kv_connector_output.failed_recving:
+            failed |= self._handle_failed_recving(kv_connector_output.failed_recving)
+        if kv_connector_output.invalid_block_ids:
+            failed |= self._handle_invalid_blocks(
+                kv_connector_output.invalid_block_ids, num_scheduled
+            )
+        return failed
 
     def _handle_failed_recving(self, failed_req_ids: set[str]) -> set[str]:
         """vLLM's ``_handle_failed_recving``: a failed load of a waiting request is
