@@ -12,8 +12,9 @@ worker (:class:`~sim.conformance.pd_worker.FakeNixlWorker`); every step line mus
 equal: what was scheduled, preemptions, finished and aborted requests, free GPU
 blocks, requests waiting for their KV, finished requests still holding blocks, the
 step's connector metadata (receives with their blocks, sends, batch membership,
-push registrations), the worker's report and the finished requests' transfer
-parameters (``remote_block_ids``, ``remote_num_tokens``...).
+push registrations), the worker's report, the finished requests' transfer
+parameters (``remote_block_ids``, ``remote_num_tokens``...) and the prefix-cache
+counters (GPU, and the connector's external hits).
 """
 
 from __future__ import annotations
@@ -154,6 +155,20 @@ class KvcoreReplay:
         self.executed.append((out, meta, report, free_after))
         return _kv_output(report)
 
+    def _cache_json(self, result: EngineStepOutput) -> dict[str, Any]:
+        """The applied output's prefix-cache counters; the connector's are read and
+        restarted here, as vLLM's ``make_stats`` does."""
+        stats = result.prefix_cache_stats
+        keys = ("requests", "queries", "hits", "preempted_requests", "preempted_queries")
+        keys += ("preempted_hits",)
+        gpu = {k: int(getattr(stats, k, 0)) if stats else 0 for k in keys}
+        cstats = self.sched.connector_prefix_cache_stats
+        connector = [0, 0, 0]
+        if cstats is not None:
+            connector = [cstats.requests, cstats.queries, cstats.hits]
+            self.sched.connector_prefix_cache_stats = type(cstats)()
+        return {"gpu": gpu, "connector": connector}
+
     def has_work(self) -> bool:
         return self.queue.has_work() if self.queue is not None else self.sched.has_requests()
 
@@ -197,6 +212,7 @@ class KvcoreReplay:
         result = sched.update_from_output(out, sampled, kvo)
         body = self._batch_fields()
         body["finished"], body["params"] = _outputs_json(result)
+        body["cache"] = self._cache_json(result)
         return body
 
     def async_step(self) -> dict[str, Any]:
@@ -205,6 +221,7 @@ class KvcoreReplay:
         body = self._batch_fields()
         body["applied_step"] = it.applied.step if it.applied is not None else None
         body["finished"], body["params"] = _outputs_json(it.output)
+        body["cache"] = self._cache_json(it.output) if it.output is not None else None
         body["in_flight"] = self.queue.in_flight_steps()
         return body
 

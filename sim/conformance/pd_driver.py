@@ -175,6 +175,24 @@ def model_output(req_ids: list[str], sampled: list[list[int]], report: dict) -> 
     )
 
 
+def cache_json(engine_outputs: dict[int, Any] | None) -> dict[str, Any] | None:
+    """The step's prefix-cache counters (GPU, and connector hits) from the scheduler
+    stats of the outputs (None: no output applied in this step)."""
+    if engine_outputs is None:
+        return None
+    stats = None
+    for eco in engine_outputs.values():
+        if eco.scheduler_stats is not None:
+            stats = eco.scheduler_stats
+    cps = stats.connector_prefix_cache_stats if stats is not None else None
+    return {
+        "gpu": vd.prefix_stats_json(engine_outputs),
+        "connector": [0, 0, 0]
+        if cps is None
+        else [int(cps.requests), int(cps.queries), int(cps.hits)],
+    }
+
+
 def outputs_json(engine_outputs: dict[int, Any] | None) -> tuple[list[str], dict[str, Any]]:
     """Finished request ids (sorted) and their compared transfer parameters."""
     finished, params = [], {}
@@ -275,7 +293,8 @@ class PDReplay:
         report = self.worker.step(self.step_index, worker_meta(meta))
         req_ids = list(out.num_scheduled_tokens)
         mro = model_output(req_ids, sampled_for(sched, out, self.token), report)
-        finished, params = outputs_json(sched.update_from_output(out, mro))
+        engine_outputs = sched.update_from_output(out, mro)
+        finished, params = outputs_json(engine_outputs)
         return {
             "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
             "preempted": sorted(out.preempted_req_ids or ()),
@@ -284,6 +303,7 @@ class PDReplay:
             "free_blocks_after_schedule": free_after,
             "finished": finished,
             "params": params,
+            "cache": cache_json(engine_outputs),
         }
 
     def async_step(self) -> dict[str, Any]:
@@ -304,6 +324,7 @@ class PDReplay:
         applied, self.sched.applied = self.sched.applied, []
         line["applied_step"] = self.batch_steps.pop(id(applied[0])) if applied else None
         line["finished"], line["params"] = outputs_json(engine_outputs)
+        line["cache"] = cache_json(engine_outputs) if applied else None
         line["in_flight"] = [self.batch_steps[id(b[1])] for b in reversed(self.engine.batch_queue)]
         return line
 
