@@ -37,7 +37,7 @@ from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from sim.conformance.compare import Diff, first_line_diff
-from sim.conformance.pd_case import DEFAULTS, params_json
+from sim.conformance.pd_case import DEFAULTS, kv_role, params_json
 from sim.conformance.pd_worker import FakeNixlWorker
 
 DRIVER = Path(__file__).resolve().parent / "pd_driver.py"
@@ -53,7 +53,7 @@ def build_kvcore(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
     )
     connector = NixlConnectorScheduler(
         kv_config,
-        kv_role="kv_producer" if cfg["role"] == "prefill" else "kv_consumer",
+        kv_role=kv_role(cfg),
         mode=cfg["mode"],
         engine_id="kvsim-" + cfg["role"],
         kv_load_failure_policy=cfg["kv_load_failure_policy"],

@@ -4,7 +4,9 @@ this file by path in the oracle environment: standard library only).
 
 ``role``: ``prefill`` (a ``kv_producer`` instance; requests carry
 ``do_remote_decode``) or ``decode`` (``kv_consumer``; requests carry
-``do_remote_prefill`` and the prefill side's ``remote_block_ids``). ``mode``: vLLM's
+``do_remote_prefill`` and the prefill side's ``remote_block_ids``); ``kv_both``: the
+instance runs with the deprecated ``kv_role="kv_both"`` instead (producer and
+consumer at once). ``mode``: vLLM's
 ``NixlPullConnector`` (default) or ``NixlPushConnector``. ``lease_steps``: after how
 many steps the fake worker lets an unread prefill-side lease run out.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 DEFAULTS: dict[str, Any] = {
     "role": "prefill",
+    "kv_both": False,
     "mode": "pull",
     "async_scheduling": False,
     "kv_load_failure_policy": "fail",
@@ -32,6 +35,14 @@ DEFAULTS: dict[str, Any] = {
     "none_hash_seed": "vllm-none-hash",
     "lease_steps": 12,
 }
+
+
+def kv_role(cfg: dict[str, Any]) -> str:
+    """The instance's ``kv_role``."""
+    if cfg["kv_both"]:
+        return "kv_both"
+    return "kv_producer" if cfg["role"] == "prefill" else "kv_consumer"
+
 
 PARAM_KEYS = (
     "do_remote_prefill",

@@ -26,6 +26,7 @@ def random_case(
     bs = 16
     cfg: dict[str, Any] = {
         "role": role,
+        "kv_both": rng.random() < 0.15,
         "mode": "push" if rng.random() < 0.25 else "pull",
         "async_scheduling": async_scheduling,
         "kv_load_failure_policy": rng.choice(["fail", "recompute"]),

@@ -10,7 +10,7 @@ knobs, also kvsim's).
 
 The connector is built as ``--kv-transfer-config`` does it:
 ``KVTransferConfig(kv_connector="NixlConnector" | "NixlPushConnector",
-kv_role="kv_producer" | "kv_consumer", kv_load_failure_policy=...)``. vLLM's NIXL
+kv_role="kv_producer" | "kv_consumer" | "kv_both", kv_load_failure_policy=...)``. vLLM's NIXL
 scheduler side imports and runs without the ``nixl`` library (only its worker side
 needs it; vLLM logs "NIXL is not available"), so nothing is stubbed. Requests carry
 their ``kv_transfer_params`` in ``SamplingParams.extra_args`` (a fresh copy per
@@ -85,7 +85,7 @@ def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
     )
     ktc = KVTransferConfig(
         kv_connector="NixlPushConnector" if cfg["mode"] == "push" else "NixlConnector",
-        kv_role="kv_producer" if cfg["role"] == "prefill" else "kv_consumer",
+        kv_role=pd_case.kv_role(cfg),
         engine_id="kvsim-" + cfg["role"],
         kv_load_failure_policy=cfg["kv_load_failure_policy"],
     )
