@@ -31,7 +31,7 @@ def random_case(
         "async_scheduling": async_scheduling,
         "kv_load_failure_policy": rng.choice(["fail", "recompute"]),
         "block_size": bs,
-        "num_gpu_blocks": rng.randint(10, 40),
+        "num_gpu_blocks": rng.randint(8, 24) if role == "prefill" else rng.randint(10, 40),
         "max_num_seqs": rng.randint(2, 8),
         # A prefill instance preempts when chunked prefills overlap: smaller budgets.
         "max_num_batched_tokens": rng.choice(
@@ -60,7 +60,7 @@ def random_case(
         }
         plain = rng.random() < 0.15
         if role == "prefill":
-            req["max_tokens"] = 1 if rng.random() < 0.5 else rng.randint(2, 12)
+            req["max_tokens"] = 1 if rng.random() < 0.4 else rng.randint(2, 16)
             req["read"] = rng.random() < 0.8
             if not plain:
                 req["kv_transfer_params"] = {"do_remote_decode": True, "do_remote_prefill": False}

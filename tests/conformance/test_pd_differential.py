@@ -76,8 +76,8 @@ def test_pd_matches_vllm(oracle: dict, kind: tuple[str, bool]) -> None:
     assert sum(len(x) for x in ours) > 30 * NUM_CASES
 
 
-def _mutant_caught(oracle: dict, kind: tuple[str, bool]) -> list:
-    cases, vllm_lines = oracle[kind][0][:MUTANT_CASES], oracle[kind][1][:MUTANT_CASES]
+def _mutant_caught(oracle: dict, kind: tuple[str, bool], n: int = MUTANT_CASES) -> list:
+    cases, vllm_lines = oracle[kind][0][:n], oracle[kind][1][:n]
     diffs = [compare(v, run_kvcore_or_error(c, t)) for v, (c, t) in zip(vllm_lines, cases)]
     return [d for d in diffs if d is not None]
 
@@ -100,3 +100,18 @@ def test_pd_no_deferred_free_mutant_is_caught(
     for the batch in flight is caught."""
     monkeypatch.setattr(Scheduler, "_request_blocks_can_be_freed", lambda self, request: True)
     assert len(_mutant_caught(oracle, ("decode", True))) >= 2
+
+
+@needs_vllm
+def test_pd_keep_stale_mutant_is_caught(oracle: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefill side under async scheduling that delivers the output in flight of a
+    preempted request (vLLM drops it: the preemption freed the blocks its hand-off
+    needs) is caught."""
+    init = NixlConnectorScheduler.__init__
+
+    def keep_stale(self: NixlConnectorScheduler, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        init(self, *args, **kwargs)
+        self.requires_kv_delivery = False
+
+    monkeypatch.setattr(NixlConnectorScheduler, "__init__", keep_stale)
+    assert len(_mutant_caught(oracle, ("prefill", True), NUM_CASES)) >= 2
