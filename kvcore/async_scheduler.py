@@ -34,13 +34,14 @@ output placeholder per draft scheduled, resolved or rolled back by the step's ou
 Left out (vLLM features kvcore does not have): structured output (no deferred
 sampling), pipeline parallelism (so the decode stagger ``next_decode_eligible_step``
 never holds a request back: with one stage it is the very next step), KV connectors
-(no dropped stale output, no deferred frees).
+other than P/D (NIXL).
 """
 
 from __future__ import annotations
 
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_planning import max_concurrent_batches
+from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
@@ -77,7 +78,10 @@ class AsyncScheduler(Scheduler):
         max_concurrent_batches: int = BATCH_QUEUE_SIZE,
         speculative_config: SpeculativeConfig | None = None,
         use_v2_model_runner: bool = True,
+        connector: NixlConnectorScheduler | None = None,
     ) -> None:
+        """``connector``: the P/D connector's scheduler side (the only KV connector
+        kvcore models with async scheduling), or None."""
         super().__init__(
             scheduler_config,
             kv_cache_config,
@@ -88,6 +92,7 @@ class AsyncScheduler(Scheduler):
             max_concurrent_batches=max_concurrent_batches,
             speculative_config=speculative_config,
             use_v2_model_runner=use_v2_model_runner,
+            connector=connector,
         )
         # Placeholder drafts a decoding request carries into its next step, shared and
         # never mutated (vLLM resizes it to each step's ``num_spec_tokens_to_schedule``,

@@ -20,12 +20,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kvcore.async_scheduler import BATCH_QUEUE_SIZE
+from kvcore.kv_connector_output import KVConnectorOutput
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 
 SampleFn = Callable[[Scheduler, SchedulerOutput], Mapping[str, Sequence[int]]]
 """The model: called right after ``schedule()``, returns the tokens the batch samples
 per request id (requests left out sample nothing)."""
+
+KVWorkerFn = Callable[[Scheduler, SchedulerOutput], KVConnectorOutput]
+"""A KV connector's worker side: called right after ``schedule()`` (after the model
+function), returns what the workers report in that batch's output."""
 
 
 def sample_fixed_token(token_id: int) -> SampleFn:
@@ -52,6 +57,8 @@ class Batch:
     """Index of the engine iteration (:attr:`BatchQueue.iteration`) that scheduled it."""
     scheduler_output: SchedulerOutput
     sampled_token_ids: Mapping[str, Sequence[int]]
+    kv_connector_output: KVConnectorOutput | None = None
+    """The connector workers' report for the batch (None without a connector)."""
 
 
 @dataclass(slots=True)
@@ -80,11 +87,15 @@ class BatchQueue:
         scheduler: Scheduler,
         sample: SampleFn,
         batch_queue_size: int = BATCH_QUEUE_SIZE,
+        kv_worker: KVWorkerFn | None = None,
     ) -> None:
+        """``kv_worker``: the worker side of the scheduler's KV connector, if any (a
+        batch without tokens is executed too: vLLM's ``kv_connector_no_forward``)."""
         if batch_queue_size < 1:
             raise ValueError(f"batch_queue_size must be >= 1, got {batch_queue_size}")
         self.scheduler = scheduler
         self.sample = sample
+        self.kv_worker = kv_worker
         self.batch_queue_size = batch_queue_size
         self.queue: deque[Batch] = deque()
         """Batches in flight, newest first (vLLM's ``appendleft`` / ``pop``)."""
@@ -116,6 +127,8 @@ class BatchQueue:
             return None, bool(self.queue)
         out = scheduler.schedule()
         batch = Batch(step, out, self.sample(scheduler, out))
+        if self.kv_worker is not None:
+            batch.kv_connector_output = self.kv_worker(scheduler, out)
         self.queue.appendleft(batch)
         executed = out.total_num_scheduled_tokens > 0
         if len(self.queue) < self.batch_queue_size and (executed or scheduler.has_requests()):
@@ -125,7 +138,9 @@ class BatchQueue:
     def apply_oldest(self) -> tuple[Batch, EngineStepOutput]:
         """Pop the oldest batch and apply its output (``update_from_output``)."""
         batch = self.queue.pop()
-        result = self.scheduler.update_from_output(batch.scheduler_output, batch.sampled_token_ids)
+        result = self.scheduler.update_from_output(
+            batch.scheduler_output, batch.sampled_token_ids, batch.kv_connector_output
+        )
         return batch, result
 
     def replace_in_flight(self, num_iterations: int, scheduler_output: SchedulerOutput) -> Batch:

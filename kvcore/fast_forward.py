@@ -229,10 +229,13 @@ class DecodeStretch:
 def stretch_possible(scheduler: Scheduler) -> bool:
     """Whether the scheduler's state admits a decode stretch at all (either loop):
     requests run and none waits, every KV cache group is full attention, KV events are
-    off, speculative decoding is off (its drafts' acceptance varies step by step), and
-    the token budget covers one token per running request."""
+    off, speculative decoding is off (its drafts' acceptance varies step by step), no
+    KV connector is set (its hooks run every step), and the token budget covers one
+    token per running request."""
     running = scheduler.running
     if not running or scheduler.waiting or scheduler.num_spec_tokens:
+        return False
+    if scheduler.connector is not None:
         return False
     kvm = scheduler.kv_cache_manager
     if (

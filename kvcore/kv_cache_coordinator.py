@@ -118,6 +118,15 @@ class KVCacheCoordinator:
         for m in self.single_type_managers:
             m.free(request_id)
 
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Mirrors ``KVCacheCoordinator.pop_blocks_for_free``: forget the request in
+        every group and return its blocks (group 0's first, each in table order)
+        without freeing them."""
+        blocks: list[KVCacheBlock] = []
+        for m in self.single_type_managers:
+            blocks.extend(m.pop_blocks_for_free(request_id))
+        return blocks
+
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
         for m in self.single_type_managers:
             m.remove_skipped_blocks(request_id, processed_computed_tokens)

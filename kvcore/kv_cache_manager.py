@@ -8,7 +8,7 @@ caches or speculative drafts (lookahead slots are supported).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -18,6 +18,7 @@ from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_events import KVCacheEvent
 from kvcore.request import Request, RequestStatus
 from kvcore.single_type_kv_cache_manager import FullAttentionManager
+from kvcore.utils import cdiv
 
 
 @dataclass(slots=True)
@@ -349,6 +350,26 @@ class KVCacheManager:
         """Release all of the request's blocks (tail blocks become evictable first)."""
         self.coordinator.free(request.request_id)
 
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """Mirrors ``KVCacheManager.pop_blocks_for_free``: forget the request's blocks
+        without freeing them; hand them to :meth:`free_popped_blocks` later."""
+        return self.coordinator.pop_blocks_for_free(request.request_id)
+
+    def free_popped_blocks(self, blocks: list[KVCacheBlock]) -> None:
+        """Free blocks from :meth:`pop_blocks_for_free`, tail first (vLLM's
+        ``block_pool.free_blocks(reversed(blocks))`` of ``_drain_deferred_frees``)."""
+        self.block_pool.free_blocks(reversed(blocks))
+
+    def get_block_ids_for_computed_tokens(
+        self, request_id: str, num_computed_tokens: int
+    ) -> tuple[list[int], ...]:
+        """Mirrors ``get_block_ids_for_computed_tokens``: per group, the block ids that
+        cover the first ``num_computed_tokens`` tokens (attention groups only)."""
+        size = self._block_size
+        return tuple(
+            ids[: cdiv(num_computed_tokens, size)] for ids in self.get_block_ids(request_id)
+        )
+
     def reset_prefix_cache(self) -> bool:
         """Forget the prefix cache; fails (False) while any block is in use."""
         if not self.coordinator.reset_prefix_cache():
@@ -373,11 +394,16 @@ class KVCacheManager:
     def create_kv_cache_blocks(self, blocks: tuple[Sequence[KVCacheBlock], ...]) -> KVCacheBlocks:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, popped: Iterable[Sequence[KVCacheBlock]] = ()) -> None:
         """Pool invariants plus: every held block referenced once per holder, no block
-        held twice in one table, ref counts equal the number of tables holding a block."""
+        held twice in one table, ref counts equal the number of tables holding a block
+        (``popped``: block lists taken by :meth:`pop_blocks_for_free` and not yet
+        freed, each one holder)."""
         self.block_pool.check_invariants()
         holders: dict[int, int] = {}
+        for blocks in popped:
+            for b in blocks:
+                holders[b.block_id] = holders.get(b.block_id, 0) + 1
         for m in self.coordinator.single_type_managers:
             for rid, blocks in m.req_to_blocks.items():
                 seen = set()

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
+from typing import Any
 
 from kvcore.cpu_offload_manager import (
     CPUOffloadingManager,
@@ -55,6 +56,7 @@ from kvcore.cpu_offload_manager import (
 )
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig
 from kvcore.kv_cache_manager import KVCacheBlocks
+from kvcore.kv_connector_output import KVConnectorOutput
 from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import SchedulerOutput
 from kvcore.utils import cdiv
@@ -84,17 +86,6 @@ class OffloadingConnectorMetadata:
     evicted_keys: list[OffloadKey] = field(default_factory=list)
     """CPU chunks evicted to make room for this step's stores (not in vLLM's metadata;
     kept for reports)."""
-
-
-@dataclass(slots=True)
-class KVConnectorOutput:
-    """The parts of ``vllm.v1.outputs.KVConnectorOutput`` the offloading connector
-    produces: ``finished_recving`` (requests whose asynchronous load is done) and the
-    worker metadata's ``completed_jobs`` (job id -> number of workers that finished
-    it). The offloading worker never reports ``finished_sending``."""
-
-    finished_recving: set[str] = field(default_factory=set)
-    completed_jobs: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -182,6 +173,13 @@ class OffloadingConnectorScheduler:
     ``num_cpu_chunks``: the CPU tier's capacity in chunks
     (:func:`kvcore.cpu_offload_manager.cpu_offload_num_chunks`). ``num_workers``: the
     engine's world size (each job completes when every worker reported it)."""
+
+    is_kv_consumer = True
+    """``kv_role="kv_both"``: the engine loads KV through this connector."""
+    requires_kv_delivery = False
+    """vLLM: a best-effort cache; a dropped store is a later miss."""
+    kv_load_failure_policy = "fail"
+    """vLLM's default (the offloading worker never reports a failed load)."""
 
     def __init__(
         self,
@@ -536,17 +534,21 @@ class OffloadingConnectorScheduler:
             if rs.finished_signaled and not rs.transfer_jobs:
                 del self._req_status[js.req_id]
 
-    def request_finished(self, request: Request) -> bool:
+    def request_finished(
+        self, request: Request, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
         """``request_finished``: called before a finished request's blocks are freed.
-        Returns whether freeing must wait (never: stores are fenced instead)."""
+        Returns whether freeing must wait (never: stores are fenced instead) and no
+        transfer parameters. ``block_ids`` (the blocks of its computed tokens) are
+        not read."""
         rs = self._req_status.get(request.request_id)
         if rs is None:
-            return False
+            return False, None
         rs.update_offload_keys()
         for job_id in rs.transfer_jobs:
             for bid in self._jobs[job_id].deferred_fence_block_ids:
                 self._block_id_to_pending_jobs.setdefault(bid, set()).add(job_id)
-        return False
+        return False, None
 
     def has_pending_push_work(self) -> bool:
         """Transfers in flight keep the engine stepping (``has_pending_push_work``)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kvcore.kv_cache_block import BlockHash
 
@@ -90,6 +91,10 @@ class Request:
         "stop_token_ids",
         "stop_reason",
         "num_cached_tokens",
+        "kv_transfer_params",
+        "num_prefill_cached_tokens",
+        "drop_stale_output",
+        "last_sched_seq",
     )
 
     def __init__(
@@ -107,10 +112,17 @@ class Request:
         eos_token_id: int | None = None,
         stop_token_ids: Sequence[int] = (),
         block_hashes: Sequence[BlockHash] = (),
+        kv_transfer_params: dict[str, Any] | None = None,
     ) -> None:
         """``block_hashes``: hashes of leading full blocks already computed by this same
         ``block_hasher`` (a kvsim extension: the simulator hashes prompts ahead, in a
-        helper process); hashing continues after them."""
+        helper process); hashing continues after them.
+
+        ``kv_transfer_params``: what a P/D connector reads and writes for the request
+        (vLLM's ``Request.kv_transfer_params``, from the sampling parameters' extra
+        arguments): ``do_remote_decode`` on a prefill instance; ``do_remote_prefill``
+        with the prefill side's ``remote_block_ids`` and coordinates on a decode
+        instance. The connector updates this dict in place, as vLLM's does."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens} (request {request_id})")
         if len(prompt_token_ids) == 0:
@@ -142,6 +154,16 @@ class Request:
         self.is_prefill_chunk = False
         self.num_preemptions = 0
         self.num_cached_tokens = -1
+        self.kv_transfer_params = kv_transfer_params
+        # Tokens cached (local + external) at the first admission before any
+        # preemption: vLLM's PrefillStats.num_cached_tokens (read by P/D connectors).
+        self.num_prefill_cached_tokens = 0
+        # Async scheduling with a KV-producing connector: output in flight at a
+        # preemption is dropped instead of delivered (vLLM's drop_stale_output).
+        self.drop_stale_output = False
+        # Deferred block frees (async, KV-consuming connector): the last step
+        # sequence number this request was scheduled in (vLLM's last_sched_seq).
+        self.last_sched_seq = 0
         self.skip_reading_prefix_cache = skip_reading_prefix_cache
         self.eos_token_id = eos_token_id
         self.stop_token_ids = tuple(stop_token_ids)

@@ -7,6 +7,7 @@ parts of ``EngineCoreOutputs`` that scheduling produces (vLLM 0.33.0).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.kv_events import KVCacheEvent
@@ -65,3 +66,6 @@ class EngineStepOutput:
     kv_events: list[KVCacheEvent] = field(default_factory=list)
     spec_decoding_stats: SpecDecodingStats | None = None
     """The step's drafts and accepted tokens (None: no drafts were verified)."""
+    kv_transfer_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Request id -> the transfer parameters the KV connector returned when it
+    finished (P/D: what the decode side needs to read its blocks)."""

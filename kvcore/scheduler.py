@@ -1,5 +1,6 @@
 """The V1 scheduler, without encoders; drafts of speculative decoding (optional); KV
-connectors: only the CPU offload tier's (optional, off by default).
+connectors: the CPU offload tier's and the P/D (NIXL) one's scheduler sides
+(optional, off by default).
 
 Mirrors ``Scheduler.schedule``, ``_preempt_request``, ``_update_after_schedule``,
 ``update_from_output``, ``finish_requests`` and ``_free_request`` of
@@ -12,6 +13,15 @@ asynchronous loads (``_handle_blocked_waiting_request``,
 ``_update_waiting_for_remote_kv``, ``_inflight_prefill_reserved_blocks``),
 ``build_connector_meta`` at the end of ``schedule()``, ``request_finished`` in
 ``_free_request`` and the worker's report in ``_update_from_kv_xfer_finished``.
+With the P/D connector (:class:`kvcore.nixl_connector.NixlConnectorScheduler`) also:
+blocks kept after a request finished until the workers report ``finished_sending``;
+the transfer parameters ``request_finished`` returns (``EngineStepOutput.
+kv_transfer_params``); failed loads (``_handle_failed_recving``,
+``_handle_invalid_blocks``, ``_update_requests_with_invalid_blocks``, by
+``kv_load_failure_policy``); and with async scheduling the dropped output of a
+preempted request on a KV producer (``drop_stale_output``) and the deferred block
+frees of a KV consumer (``_request_blocks_can_be_freed``, ``_free_request_blocks``,
+``_drain_deferred_frees``).
 
 With a :class:`kvcore.spec_decode.SpeculativeConfig` it mirrors vLLM's handling of
 draft tokens: a running request's drafts (``spec_token_ids``, set by
@@ -39,10 +49,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from kvcore.kv_cache_block import KVCacheBlock
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_manager import KVCacheBlocks, KVCacheManager, PrefixCacheStats
-from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorScheduler
+from kvcore.kv_connector_output import KVConnectorOutput
+from kvcore.nixl_connector import NixlConnectorScheduler
+from kvcore.offloading_connector import OffloadingConnectorScheduler
 from kvcore.request import Request, RequestStatus, check_stop
 from kvcore.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_request_queue
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
@@ -105,7 +119,7 @@ class Scheduler:
         enable_kv_cache_events: bool = False,
         log_stats: bool = True,
         max_concurrent_batches: int = 1,
-        connector: OffloadingConnectorScheduler | None = None,
+        connector: OffloadingConnectorScheduler | NixlConnectorScheduler | None = None,
         speculative_config: SpeculativeConfig | None = None,
         use_v2_model_runner: bool = True,
     ) -> None:
@@ -114,10 +128,10 @@ class Scheduler:
         cache manager reserves window blocks for that many batches' tokens.
 
         ``connector``: the scheduler side of the CPU KV offload tier (vLLM's
-        ``OffloadingConnector`` in the scheduler role), or None (the default: no
-        connector, and none of the code below that reads it runs). Synchronous
-        scheduling only (with overlapping batches vLLM defers block frees for a
-        KV-consuming connector, which kvcore does not model).
+        ``OffloadingConnector`` in the scheduler role; synchronous scheduling only,
+        the case kvcore's conformance covers) or of the P/D connector (vLLM's
+        ``NixlConnector``; also with async scheduling), or None (the default: no
+        connector, and none of the code below that reads it runs).
 
         ``speculative_config``: speculative decoding (None: off). Its lookahead slots
         replace ``scheduler_config.num_lookahead_tokens``, which must then be 0. Not
@@ -125,7 +139,7 @@ class Scheduler:
         ``use_v2_model_runner``: vLLM's default model runner, whose drafter skips steps
         whose drafts nobody can use (``skip_drafts``); with the V1 runner it never
         does."""
-        if connector is not None and max_concurrent_batches != 1:
+        if isinstance(connector, OffloadingConnectorScheduler) and max_concurrent_batches != 1:
             raise ValueError("the KV offloading connector needs synchronous scheduling")
         if speculative_config is not None:
             if connector is not None:
@@ -189,6 +203,20 @@ class Scheduler:
         self.connector_prefix_cache_stats: PrefixCacheStats | None = (
             PrefixCacheStats() if connector is not None and log_stats else None
         )
+        # vLLM's connector flags: a failed load recomputes (else the request fails);
+        # a producer drops a preempted request's output in flight; with overlapping
+        # batches a consumer's frees wait for the steps that may still write them.
+        self.recompute_kv_load_failures = (
+            connector is not None and connector.kv_load_failure_policy == "recompute"
+        )
+        self.requires_kv_delivery = connector is not None and connector.requires_kv_delivery
+        self.defer_block_free = (
+            connector is not None and max_concurrent_batches > 1 and connector.is_kv_consumer
+        )
+        self.failed_recving_kv_req_ids: set[str] = set()
+        self.sched_step_seq = 0
+        self.processed_step_seq = 0
+        self.deferred_frees: deque[tuple[int, list[KVCacheBlock]]] = deque()
 
     # -- requests ------------------------------------------------------------------
 
@@ -253,6 +281,8 @@ class Scheduler:
             out.skip_drafts = not plan.drafts_needed
         if self.connector is not None:
             out.kv_connector_metadata = self.connector.build_connector_meta(out)
+            if self.defer_block_free and out.total_num_scheduled_tokens > 0:
+                self.sched_step_seq += 1
         self._update_after_schedule(out)
         return out
 
@@ -293,6 +323,8 @@ class Scheduler:
                 if new_blocks is not None:
                     break
                 victim = self._pick_victim()
+                if self.defer_block_free and not self._request_blocks_can_be_freed(victim):
+                    break  # a deferred free would not help this allocation
                 if self.policy == "priority":
                     idx = running.index(victim)
                     del running[idx]
@@ -377,9 +409,10 @@ class Scheduler:
                 request.status = (
                     RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
                 )
-            if request.num_stale_output_tokens:
+            if request.num_stale_output_tokens and not request.drop_stale_output:
                 # Async: output of a step from before its preemption is still in
-                # flight; resuming now could sample a position that output fills.
+                # flight; resuming now could sample a position that output fills
+                # (unless that output is to be dropped).
                 self._skip_waiting(queue, skipped, skipped_holding)
                 continue
             num_external = 0
@@ -398,6 +431,8 @@ class Scheduler:
                     num_external = ext
                     connector_queries = request.num_tokens - num_local
                 num_computed = num_local + num_external
+                if connector is not None and request.num_preemptions <= 0:
+                    request.num_prefill_cached_tokens = num_computed
             else:
                 computed_blocks, num_local = kvm.empty_kv_cache_blocks, 0
                 num_computed = request.num_computed_tokens
@@ -502,8 +537,18 @@ class Scheduler:
 
     def _update_waiting_for_remote_kv(self, request: Request) -> None:
         """The load is done: register the loaded blocks in the prefix cache; a whole
-        prompt loaded still recomputes its last token (to sample the next one)."""
-        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+        prompt loaded still recomputes its last token (to sample the next one). After
+        a failed load (recompute policy) only the valid prefix is cached, or, with
+        none, the blocks are released (the request starts over)."""
+        rid = request.request_id
+        if rid in self.failed_recving_kv_req_ids:
+            if request.num_computed_tokens:
+                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            else:
+                self.kv_cache_manager.free(request)
+            self.failed_recving_kv_req_ids.remove(rid)
+        else:
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
         if request.num_computed_tokens == request.num_tokens:
             request.num_computed_tokens = request.num_tokens - 1
         self.finished_recving_kv_req_ids.remove(request.request_id)
@@ -526,13 +571,19 @@ class Scheduler:
     def _preempt_request(self, request: Request) -> None:
         """Free all of the request's blocks and send it to the front of the queue."""
         assert request.status == RequestStatus.RUNNING, "only running requests are preempted"
-        self.kv_cache_manager.free(request)
+        self._free_request_blocks(request)
         if self.connector is not None:
             self._inflight_prefills.discard(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.spec_token_ids = []
-        # Async: output still in flight is stale; it is delivered, counters untouched.
+        # Async: output still in flight is stale; it is delivered, counters untouched
+        # (dropped instead for a KV producer, whose hand-off the free just broke; an
+        # undrained dropped share stays dropped).
+        if self.connector is not None:
+            request.drop_stale_output = self.requires_kv_delivery or (
+                request.drop_stale_output and request.num_stale_output_tokens > 0
+            )
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
         request.num_preemptions += 1
@@ -550,6 +601,11 @@ class Scheduler:
             )
             if self.connector is not None and not request.is_prefill_chunk:
                 self._inflight_prefills.discard(request)
+        if self.defer_block_free:
+            # The step each request was last scheduled in, to fence deferred frees.
+            seq = self.sched_step_seq
+            for rid in out.num_scheduled_tokens:
+                requests[rid].last_sched_seq = seq
         self.finished_req_ids = set()
         self.reset_preempted_req_ids = set()
 
@@ -565,8 +621,21 @@ class Scheduler:
 
         ``kv_connector_output``: what the connector's workers report for the step
         (finished transfers), applied after the tokens (vLLM's
-        ``_update_from_kv_xfer_finished``)."""
+        ``_update_from_kv_xfer_finished``); failed loads are handled first."""
         result = EngineStepOutput()
+        if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:
+            # Every write of this and earlier steps is done: deferred frees may go.
+            self.processed_step_seq += 1
+            self._drain_deferred_frees()
+        failed_kv_load_req_ids: set[str] | None = None  # set only after failed loads
+        if (
+            kv_connector_output is not None
+            and self.connector is not None
+            and (kv_connector_output.failed_recving or kv_connector_output.invalid_block_ids)
+        ):
+            failed_kv_load_req_ids = self._handle_failed_loads(
+                kv_connector_output, scheduler_output.num_scheduled_tokens
+            )
         stopped: list[Request] = []
         stopped_waiting: list[Request] = []
         preempted = RequestStatus.PREEMPTED
@@ -583,9 +652,13 @@ class Scheduler:
             if request.num_stale_output_tokens > 0:  # async: scheduled before a preemption
                 stale = True
                 request.num_stale_output_tokens -= n
+            if failed_kv_load_req_ids is not None and rid in failed_kv_load_req_ids:
+                continue
             status_before = request.status
             if status_before > preempted:  # finished (is_finished)
                 continue
+            if stale and request.drop_stale_output:
+                continue  # async, KV producer: output from before a preemption
             sampled = sampled_token_ids.get(rid)
             if not sampled:
                 continue
@@ -630,7 +703,14 @@ class Scheduler:
                     )
             result.new_token_ids[rid] = new_ids
             if is_stopped:
-                self._free_request(request)
+                params = self._free_request(request)
+                if params is not None:
+                    if params.get("do_remote_prefill") and request.num_output_tokens == len(
+                        sampled
+                    ):
+                        # vLLM: the prefill stats go with the request's first output.
+                        params["remote_prefill_cached_tokens"] = request.num_prefill_cached_tokens
+                    result.kv_transfer_params[rid] = params
                 result.finished_req_ids.append(rid)
                 result.finished_requests.append(request)
                 if status_before == running:
@@ -642,6 +722,16 @@ class Scheduler:
             self.running = [r for r in self.running if r not in gone]
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
+            if self.kv_holding_waiting:
+                self.kv_holding_waiting.remove_requests(stopped_waiting)
+        if failed_kv_load_req_ids and not self.recompute_kv_load_failures:
+            # vLLM collects the ids in a set: their order follows string hashing;
+            # kvcore fails them sorted.
+            for request in self.finish_requests(
+                sorted(failed_kv_load_req_ids), RequestStatus.FINISHED_ERROR
+            ):
+                result.finished_req_ids.append(request.request_id)
+                result.finished_requests.append(request)
         if kv_connector_output is not None and self.connector is not None:
             self._update_from_kv_xfer_finished(kv_connector_output)
         result.prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
@@ -665,18 +755,51 @@ class Scheduler:
                 continue
             request.spec_token_ids = list(drafts)
 
-    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> None:
+    def _free_request(
+        self, request: Request, delay_free_blocks: bool = False
+    ) -> dict[str, Any] | None:
+        """Report the request finished and free its blocks (unless the connector
+        keeps them); returns the connector's transfer parameters for its output."""
         connector = self.connector
+        params = None
         if connector is not None:
             self._inflight_prefills.discard(request)
-            delay_free_blocks |= connector.request_finished(request)
+            block_ids = self.kv_cache_manager.get_block_ids_for_computed_tokens(
+                request.request_id, request.num_computed_tokens
+            )
+            delay, params = connector.request_finished(request, block_ids)
+            delay_free_blocks |= delay
         self.finished_req_ids.add(request.request_id)
         if not delay_free_blocks:
             self._free_blocks(request)
+        return params
 
     def _free_blocks(self, request: Request) -> None:
-        self.kv_cache_manager.free(request)
+        self._free_request_blocks(request)
         del self.requests[request.request_id]
+
+    def _request_blocks_can_be_freed(self, request: Request) -> bool:
+        """vLLM's ``_request_blocks_can_be_freed``: no step that may still write the
+        request's blocks is in flight (always, unless frees are deferred)."""
+        return not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq
+
+    def _free_request_blocks(self, request: Request) -> None:
+        """vLLM's ``_free_request_blocks``: free now, or hold the blocks until the
+        steps in flight are done (async scheduling with a KV consumer)."""
+        if self._request_blocks_can_be_freed(request):
+            self.kv_cache_manager.free(request)
+            return
+        blocks = self.kv_cache_manager.pop_blocks_for_free(request)
+        if blocks:
+            self.deferred_frees.append((self.sched_step_seq, blocks))
+
+    def _drain_deferred_frees(self) -> None:
+        """vLLM's ``_drain_deferred_frees``: return the held blocks whose steps are
+        done, in order, each list tail first."""
+        frees = self.deferred_frees
+        while frees and frees[0][0] <= self.processed_step_seq:
+            _, blocks = frees.popleft()
+            self.kv_cache_manager.free_popped_blocks(blocks)
 
     def _update_from_kv_xfer_finished(self, kv_connector_output: KVConnectorOutput) -> None:
         """vLLM's ``_update_from_kv_xfer_finished``: let the connector apply finished
@@ -690,6 +813,107 @@ class Scheduler:
             else:
                 assert request.is_finished()
                 self._free_blocks(request)
+        for rid in sorted(kv_connector_output.finished_sending):
+            self._free_blocks(self.requests[rid])
+
+    def _handle_failed_loads(
+        self, kv_connector_output: KVConnectorOutput, num_scheduled: dict[str, int]
+    ) -> set[str]:
+        """The start of vLLM's ``update_from_output`` with a connector: the requests
+        a failed load affects, to skip in this step's output (and, by the fail policy,
+        to fail at its end)."""
+        failed: set[str] = set()
+        if kv_connector_output.failed_recving:
+            failed |= self._handle_failed_recving(kv_connector_output.failed_recving)
+        if kv_connector_output.invalid_block_ids:
+            failed |= self._handle_invalid_blocks(
+                kv_connector_output.invalid_block_ids, num_scheduled
+            )
+        return failed
+
+    def _handle_failed_recving(self, failed_req_ids: set[str]) -> set[str]:
+        """vLLM's ``_handle_failed_recving``: a failed load of a waiting request is
+        redone locally (recompute policy: from token 0) or fails the request (the
+        ids returned)."""
+        affected: set[str] = set()
+        for rid in failed_req_ids:
+            request = self.requests.get(rid)
+            if request is not None and request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                affected.add(rid)
+                if self.recompute_kv_load_failures:
+                    request.num_computed_tokens = 0
+                    self.failed_recving_kv_req_ids.add(rid)
+        return set() if self.recompute_kv_load_failures else affected
+
+    def _handle_invalid_blocks(
+        self, invalid_block_ids: set[int], num_scheduled: dict[str, int]
+    ) -> set[str]:
+        """vLLM's ``_handle_invalid_blocks``: requests whose computed tokens reach a
+        block a load left unwritten go back to the longest valid prefix. Returns the
+        requests to skip in this step's output (fail policy: every one affected)."""
+        if len(self.kv_cache_manager.kv_cache_config.kv_cache_groups) > 1:
+            raise RuntimeError(
+                "a KV connector reported invalid_block_ids, which vLLM refuses for models "
+                "with more than one KV cache group"
+            )
+        loading = [
+            r for r in self.kv_holding_waiting if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+        ]
+        async_failed, _ = self._update_requests_with_invalid_blocks(
+            loading, invalid_block_ids, num_scheduled, evict_blocks=False
+        )
+        sync_failed, to_evict = self._update_requests_with_invalid_blocks(
+            self.running, invalid_block_ids, num_scheduled, evict_blocks=True
+        )
+        if not async_failed and not sync_failed:
+            return set()
+        if to_evict and not self.recompute_kv_load_failures:
+            # vLLM evicts them from the prefix cache; only a synchronous load (no
+            # kvcore connector has one) leaves invalid blocks in running requests.
+            raise NotImplementedError("failed synchronous KV loads are not modelled")
+        if not self.recompute_kv_load_failures:
+            return async_failed | sync_failed
+        self.failed_recving_kv_req_ids |= async_failed
+        return sync_failed
+
+    def _update_requests_with_invalid_blocks(
+        self,
+        requests: Iterable[Request],
+        invalid_block_ids: set[int],
+        num_scheduled: dict[str, int],
+        evict_blocks: bool,
+    ) -> tuple[set[str], set[int]]:
+        """vLLM's ``_update_requests_with_invalid_blocks``: cut each request's computed
+        tokens at its first invalid block (a block shared with an earlier request of
+        the scan is recomputed by that one); the affected ids and, with
+        ``evict_blocks``, every block from each first invalid one on."""
+        affected: set[str] = set()
+        to_evict: set[int] = set()
+        marked: set[int] = set()
+        bs = self.block_size
+        for request in requests:
+            rid = request.request_id
+            (block_ids,) = self.kv_cache_manager.get_block_ids(rid)
+            computed = request.num_computed_tokens - num_scheduled.get(rid, 0)
+            is_affected = marked_own = False
+            for idx, bid in zip(range(cdiv(computed, bs)), block_ids):
+                if bid not in invalid_block_ids:
+                    continue
+                is_affected = True
+                if bid in marked:
+                    continue
+                marked.add(bid)
+                if marked_own:
+                    continue
+                marked_own = True
+                request.num_computed_tokens = idx * bs
+                if evict_blocks:
+                    to_evict.update(block_ids[idx:])
+            if is_affected:
+                if not marked_own:
+                    request.num_computed_tokens = computed
+                affected.add(rid)
+        return affected, to_evict
 
     def finish_requests(
         self, request_ids: str | Iterable[str] | None, status: RequestStatus
@@ -736,6 +960,7 @@ class Scheduler:
                 rid = request.request_id
                 delay_free_blocks = rid not in self.finished_recving_kv_req_ids
                 self.finished_recving_kv_req_ids.discard(rid)
+                self.failed_recving_kv_req_ids.discard(rid)
             request.status = status
             self._free_request(request, delay_free_blocks)
         return ended
@@ -748,7 +973,7 @@ class Scheduler:
 
     def check_invariants(self) -> None:
         """Raise AssertionError if scheduler and KV cache state disagree."""
-        self.kv_cache_manager.check_invariants()
+        self.kv_cache_manager.check_invariants(blocks for _, blocks in self.deferred_frees)
         running_ids = [r.request_id for r in self.running]
         waiting_ids = [r.request_id for r in self.waiting]
         waiting_ids += [r.request_id for r in self.kv_holding_waiting]

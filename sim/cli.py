@@ -458,6 +458,12 @@ def conformance(
         "drafts) to "
         "every step trace",
     ),
+    pd: bool = typer.Option(
+        False,
+        "--pd/--no-pd",
+        help="instead, P/D disaggregation: --traces cases on a prefill and on a decode "
+        "instance with vLLM's NIXL connector (pull and push; --async-scheduling applies)",
+    ),
 ) -> None:
     from sim.conformance.cli import run_conformance
 
@@ -469,6 +475,7 @@ def conformance(
             out_dir,
             async_scheduling=async_scheduling,
             spec_decode=spec_decode,
+            pd=pd,
         )
     )
 

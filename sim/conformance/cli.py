@@ -73,6 +73,8 @@ def render(report: Report, console: Console) -> None:
     )
     if report.spec_decode:
         table.add_row("speculative decoding", "in every trace")
+    if report.pd:
+        table.add_row("P/D disaggregation", "prefill and decode instances (NIXL connector)")
     table.add_row("traces run", str(report.traces))
     table.add_row("steps compared", str(report.steps))
     table.add_row("op sequences / ops compared", f"{report.op_cases} / {report.ops}")
@@ -98,12 +100,14 @@ def run_conformance(
     sizing_cases: int = 40,
     async_scheduling: bool = False,
     spec_decode: bool = False,
+    pd: bool = False,
 ) -> int:
     """Run the comparison and print the table; return the exit status.
 
     ``async_scheduling``: the step traces run through vLLM's ``AsyncScheduler`` and
     engine-core batch queue, and through kvcore's. ``spec_decode``: every step trace
-    has speculative decoding."""
+    has speculative decoding. ``pd``: instead, ``traces`` P/D cases per instance role
+    (prefill, decode) with vLLM's NIXL connector (``sim.conformance.pd_cases``)."""
     err = Console(stderr=True)
     try:
         if traces < 1:
@@ -120,13 +124,21 @@ def run_conformance(
             file=sys.stderr,
         )
     args = (traces, seed, python, out_dir, op_cases, sizing_cases)
+
+    def compare() -> Report:
+        if pd:
+            from sim.conformance.pd_cases import run_pd
+
+            return run_pd(traces, seed, python, out_dir, async_scheduling=async_scheduling)
+        return run(*args, async_scheduling=async_scheduling, spec_decode=spec_decode)
+
     try:
         if sys.stderr.isatty():
             with err.status(f"replaying {traces} traces through vLLM {version} and kvcore"):
-                report = run(*args, async_scheduling=async_scheduling, spec_decode=spec_decode)
+                report = compare()
         else:
-            report = run(*args, async_scheduling=async_scheduling, spec_decode=spec_decode)
-    except OracleError as e:
+            report = compare()
+    except (OracleError, RuntimeError) as e:
         print(f"kvsim: error: {e}", file=sys.stderr)
         return 2
     report.vllm_version = report.vllm_version or version

@@ -69,6 +69,8 @@ class Report:
     vllm_version: str | None = None
     async_scheduling: bool = False
     spec_decode: bool = False
+    pd: bool = False
+    """P/D disaggregation cases (``sim.conformance.pd_cases.run_pd``)."""
     traces: int = 0
     steps: int = 0
     op_cases: int = 0

@@ -426,8 +426,11 @@ def resolve_max_model_len(cfg: dict[str, Any], trace: list[dict[str, Any]]) -> i
     return max(len(r["prompt_token_ids"]) + int(r["max_tokens"]) for r in trace)
 
 
-def build_vllm_config(cfg: dict[str, Any], max_model_len: int) -> VllmConfig:
-    """VllmConfig for a CPU-only scheduler over a tiny offline model directory."""
+def build_vllm_config(
+    cfg: dict[str, Any], max_model_len: int, kv_transfer_config: Any = None
+) -> VllmConfig:
+    """VllmConfig for a CPU-only scheduler over a tiny offline model directory
+    (``kv_transfer_config``: a KV connector, for ``pd_driver.py``)."""
     path = model_dir()
     model = ModelConfig(
         model=path,
@@ -478,6 +481,7 @@ def build_vllm_config(cfg: dict[str, Any], max_model_len: int) -> VllmConfig:
         device_config=DeviceConfig(device="cpu"),
         kv_events_config=events,
         speculative_config=speculative,
+        kv_transfer_config=kv_transfer_config,
     )
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python tests/conformance/mutation_demo.py [--traces 30] [--seed S]
     .venv/bin/python tests/conformance/mutation_demo.py --async-scheduling
     .venv/bin/python tests/conformance/mutation_demo.py --spec-decode
+    .venv/bin/python tests/conformance/mutation_demo.py --pd
 
 Each mutant monkeypatches kvcore in this process only (no file changes), runs the
 randomized comparison against vLLM (``.venv-vllm``) and prints the first mismatch.
@@ -27,6 +28,15 @@ Mutants (``--spec-decode``: speculative decoding, synchronous and async traces):
                    request's next step (vLLM drops them)
   eagle-hashes     EAGLE's block hashes leave out the token after the block, so a
                    block is a prefix hit before the drafter's KV in it is final
+Mutants (``--pd``: P/D disaggregation with vLLM's NIXL connector, scheduler side):
+  early-free       a prefill instance frees a finished request's blocks at once and
+                   issues no send (vLLM holds them until the decode side read them)
+  load-one-short   a decode instance leaves the prompt's last token out of the load
+                   (vLLM loads it all and recomputes that token only to sample)
+  no-deferred-free a decode instance under async scheduling frees and preempts
+                   without waiting for the batch in flight that may write the blocks
+  keep-stale       a prefill instance under async scheduling delivers the output in
+                   flight of a preempted request (vLLM drops it: its hand-off broke)
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ from kvcore.async_scheduler import AsyncScheduler  # noqa: E402
 from kvcore.batch_queue import Batch, BatchQueue  # noqa: E402
 from kvcore.block_pool import BlockPool  # noqa: E402
 from kvcore.kv_cache_manager import KVCacheManager  # noqa: E402
+from kvcore.nixl_connector import NixlConnectorScheduler  # noqa: E402
 from kvcore.scheduler import Scheduler  # noqa: E402
 from kvcore.spec_decode import SpeculativeConfig  # noqa: E402
 from sim.conformance import DEFAULT_SEED  # noqa: E402
@@ -55,6 +66,11 @@ from sim.conformance.differential import (  # noqa: E402
     run,
 )
 from sim.conformance.generate import random_case  # noqa: E402
+from sim.conformance.pd import compare as pd_compare  # noqa: E402
+from sim.conformance.pd import run_kvcore_or_error as pd_run_kvcore  # noqa: E402
+from sim.conformance.pd import run_oracle as pd_run_oracle  # noqa: E402
+from sim.conformance.pd_cases import early_free, load_one_short  # noqa: E402
+from sim.conformance.pd_cases import random_case as pd_random_case  # noqa: E402
 from sim.conformance.replay_kvcore import run_kvcore_steps  # noqa: E402
 
 
@@ -173,6 +189,61 @@ SPEC_MUTANTS = {
 }
 
 
+_nixl_init = NixlConnectorScheduler.__init__
+
+
+def _keep_stale(self: NixlConnectorScheduler, *args, **kwargs) -> None:
+    _nixl_init(self, *args, **kwargs)
+    self.requires_kv_delivery = False
+
+
+PD_MUTANTS = {
+    # name: (role, async scheduling, class, attribute, replacement)
+    "early-free": ("prefill", False, NixlConnectorScheduler, "request_finished", early_free),
+    "load-one-short": (
+        "decode",
+        False,
+        NixlConnectorScheduler,
+        "get_num_new_matched_tokens",
+        load_one_short,
+    ),
+    "no-deferred-free": (
+        "decode",
+        True,
+        Scheduler,
+        "_request_blocks_can_be_freed",
+        lambda self, request: True,
+    ),
+    "keep-stale": ("prefill", True, NixlConnectorScheduler, "__init__", _keep_stale),
+}
+
+
+def pd_mutants_caught(traces: int, seed: int) -> list[str]:
+    """The P/D mutants, each against ``traces`` cases of its role and loop (one vLLM
+    run for all); prints each one's first mismatch and returns those not caught."""
+    kinds = sorted({(role, a) for role, a, *_ in PD_MUTANTS.values()})
+    cases = {k: [pd_random_case(seed, i, *k) for i in range(traces)] for k in kinds}
+    flat = [c for k in kinds for c in cases[k]]
+    lines = pd_run_oracle(str(DEFAULT_VLLM_PYTHON), flat, timeout=1800)
+    theirs = {k: lines[j * traces : (j + 1) * traces] for j, k in enumerate(kinds)}
+    missed = []
+    for name, (role, a, cls, attr, value) in PD_MUTANTS.items():
+        with patched(cls, attr, value):
+            found = [
+                (i, d)
+                for i, ((config, trace), v) in enumerate(zip(cases[role, a], theirs[role, a]))
+                if (d := pd_compare(v, pd_run_kvcore(config, trace))) is not None
+            ]
+        loop = "async" if a else "sync"
+        print(f"== mutant {name}: {len(found)} mismatching cases of {traces} {role} {loop} traces")
+        if found:
+            i, diff = found[0]
+            print(f"case {i}: {diff.render()}")
+        else:
+            missed.append(name)
+    return missed
+
+
 def spec_mutants_caught(traces: int, seed: int) -> list[str]:
     """The speculative mutants against one vLLM run of ``traces`` cases (the oracle's
     lines do not depend on the mutant); prints each one's first mismatch and returns
@@ -205,7 +276,13 @@ def main() -> int:
     p.add_argument("--out-dir", default="conformance-mutants")
     p.add_argument("--async-scheduling", action="store_true", help="the async mutants")
     p.add_argument("--spec-decode", action="store_true", help="the speculative mutants")
+    p.add_argument("--pd", action="store_true", help="the P/D disaggregation mutants")
     args = p.parse_args()
+    if args.pd:
+        missed = pd_mutants_caught(args.traces, args.seed)
+        if missed:
+            print("NOT caught:", ", ".join(missed))
+        return 1 if missed else 0
     if args.spec_decode:
         missed = spec_mutants_caught(args.traces, args.seed)
         if missed:

@@ -1,0 +1,389 @@
+"""Oracle driver for P/D disaggregation: vLLM 0.33.0's real ``Scheduler`` (or
+``AsyncScheduler`` behind its engine-core batch queue) with the NIXL connector in the
+scheduler role, run on a CPU, on a prefill or a decode instance.
+
+Executed by the oracle environment's interpreter (``.venv-vllm/bin/python``); kvsim
+never imports it. Uses the standard library, vLLM, and three sibling files loaded by
+path: ``vllm_driver.py`` (model directory, VllmConfig, engine shell, NONE_HASH),
+``pd_worker.py`` (the fake worker both replays share) and ``pd_case.py`` (a case's
+knobs, also kvsim's).
+
+The connector is built as ``--kv-transfer-config`` does it:
+``KVTransferConfig(kv_connector="NixlConnector" | "NixlPushConnector",
+kv_role="kv_producer" | "kv_consumer" | "kv_both", kv_load_failure_policy=...)``. vLLM's NIXL
+scheduler side imports and runs without the ``nixl`` library (only its worker side
+needs it; vLLM logs "NIXL is not available"), so nothing is stubbed. Requests carry
+their ``kv_transfer_params`` in ``SamplingParams.extra_args`` (a fresh copy per
+replay: the connector writes into it). The worker side is ``FakeNixlWorker``, called
+when a batch executes; its report reaches ``update_from_output`` as the batch's
+``KVConnectorOutput`` (an empty batch too, as vLLM's ``kv_connector_no_forward``).
+
+Usage: ``pd_driver.py JOBS`` where JOBS is a JSON file holding
+``[{"config", "trace", "out"}]``; each job writes JSON lines to its ``out``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import sys
+from typing import Any
+
+
+def _sibling(name: str) -> Any:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("kvsim_oracle_" + name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+vd = _sibling("vllm_driver")
+FakeNixlWorker = _sibling("pd_worker").FakeNixlWorker
+pd_case = _sibling("pd_case")
+
+import vllm  # noqa: E402
+from vllm.config import KVTransferConfig  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+
+class SortedIterSet(set):
+    """A set iterated in sorted order (vLLM's ``finished_req_ids`` follows string
+    hashing otherwise; kvcore visits finished requests sorted)."""
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(sorted(set.__iter__(self)))
+
+
+def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
+    steps_cfg = vd.merged(
+        vd.STEPS_DEFAULTS,
+        {
+            k: cfg[k]
+            for k in (
+                "block_size",
+                "num_gpu_blocks",
+                "max_num_seqs",
+                "max_num_batched_tokens",
+                "enable_chunked_prefill",
+                "long_prefill_token_threshold",
+                "policy",
+                "scheduler_reserve_full_isl",
+                "prefix_caching_hash_algo",
+                "async_scheduling",
+            )
+        },
+    )
+    ktc = KVTransferConfig(
+        kv_connector="NixlPushConnector" if cfg["mode"] == "push" else "NixlConnector",
+        kv_role=pd_case.kv_role(cfg),
+        engine_id="kvsim-" + cfg["role"],
+        kv_load_failure_policy=cfg["kv_load_failure_policy"],
+    )
+    vllm_config = vd.build_vllm_config(steps_cfg, max_model_len, kv_transfer_config=ktc)
+    if bool(cfg["async_scheduling"]) != bool(vllm_config.scheduler_config.async_scheduling):
+        raise ValueError("vLLM changed async scheduling for this configuration")
+    register_all_kvcache_specs(vllm_config)
+    cls = vd.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=vd.kv_cache_config_for(steps_cfg),
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=int(cfg["block_size"]),
+        log_stats=True,
+    )
+
+
+def make_request(spec: dict[str, Any], arrival: float, hasher: Any) -> Request:
+    extra = None
+    if spec.get("kv_transfer_params") is not None:
+        extra = {"kv_transfer_params": copy.deepcopy(spec["kv_transfer_params"])}
+    params = SamplingParams(max_tokens=int(spec["max_tokens"]), ignore_eos=True, extra_args=extra)
+    return Request(
+        request_id=str(spec["request_id"]),
+        prompt_token_ids=list(spec["prompt_token_ids"]),
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=arrival,
+        priority=int(spec.get("priority", 0)),
+        block_hasher=hasher,
+    )
+
+
+def meta_json(meta: Any) -> dict[str, Any]:
+    """The batch's NIXL metadata in the neutral form of the step lines and the worker."""
+    recv = []
+    for rid, m in sorted(meta.reqs_to_recv.items()):
+        blocks = [int(b) for b in m.local_block_ids[0]] if len(m.local_block_ids) else []
+        computed = [int(n) for n in m.local_num_computed_blocks]
+        recv.append([rid, blocks, computed, bool(m.awaiting_kvs)])
+    return {
+        "recv": recv,
+        "send": sorted(meta.reqs_to_send),
+        "in_batch": sorted(meta.reqs_in_batch),
+        "not_processed": sorted(meta.reqs_not_processed),
+        "push_reg": sorted(
+            [rid, [int(b) for b in r["local_block_ids"][0]]]
+            for rid, r in meta.push_registrations.items()
+        ),
+        "push_fin": sorted(
+            [rid, [int(b) for b in g[0]] if len(g) else []]
+            for rid, g in meta.push_finished_blocks.items()
+        ),
+    }
+
+
+def worker_meta(m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "recv": [[r[0], r[1], r[3]] for r in m["recv"]],
+        "send": m["send"],
+        "push_reg": m["push_reg"],
+    }
+
+
+def kv_output(report: dict[str, list[Any]]) -> KVConnectorOutput:
+    return KVConnectorOutput(
+        # lists, not sets: vLLM iterates them, the order stays fixed
+        finished_sending=report["sending"] or None,
+        finished_recving=report["recving"] or None,
+        failed_recving=set(report["failed"]),
+        invalid_block_ids=set(report["invalid"]),
+    )
+
+
+def sampled_for(sched: Scheduler, out: Any, token: int) -> list[list[int]]:
+    return [
+        [] if sched.requests[rid].is_prefill_chunk else [token] for rid in out.num_scheduled_tokens
+    ]
+
+
+def model_output(req_ids: list[str], sampled: list[list[int]], report: dict) -> ModelRunnerOutput:
+    return ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+        kv_connector_output=kv_output(report),
+    )
+
+
+def cache_json(engine_outputs: dict[int, Any] | None) -> dict[str, Any] | None:
+    """The step's prefix-cache counters (GPU, and connector hits) from the scheduler
+    stats of the outputs (None: no output applied in this step)."""
+    if engine_outputs is None:
+        return None
+    stats = None
+    for eco in engine_outputs.values():
+        if eco.scheduler_stats is not None:
+            stats = eco.scheduler_stats
+    cps = stats.connector_prefix_cache_stats if stats is not None else None
+    return {
+        "gpu": vd.prefix_stats_json(engine_outputs),
+        "connector": [0, 0, 0]
+        if cps is None
+        else [int(cps.requests), int(cps.queries), int(cps.hits)],
+    }
+
+
+def outputs_json(engine_outputs: dict[int, Any] | None) -> tuple[list[str], dict[str, Any]]:
+    """Finished request ids (sorted) and their compared transfer parameters."""
+    finished, params = [], {}
+    for eco in (engine_outputs or {}).values():
+        for o in eco.outputs:
+            if o.finish_reason is None:
+                continue
+            finished.append(o.request_id)
+            if o.kv_transfer_params is not None:
+                params[o.request_id] = pd_case.params_json(o.kv_transfer_params)
+    return sorted(finished), params
+
+
+class PDExecutor:
+    """The fake model executor of the async replay: at ``execute_model`` (right after
+    ``schedule()``) it fixes the batch's sampled tokens and asks the fake worker for
+    the batch's report; ``sample_tokens`` returns that output."""
+
+    def __init__(self, replay: PDReplay) -> None:
+        self.replay = replay
+        self.executed: list[tuple[Any, dict[str, Any], dict[str, Any], int]] = []
+        self.pending: ModelRunnerOutput | None = None
+
+    def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
+        r = self.replay
+        free_after = r.pool.get_num_free_blocks()
+        meta = meta_json(scheduler_output.kv_connector_metadata)
+        report = r.worker.step(r.step_index, worker_meta(meta))
+        req_ids = list(scheduler_output.num_scheduled_tokens)
+        output = model_output(req_ids, sampled_for(r.sched, scheduler_output, r.token), report)
+        self.executed.append((scheduler_output, meta, report, free_after))
+        if scheduler_output.total_num_scheduled_tokens == 0:
+            return vd._done(output)
+        self.pending = output
+        return vd._done(None)
+
+    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
+        output, self.pending = self.pending, None
+        assert output is not None, "sample_tokens without execute_model"
+        return vd._done(output)
+
+
+class PDReplay:
+    """Replays one P/D case and returns its JSON lines."""
+
+    def __init__(self, cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> None:
+        self.cfg = cfg = vd.merged(pd_case.DEFAULTS, cfg_in)
+        self.trace = trace
+        self.max_model_len = vd.resolve_max_model_len(cfg, trace)
+        hash_fn, _ = vd.init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
+        self.hasher = vd.kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
+        self.sched = build(cfg, self.max_model_len)
+        self.sched.finished_req_ids = SortedIterSet()
+        self.pool = self.sched.kv_cache_manager.block_pool
+        self.worker = FakeNixlWorker(trace, int(cfg["lease_steps"]))
+        self.token = int(cfg["sample_token_id"])
+        self.step_index = 0
+        self.async_mode = bool(cfg["async_scheduling"])
+        if self.async_mode:
+            self.executor = PDExecutor(self)
+            self.engine = vd.EngineShell(self.sched, self.executor)
+            self.batch_steps: dict[int, int] = {}
+
+    def has_work(self) -> bool:
+        return self.engine.has_work() if self.async_mode else self.sched.has_requests()
+
+    def abort(self, rid: str) -> list[str]:
+        if self.async_mode:
+            req = self.sched.requests.get(rid)
+            live = req is not None and not req.is_finished()
+            self.engine.abort_requests([rid])
+            return [rid] if live else []
+        ended = self.sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+        return [r.request_id for r in ended]
+
+    def common(self, line: dict[str, Any]) -> dict[str, Any]:
+        sched = self.sched
+        num_running, num_waiting = sched.get_request_counts()
+        line.update(
+            free_blocks=self.pool.get_num_free_blocks(),
+            num_running=num_running,
+            num_waiting=num_waiting,
+            waiting_for_kv=sorted(
+                r.request_id
+                for r in sched.requests.values()
+                if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+            ),
+            held=sorted(r.request_id for r in sched.requests.values() if r.is_finished()),
+        )
+        return line
+
+    def sync_step(self) -> dict[str, Any]:
+        sched = self.sched
+        out = sched.schedule()
+        sched.finished_req_ids = SortedIterSet()
+        free_after = self.pool.get_num_free_blocks()
+        meta = meta_json(out.kv_connector_metadata)
+        report = self.worker.step(self.step_index, worker_meta(meta))
+        req_ids = list(out.num_scheduled_tokens)
+        mro = model_output(req_ids, sampled_for(sched, out, self.token), report)
+        engine_outputs = sched.update_from_output(out, mro)
+        finished, params = outputs_json(engine_outputs)
+        return {
+            "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
+            "preempted": sorted(out.preempted_req_ids or ()),
+            "meta": meta,
+            "report": report,
+            "free_blocks_after_schedule": free_after,
+            "finished": finished,
+            "params": params,
+            "cache": cache_json(engine_outputs),
+        }
+
+    def async_step(self) -> dict[str, Any]:
+        engine_outputs, _ = self.engine.step_with_batch_queue()
+        executed, self.executor.executed = self.executor.executed, []
+        line: dict[str, Any] = {"scheduled": None}
+        if executed:
+            out, meta, report, free_after = executed[0]
+            self.batch_steps[id(out)] = self.step_index
+            line.update(
+                scheduled=[{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
+                preempted=sorted(out.preempted_req_ids or ()),
+                meta=meta,
+                report=report,
+                free_blocks_after_schedule=free_after,
+            )
+        self.sched.finished_req_ids = SortedIterSet(self.sched.finished_req_ids)
+        applied, self.sched.applied = self.sched.applied, []
+        line["applied_step"] = self.batch_steps.pop(id(applied[0])) if applied else None
+        line["finished"], line["params"] = outputs_json(engine_outputs)
+        line["cache"] = cache_json(engine_outputs) if applied else None
+        line["in_flight"] = [self.batch_steps[id(b[1])] for b in reversed(self.engine.batch_queue)]
+        return line
+
+    def run(self) -> list[dict[str, Any]]:
+        lines: list[dict[str, Any]] = [
+            {
+                "type": "header",
+                "vllm_version": vllm.__version__,
+                "max_model_len": self.max_model_len,
+            }
+        ]
+        pending = vd.ordered_trace(self.trace)
+        aborts = sorted(
+            (int(s["abort_step"]), i, str(s["request_id"]))
+            for i, (_, s) in enumerate(pending)
+            if s.get("abort_step") is not None
+        )
+        nxt = na = 0
+        while True:
+            step = self.step_index
+            while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
+                arrival, spec = pending[nxt]
+                self.sched.add_request(make_request(spec, arrival, self.hasher))
+                nxt += 1
+            aborted: list[str] = []
+            while na < len(aborts) and aborts[na][0] <= step:
+                aborted += self.abort(aborts[na][2])
+                na += 1
+            if nxt == len(pending) and not self.has_work():
+                break
+            if step > 5000:
+                raise RuntimeError("no end after 5000 steps")
+            body = self.async_step() if self.async_mode else self.sync_step()
+            line = {"type": "step", "step": step, "aborted": aborted, **body}
+            lines.append(self.common(line))
+            self.step_index += 1
+        lines.append(
+            {
+                "type": "summary",
+                "steps": self.step_index,
+                "free_blocks_end": self.pool.get_num_free_blocks(),
+            }
+        )
+        return lines
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        jobs = json.load(f)
+    for job in jobs:
+        try:
+            lines = PDReplay(job["config"], job["trace"]).run()
+        except Exception as e:  # noqa: BLE001 - reported as a mismatch
+            lines = [{"type": "error", "error": f"{type(e).__name__}: {e}"}]
+        with open(job["out"], "w") as f:
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
