@@ -60,7 +60,11 @@ from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.kv_cache_manager import PrefixCacheStats
-from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorMetadata
+from kvcore.offloading_connector import (
+    KVConnectorOutput,
+    OffloadingConnectorMetadata,
+    OffloadingConnectorScheduler,
+)
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
@@ -444,7 +448,7 @@ class ReplicaEngine(FastForwardSteps):
         reported by every TP worker; a finished load's request in
         ``finished_recving``."""
         connector = self.scheduler.connector
-        assert connector is not None
+        assert isinstance(connector, OffloadingConnectorScheduler)  # the CPU tier's
         kvo = KVConnectorOutput()
         done = link.collect_finished(now)
         if done:
@@ -458,7 +462,7 @@ class ReplicaEngine(FastForwardSteps):
         """Track the CPU tier's peak (blocks held, ready or being written)."""
         connector = self.scheduler.connector
         stats = self.offload_stats
-        assert connector is not None and stats is not None
+        assert isinstance(connector, OffloadingConnectorScheduler) and stats is not None
         held = connector.manager.num_stored_chunks() * connector.blocks_per_chunk
         if held > stats.peak_cpu_blocks:
             stats.peak_cpu_blocks = held
