@@ -95,7 +95,7 @@ def test_pd_early_free_mutant_is_caught(oracle: dict, monkeypatch: pytest.Monkey
 @needs_vllm
 @pytest.mark.skipif(
     not hasattr(Scheduler._request_blocks_can_be_freed, "__code__"),
-    reason="kvcore.scheduler is compiled (its methods cannot be patched)",
+    reason="kvcore.scheduler is compiled",
 )
 def test_pd_no_deferred_free_mutant_is_caught(
     oracle: dict, monkeypatch: pytest.MonkeyPatch
