@@ -49,7 +49,6 @@ stretch could not stop at an abort in the middle of a step).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Generator
 from typing import IO, Any
 
@@ -64,6 +63,7 @@ from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorMe
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
+from sim.decision_line import decision_line
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.errors import SimulationStuck
 from sim.kv_offload import OffloadStats
@@ -737,17 +737,14 @@ class ReplicaEngine(FastForwardSteps):
         )
         if self.decisions is not None:
             self.decisions.write(
-                json.dumps(
-                    {
-                        "replica": self.replica_id,
-                        "step": self.num_steps,
-                        "scheduled": out.num_scheduled_tokens,
-                        "preempted": sorted(out.preempted_req_ids),
-                        "finished": result.finished_req_ids,
-                        "num_free_blocks": num_free,
-                    }
+                decision_line(
+                    self.replica_id,
+                    self.num_steps,
+                    out.num_scheduled_tokens,
+                    out.preempted_req_ids,
+                    result.finished_req_ids,
+                    num_free,
                 )
-                + "\n"
             )
         self.num_steps += 1
         return result.finished_requests

@@ -9,7 +9,6 @@ applies them and writes their records exactly as stepping one by one would.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 from typing import Any, NamedTuple
 
@@ -22,6 +21,7 @@ from kvcore.fast_forward_async import plan_async_decode_stretch
 from kvcore.request import Request
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
+from sim.decision_line import decision_line, decode_decision_lines
 from sim.records import StepRecorder
 from sim.simpy_internals import next_event_time
 from sim.step_timing import StretchTimer, timeout_at
@@ -135,8 +135,10 @@ class FastForwardSteps:
             cached_free,
         )
         if seg.rids is not None:
-            free = seg.records.num_free_blocks
-            self._write_decisions(seg.rids, seg.step0, lo, hi, free, seg.finished if last else [])
+            finished = [r.request_id for r in seg.finished] if last else []
+            self.decisions.write(
+                decode_decision_lines(self.replica_id, seg.step0 + lo, seg.rids, free, finished)
+            )
 
     def _try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
         """Advance stretches of decode-only steps at once; yield their timeouts.
@@ -347,15 +349,16 @@ class FastForwardSteps:
         )
         if self.decisions is not None:
             finished = [r.request_id for r in seg.finished] if last else []
-            line = {
-                "replica": self.replica_id,
-                "step": seg.step0,
-                "scheduled": out.num_scheduled_tokens,
-                "preempted": sorted(out.preempted_req_ids),
-                "finished": finished,
-                "num_free_blocks": free,
-            }
-            self.decisions.write(json.dumps(line) + "\n")
+            self.decisions.write(
+                decision_line(
+                    self.replica_id,
+                    seg.step0,
+                    out.num_scheduled_tokens,
+                    out.preempted_req_ids,
+                    finished,
+                    free,
+                )
+            )
         if k > 1:
             self._write_segment(seg, 1, k)
 
@@ -368,24 +371,3 @@ class FastForwardSteps:
         if self.steps.num_writers == 1 or self._reacts_to_finish:
             return env.peek()
         return next_event_time(env, StepTimeout)
-
-    def _write_decisions(
-        self,
-        rids: list[str],
-        step0: int,
-        lo: int,
-        hi: int,
-        free: list[int],
-        finished: list[Request],
-    ) -> None:
-        """decisions.jsonl lines of fast-forwarded steps ``step0 + lo .. step0 + hi - 1``
-        (``finished``: the requests finishing in the stretch's last step)."""
-        scheduled = json.dumps(dict.fromkeys(rids, 1))
-        head = f'{{"replica": {self.replica_id}, "step": '
-        mid = f', "scheduled": {scheduled}, "preempted": [], "finished": '
-        tail = ', "num_free_blocks": '
-        lines = [f"{head}{step0 + j}{mid}[]{tail}{free[j]}}}\n" for j in range(lo, hi)]
-        if finished and hi == len(free):
-            done = json.dumps([r.request_id for r in finished])
-            lines[-1] = f"{head}{step0 + hi - 1}{mid}{done}{tail}{free[hi - 1]}}}\n"
-        self.decisions.write("".join(lines))
