@@ -175,7 +175,6 @@ class ReplicaEngine(FastForwardSteps):
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
         self._step_time = make_step_timer(latency_model)
         self._stretch = make_stretch_timer(latency_model, self._decode_time)
-        steps.num_writers += 1
         self.num_fast_forwarded = 0  # steps advanced by fast-forward
         self.num_stretches = 0  # fast-forward stretches (of one step or more)
         self.max_model_len = scheduler.max_model_len
@@ -549,7 +548,7 @@ class ReplicaEngine(FastForwardSteps):
     def _execute(self, out: SchedulerOutput) -> Generator[simpy.Event, Any, None]:
         """Run one scheduled step: wait its duration, then apply its output.
 
-        With fast-forward, one writer and a workload that does not react to finishes,
+        With fast-forward, one replica and a workload that does not react to finishes,
         a step that ends before the next SimPy event is applied at once and the decode
         stretches after it are chained on, in one wait: nothing can look at this
         replica before then, and what it does after the step is what the loop would do
@@ -557,7 +556,7 @@ class ReplicaEngine(FastForwardSteps):
         env = self.env
         start = env.now
         duration, prefill, decode, sampled = self._step_cost(out)
-        if self.fast_forward and not self._reacts_to_finish and self.steps.num_writers == 1:
+        if self.fast_forward and not self._reacts_to_finish and self.steps.num_replicas == 1:
             end = start + duration  # where the step's timeout would land
             until = env.peek()
             if end < until:

@@ -119,7 +119,7 @@ class FastForwardSteps:
         batch = seg.batch
         free, cached, cached_free = seg.records
         durations = seg.durations
-        if lo or not last:  # a part of the segment (several writers: one step at a time)
+        if lo or not last:  # a part of the segment (several replicas: one step at a time)
             durations = durations[lo:hi]
             free, cached, cached_free = free[lo:hi], cached[lo:hi], cached_free[lo:hi]
         self.steps.add_decode_steps(
@@ -162,7 +162,7 @@ class FastForwardSteps:
         if until <= env.now:
             return False
         done: list[tuple[Request, float]] = []
-        if self.steps.num_writers == 1:
+        if self.steps.num_replicas == 1:
             end = self._chain_stretches(env.now, until, done)
             if end is None:
                 return False
@@ -198,7 +198,7 @@ class FastForwardSteps:
     def _chain_stretches(
         self, start: float, until: float, done: list[tuple[Request, float]]
     ) -> float | None:
-        """With one writer: apply and write a stretch from ``start`` (its steps start
+        """With one replica: apply and write a stretch from ``start`` (its steps start
         before ``until``) and, when the workload does not react to finishes, the
         stretches after each one in which requests finish; add the finished requests
         with their finish times to ``done``. Returns the end of the last stretch, or
@@ -227,7 +227,7 @@ class FastForwardSteps:
         decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
         event, until the last of them applied its batch. Returns True when it advanced.
 
-        With one writer only. Every iteration of a stretch starts before the next SimPy
+        With one replica only. Every iteration of a stretch starts before the next SimPy
         event and every batch it applies ends before that event, but the last, which
         may end after it if no request finishes in it: an arrival in the meantime joins
         at the next iteration's top, after that batch is applied, as stepping would
@@ -237,7 +237,7 @@ class FastForwardSteps:
         reacts to finishes, not after one in which requests finish (the finished are
         recorded at their own finish times)."""
         env = self.env
-        if self._pending or self.steps.num_writers != 1 or env.now > self._gpu_free:
+        if self._pending or self.steps.num_replicas != 1 or env.now > self._gpu_free:
             return False
         until = env.peek()
         if until <= env.now:
@@ -368,6 +368,6 @@ class FastForwardSteps:
         event that is not another replica's step (steps of different replicas do not
         look at each other; arrivals, through the router, do)."""
         env = self.env
-        if self.steps.num_writers == 1 or self._reacts_to_finish:
+        if self.steps.num_replicas == 1 or self._reacts_to_finish:
             return env.peek()
         return next_event_time(env, StepTimeout)

@@ -108,19 +108,27 @@ class StepRecorder:
 
     Kept per step: start, duration and KV usage (8-byte floats, for the
     duration-weighted mean and percentiles over the run and its window) and, with
-    several writers, the replica id (2 bytes); per replica: step and prefix counts,
+    several replicas, the replica id (2 bytes); per replica: step and prefix counts,
     the waiting-queue length where it changes (for the queue verdict) and the livelock
-    streak (see :mod:`sim.verdict`). Everything else goes to
-    disk only. ``num_writers`` counts the engines writing here (fast-forward writes its
-    rows in bulk only when it is the sole writer, so row order never changes).
+    streak (see :mod:`sim.verdict`). Everything else goes to disk only.
     """
 
     def __init__(
-        self, path: Path, helper: bool = False, mode: str = "full", fmt: str = "csv"
+        self,
+        path: Path,
+        helper: bool = False,
+        mode: str = "full",
+        fmt: str = "csv",
+        num_replicas: int = 1,
     ) -> None:
         """``helper``: format and write the rows in a helper process (:mod:`sim.offload`;
         full CSV rows only). ``mode``: ``full``, ``thin`` or ``none``
-        (:mod:`sim.step_thin`); ``fmt``: ``csv`` or ``parquet`` (:mod:`sim.step_parquet`)."""
+        (:mod:`sim.step_thin`); ``fmt``: ``csv`` or ``parquet`` (:mod:`sim.step_parquet`).
+        ``num_replicas``: the replicas writing here (fast-forward writes its rows in
+        bulk only when there is one, so row order never changes)."""
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas: must be >= 1 (got {num_replicas})")
+        self.num_replicas = num_replicas
         self.mode = check_mode(mode)
         self.fmt = fmt
         self.file_name = path.name
@@ -143,8 +151,7 @@ class StepRecorder:
         self.start_s = array("d")
         self.duration_s = array("d")
         self.kv_usage = array("d")
-        self.replica = array("H")
-        self.num_writers = 0
+        self.replica = array("H")  # with several replicas: each step's
         self.per_replica: dict[int, ReplicaSteps] = {}
 
     @property
@@ -212,7 +219,7 @@ class StepRecorder:
         self.start_s.append(start_s)
         self.duration_s.append(duration_s)
         self.kv_usage.append(kv_usage)
-        if self.num_writers > 1:
+        if self.num_replicas > 1:
             self.replica.append(replica)
         rec = self._replica(replica)
         rec.num_steps += 1
@@ -271,7 +278,7 @@ class StepRecorder:
             self.start_s.extend(accumulate(durations[:-1], initial=start0))
         self.duration_s.extend(durations)
         self.kv_usage.extend(usage)
-        if self.num_writers > 1:
+        if self.num_replicas > 1:
             self.replica.extend([replica] * k)
         rec = self._replica(replica)
         rec.num_steps += k

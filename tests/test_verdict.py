@@ -140,8 +140,7 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
 
     rng = random.Random(5)
     for trial in range(20):
-        steps = StepRecorder(tmp_path / f"s{trial}.csv")
-        steps.num_writers = 2
+        steps = StepRecorder(tmp_path / f"s{trial}.csv", num_replicas=2)
         rows = []
         for i in range(400):
             replica = rng.randrange(2)
