@@ -70,6 +70,7 @@ from sim.kv_offload import OffloadStats
 from sim.offload_transfers import HostLink, job_bytes
 from sim.records import RequestRecorder, StepRecorder
 from sim.spec_engine import SpecDecodeRun
+from sim.step_row import StepRow
 from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
 
 _SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
@@ -716,24 +717,24 @@ class ReplicaEngine(FastForwardSteps):
         stats = result.prefix_cache_stats  # the scheduler logs stats (log_stats=True)
         assert stats is not None
         num_free = pool.get_num_free_blocks()
-        num_cached_free = pool.num_cached_free_blocks
-        self.steps.add(
-            self.replica_id,
-            self.num_steps,
-            start,
-            duration,
-            len(scheduler.running),
-            len(scheduler.waiting),
-            prefill,
-            decode,
-            len(out.preempted_req_ids),
-            pool.get_usage(),
-            num_free,
-            pool.num_cached_blocks,
-            stats.queries + stats.preempted_queries,
-            stats.hits + stats.preempted_hits,
-            num_cached_free,
+        row = StepRow(
+            replica=self.replica_id,
+            step=self.num_steps,
+            start_s=start,
+            duration_s=duration,
+            num_running=len(scheduler.running),
+            num_waiting=len(scheduler.waiting),
+            num_prefill_tokens=prefill,
+            num_decode_tokens=decode,
+            num_preempted=len(out.preempted_req_ids),
+            kv_usage=pool.get_usage(),
+            num_free_blocks=num_free,
+            num_cached_blocks=pool.num_cached_blocks,
+            prefix_queries=stats.queries + stats.preempted_queries,
+            prefix_hits=stats.hits + stats.preempted_hits,
+            num_cached_free_blocks=pool.num_cached_free_blocks,
         )
+        self.steps.add(row)
         if self.decisions is not None:
             self.decisions.write(
                 decision_line(

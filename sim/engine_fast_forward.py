@@ -24,6 +24,7 @@ from kvcore.scheduler import Scheduler
 from sim.decision_line import decision_line, decode_decision_lines
 from sim.records import StepRecorder
 from sim.simpy_internals import next_event_time
+from sim.step_row import DecodeRows, StepRow
 from sim.step_timing import StretchTimer, timeout_at
 
 SAMPLE_TOKEN_ID = 7
@@ -122,22 +123,23 @@ class FastForwardSteps:
         if lo or not last:  # a part of the segment (several replicas: one step at a time)
             durations = durations[lo:hi]
             free, cached, cached_free = free[lo:hi], cached[lo:hi], cached_free[lo:hi]
-        self.steps.add_decode_steps(
-            self.replica_id,
-            seg.step0 + lo,
-            seg.starts[lo],
-            durations,
-            batch,
-            batch - len(seg.finished) if last else batch,
-            self.pool.num_gpu_blocks - 1,
-            free,
-            cached,
-            cached_free,
+        rows = DecodeRows(
+            replica=self.replica_id,
+            step0=seg.step0 + lo,
+            start0_s=seg.starts[lo],
+            batch=batch,
+            last_running=batch - len(seg.finished) if last else batch,
+            num_usable_blocks=self.pool.num_gpu_blocks - 1,
+            durations=durations,
+            num_free_blocks=free,
+            num_cached_blocks=cached,
+            num_cached_free_blocks=cached_free,
         )
+        self.steps.add_decode_steps(rows)
         if seg.rids is not None:
             finished = [r.request_id for r in seg.finished] if last else []
             self.decisions.write(
-                decode_decision_lines(self.replica_id, seg.step0 + lo, seg.rids, free, finished)
+                decode_decision_lines(self.replica_id, rows.step0, seg.rids, free, finished)
             )
 
     def _try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
@@ -329,24 +331,24 @@ class FastForwardSteps:
         out, prefill, decode, queries, hits = seg.head
         last = k == 1
         free, cached, cached_free = (c[0] for c in seg.records)
-        usable = self.pool.num_gpu_blocks - 1
-        self.steps.add(
-            self.replica_id,
-            seg.step0,
-            seg.starts[0],
-            seg.durations[0],
-            seg.batch - len(seg.finished) if last else seg.batch,
-            0,
-            prefill,
-            decode,
-            len(out.preempted_req_ids),
-            1.0 - free / usable if usable else 0.0,  # BlockPool.get_usage
-            free,
-            cached,
-            queries,
-            hits,
-            cached_free,
+        row = StepRow(
+            replica=self.replica_id,
+            step=seg.step0,
+            start_s=seg.starts[0],
+            duration_s=seg.durations[0],
+            num_running=seg.batch - len(seg.finished) if last else seg.batch,
+            num_waiting=0,
+            num_prefill_tokens=prefill,
+            num_decode_tokens=decode,
+            num_preempted=len(out.preempted_req_ids),
+            kv_usage=BlockPool.usage_at(free, self.pool.num_gpu_blocks - 1),
+            num_free_blocks=free,
+            num_cached_blocks=cached,
+            prefix_queries=queries,
+            prefix_hits=hits,
+            num_cached_free_blocks=cached_free,
         )
+        self.steps.add(row)
         if self.decisions is not None:
             finished = [r.request_id for r in seg.finished] if last else []
             self.decisions.write(

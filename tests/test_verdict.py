@@ -136,6 +136,7 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
     import random
 
     from sim.records import RequestRecorder, StepRecorder
+    from sim.step_row import StepRow
     from sim.verdict import VerdictInputs
 
     rng = random.Random(5)
@@ -148,7 +149,9 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
             pre = 1 if rng.random() < 0.05 else 0
             waiting = rng.choice([0, 0, 1, 2, 5])
             start = i * 0.01
-            steps.add(replica, i, start, 0.01, 1, waiting, 0, decode, pre, 0.5, 1, 0, 0, 0, 0)
+            steps.add(
+                StepRow(replica, i, start, 0.01, 1, waiting, 0, decode, pre, 0.5, 1, 0, 0, 0, 0)
+            )
             rows.append((replica, start, waiting, decode, pre))
         steps.close()
         frame = pd.DataFrame(
