@@ -237,20 +237,18 @@ class DecodeRows:
         )
 
     @staticmethod
-    def steps_in(head: tuple[Any, ...]) -> int:
-        """The number of steps of a :meth:`head`'s stretch."""
-        return int(head[4])
-
-    @staticmethod
     def from_head(
         head: tuple[Any, ...],
+        at: int,
         durations: list[float],
         num_free_blocks: list[int],
         num_cached_blocks: list[int],
         num_cached_free_blocks: list[int],
     ) -> DecodeRows:
-        """The stretch of a :meth:`head` and its per-step lists (:meth:`steps_in` long)."""
-        _, replica, step0, start0_s, _, batch, last_running, usable = head
+        """The stretch of a :meth:`head` whose per-step values are those from ``at``
+        on of the lists (as many as it has steps)."""
+        _, replica, step0, start0_s, k, batch, last_running, usable = head
+        end = at + k
         return DecodeRows(
             replica,
             step0,
@@ -258,8 +256,8 @@ class DecodeRows:
             batch,
             last_running,
             usable,
-            durations,
-            num_free_blocks,
-            num_cached_blocks,
-            num_cached_free_blocks,
+            durations[at:end],
+            num_free_blocks[at:end],
+            num_cached_blocks[at:end],
+            num_cached_free_blocks[at:end],
         )

@@ -32,16 +32,14 @@ def fmt(x: float) -> str:
 
 
 _LINE = ",".join(["%s"] * len(STEP_COLUMNS)) + "\n"  # str() of each value, as csv.writer
-_FLOATS = tuple(STEP_COLUMNS.index(c) for c in FLOAT_COLUMNS)
+_ROW = ",".join("%.9g" if c in FLOAT_COLUMNS else "%s" for c in STEP_COLUMNS) + "\n"
 
 
 def row_text(values: Sequence[Any]) -> str:
     """The ``steps.csv`` line of one row's values (``STEP_COLUMNS`` order): floats
-    with :func:`fmt`, everything else as ``str``."""
-    row = list(values)
-    for i in _FLOATS:
-        row[i] = fmt(row[i])
-    return _LINE % tuple(row)
+    as :func:`fmt` writes them ("%.9g" is its format, applied in C), everything else as
+    ``str``."""
+    return _ROW % tuple(values)
 
 
 def _stretch_line(replica: int, running: int, batch: int) -> str:
@@ -92,11 +90,9 @@ def chunk_items(chunk: StepChunk) -> Iterator[tuple[Any, ...] | DecodeRows]:
         if item[0] != DECODE:
             yield item
             continue
-        end = at + DecodeRows.steps_in(item)
-        yield DecodeRows.from_head(
-            item, durations[at:end], free[at:end], cached[at:end], cfree[at:end]
-        )
-        at = end
+        rows = DecodeRows.from_head(item, at, durations, free, cached, cfree)
+        yield rows
+        at += len(rows.durations)
 
 
 class StepRowWriter:
@@ -125,11 +121,9 @@ class StepRowWriter:
     def _line(self, key: tuple[int, int, int]) -> str:
         """:func:`_stretch_line` of ``key``, made once."""
         lines = self._lines
-        line = lines.get(key)
-        if line is None:
-            if len(lines) >= 4096:
-                lines.clear()
-            line = lines[key] = _stretch_line(*key)
+        if len(lines) >= 4096:
+            lines.clear()
+        line = lines[key] = _stretch_line(*key)
         return line
 
     def _decode_text(self, rows: DecodeRows) -> str:
@@ -146,13 +140,25 @@ class StepRowWriter:
             if text is None:
                 text = memo[f] = fmt(BlockPool.usage_at(f, usable))
             usage_text.append(text)
-        # One %-format over all rows. The last row's num_running is last_running
-        # (requests may finish in the last step).
+        # The last row's num_running is last_running (requests may finish in the last
+        # step).
+        replica, batch, lines = rows.replica, rows.batch, self._lines
+        key = (replica, rows.last_running, batch)
+        last = lines.get(key) or self._line(key)
         k = len(free)
-        replica, batch = rows.replica, rows.batch
-        last = self._line((replica, rows.last_running, batch))
-        if k > 1:
-            last = self._line((replica, batch, batch)) * (k - 1) + last
+        if k == 1:  # several replicas write their stretches a step at a time
+            return last % (
+                rows.step0,
+                rows.start0_s,
+                rows.durations[0],
+                usage_text[0],
+                free[0],
+                rows.num_cached_blocks[0],
+                rows.num_cached_free_blocks[0],
+            )
+        # One %-format over all rows.
+        key = (replica, batch, batch)
+        row = lines.get(key) or self._line(key)
         values = zip(
             range(rows.step0, rows.step0 + k),
             rows.starts(),
@@ -162,4 +168,4 @@ class StepRowWriter:
             rows.num_cached_blocks,
             rows.num_cached_free_blocks,
         )
-        return last % tuple(chain.from_iterable(values))
+        return (row * (k - 1) + last) % tuple(chain.from_iterable(values))
