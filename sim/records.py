@@ -1,7 +1,7 @@
 """Per-step and per-request records, streamed to CSV as the simulation runs.
 
-Column sets are the contracts of docs/outputs.md (``steps.csv``: :data:`STEP_COLUMNS`,
-the fields of :class:`sim.step_row.StepRow`; ``requests.csv``).
+Column sets are the contracts of INTERFACES.md (``steps.csv``: :data:`STEP_COLUMNS`, the
+fields of :class:`sim.step_row.StepRow`; ``requests.csv``).
 Rows go to disk in chunks so memory does not grow with the run's length; the few
 columns the summary needs are kept as compact ``array`` buffers.
 """

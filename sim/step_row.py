@@ -37,7 +37,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "prefix_hits",
     "num_cached_free_blocks",
 )
-"""``steps.csv``'s columns: vLLM's interface's, then kvsim's extension
+"""``steps.csv``'s columns: INTERFACES.md's, then kvsim's extension
 ``num_cached_free_blocks``; :class:`StepRow`'s fields, in order."""
 FLOAT_COLUMNS: tuple[str, ...] = ("start_s", "duration_s", "kv_usage")
 """The float columns (9 significant digits in CSV, float64 in Parquet); the rest are
