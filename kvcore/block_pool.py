@@ -365,10 +365,17 @@ class BlockPool:
 
     def get_usage(self) -> float:
         """Fraction of usable blocks (all but the null block) not free, in [0, 1]."""
-        total = self.num_gpu_blocks - 1
-        if not total:
+        return BlockPool.usage_at(self.free_block_queue.num_free_blocks, self.num_gpu_blocks - 1)
+
+    @staticmethod
+    def usage_at(num_free_blocks: int, num_usable_blocks: int) -> float:
+        """KV-cache usage (fraction in [0, 1]) of a pool with ``num_usable_blocks``
+        blocks besides the null block, ``num_free_blocks`` of them free: what
+        :meth:`get_usage` returns then; 0.0 when no block is usable. The one formula:
+        records kept as block counts compute their usage with it."""
+        if not num_usable_blocks:
             return 0.0
-        return 1.0 - self.free_block_queue.num_free_blocks / total
+        return 1.0 - num_free_blocks / num_usable_blocks
 
     def get_num_cached_blocks(self) -> int:
         """Blocks that currently carry a prefix-cache hash."""

@@ -105,6 +105,10 @@ class Cluster:
     ) -> None:
         if num_replicas < 1:
             raise ValueError(f"num_replicas: must be >= 1 (got {num_replicas})")
+        if steps.num_replicas != num_replicas:
+            raise ValueError(
+                f"steps: a recorder for {steps.num_replicas} replica(s), not {num_replicas}"
+            )
         engine_cfg = resolved.engine
         offload = getattr(resolved, "offload", None)
         spec = getattr(resolved, "spec", None)

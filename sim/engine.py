@@ -49,7 +49,6 @@ stretch could not stop at an abort in the middle of a step).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Generator
 from typing import IO, Any
 
@@ -68,12 +67,14 @@ from kvcore.offloading_connector import (
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
+from sim.decision_line import decision_line
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.errors import SimulationStuck
 from sim.kv_offload import OffloadStats
 from sim.offload_transfers import HostLink, job_bytes
 from sim.records import RequestRecorder, StepRecorder
 from sim.spec_engine import SpecDecodeRun
+from sim.step_row import StepRow
 from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
 
 _SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
@@ -179,7 +180,6 @@ class ReplicaEngine(FastForwardSteps):
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
         self._step_time = make_step_timer(latency_model)
         self._stretch = make_stretch_timer(latency_model, self._decode_time)
-        steps.num_writers += 1
         self.num_fast_forwarded = 0  # steps advanced by fast-forward
         self.num_stretches = 0  # fast-forward stretches (of one step or more)
         self.max_model_len = scheduler.max_model_len
@@ -553,7 +553,7 @@ class ReplicaEngine(FastForwardSteps):
     def _execute(self, out: SchedulerOutput) -> Generator[simpy.Event, Any, None]:
         """Run one scheduled step: wait its duration, then apply its output.
 
-        With fast-forward, one writer and a workload that does not react to finishes,
+        With fast-forward, one replica and a workload that does not react to finishes,
         a step that ends before the next SimPy event is applied at once and the decode
         stretches after it are chained on, in one wait: nothing can look at this
         replica before then, and what it does after the step is what the loop would do
@@ -561,7 +561,7 @@ class ReplicaEngine(FastForwardSteps):
         env = self.env
         start = env.now
         duration, prefill, decode, sampled = self._step_cost(out)
-        if self.fast_forward and not self._reacts_to_finish and self.steps.num_writers == 1:
+        if self.fast_forward and not self._reacts_to_finish and self.steps.num_replicas == 1:
             end = start + duration  # where the step's timeout would land
             until = env.peek()
             if end < until:
@@ -721,37 +721,34 @@ class ReplicaEngine(FastForwardSteps):
         stats = result.prefix_cache_stats  # the scheduler logs stats (log_stats=True)
         assert stats is not None
         num_free = pool.get_num_free_blocks()
-        num_cached_free = pool.num_cached_free_blocks
-        self.steps.add(
-            self.replica_id,
-            self.num_steps,
-            start,
-            duration,
-            len(scheduler.running),
-            len(scheduler.waiting),
-            prefill,
-            decode,
-            len(out.preempted_req_ids),
-            pool.get_usage(),
-            num_free,
-            pool.num_cached_blocks,
-            stats.queries + stats.preempted_queries,
-            stats.hits + stats.preempted_hits,
-            num_cached_free,
+        row = StepRow(
+            replica=self.replica_id,
+            step=self.num_steps,
+            start_s=start,
+            duration_s=duration,
+            num_running=len(scheduler.running),
+            num_waiting=len(scheduler.waiting),
+            num_prefill_tokens=prefill,
+            num_decode_tokens=decode,
+            num_preempted=len(out.preempted_req_ids),
+            kv_usage=pool.get_usage(),
+            num_free_blocks=num_free,
+            num_cached_blocks=pool.num_cached_blocks,
+            prefix_queries=stats.queries + stats.preempted_queries,
+            prefix_hits=stats.hits + stats.preempted_hits,
+            num_cached_free_blocks=pool.num_cached_free_blocks,
         )
+        self.steps.add(row)
         if self.decisions is not None:
             self.decisions.write(
-                json.dumps(
-                    {
-                        "replica": self.replica_id,
-                        "step": self.num_steps,
-                        "scheduled": out.num_scheduled_tokens,
-                        "preempted": sorted(out.preempted_req_ids),
-                        "finished": result.finished_req_ids,
-                        "num_free_blocks": num_free,
-                    }
+                decision_line(
+                    self.replica_id,
+                    self.num_steps,
+                    out.num_scheduled_tokens,
+                    out.preempted_req_ids,
+                    result.finished_req_ids,
+                    num_free,
                 )
-                + "\n"
             )
         self.num_steps += 1
         return result.finished_requests

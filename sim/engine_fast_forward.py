@@ -9,7 +9,6 @@ applies them and writes their records exactly as stepping one by one would.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 from typing import Any, NamedTuple
 
@@ -22,8 +21,10 @@ from kvcore.fast_forward_async import plan_async_decode_stretch
 from kvcore.request import Request
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
+from sim.decision_line import decision_line, decode_decision_lines
 from sim.records import StepRecorder
 from sim.simpy_internals import next_event_time
+from sim.step_row import DecodeRows, StepRow
 from sim.step_timing import StretchTimer, timeout_at
 
 SAMPLE_TOKEN_ID = 7
@@ -119,24 +120,27 @@ class FastForwardSteps:
         batch = seg.batch
         free, cached, cached_free = seg.records
         durations = seg.durations
-        if lo or not last:  # a part of the segment (several writers: one step at a time)
+        if lo or not last:  # a part of the segment (several replicas: one step at a time)
             durations = durations[lo:hi]
             free, cached, cached_free = free[lo:hi], cached[lo:hi], cached_free[lo:hi]
-        self.steps.add_decode_steps(
-            self.replica_id,
-            seg.step0 + lo,
-            seg.starts[lo],
-            durations,
-            batch,
-            batch - len(seg.finished) if last else batch,
-            self.pool.num_gpu_blocks - 1,
-            free,
-            cached,
-            cached_free,
+        rows = DecodeRows(
+            replica=self.replica_id,
+            step0=seg.step0 + lo,
+            start0_s=seg.starts[lo],
+            batch=batch,
+            last_running=batch - len(seg.finished) if last else batch,
+            num_usable_blocks=self.pool.num_gpu_blocks - 1,
+            durations=durations,
+            num_free_blocks=free,
+            num_cached_blocks=cached,
+            num_cached_free_blocks=cached_free,
         )
+        self.steps.add_decode_steps(rows)
         if seg.rids is not None:
-            free = seg.records.num_free_blocks
-            self._write_decisions(seg.rids, seg.step0, lo, hi, free, seg.finished if last else [])
+            finished = [r.request_id for r in seg.finished] if last else []
+            self.decisions.write(
+                decode_decision_lines(self.replica_id, rows.step0, seg.rids, free, finished)
+            )
 
     def _try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
         """Advance stretches of decode-only steps at once; yield their timeouts.
@@ -160,7 +164,7 @@ class FastForwardSteps:
         if until <= env.now:
             return False
         done: list[tuple[Request, float]] = []
-        if self.steps.num_writers == 1:
+        if self.steps.num_replicas == 1:
             end = self._chain_stretches(env.now, until, done)
             if end is None:
                 return False
@@ -196,7 +200,7 @@ class FastForwardSteps:
     def _chain_stretches(
         self, start: float, until: float, done: list[tuple[Request, float]]
     ) -> float | None:
-        """With one writer: apply and write a stretch from ``start`` (its steps start
+        """With one replica: apply and write a stretch from ``start`` (its steps start
         before ``until``) and, when the workload does not react to finishes, the
         stretches after each one in which requests finish; add the finished requests
         with their finish times to ``done``. Returns the end of the last stretch, or
@@ -225,7 +229,7 @@ class FastForwardSteps:
         decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
         event, until the last of them applied its batch. Returns True when it advanced.
 
-        With one writer only. Every iteration of a stretch starts before the next SimPy
+        With one replica only. Every iteration of a stretch starts before the next SimPy
         event and every batch it applies ends before that event, but the last, which
         may end after it if no request finishes in it: an arrival in the meantime joins
         at the next iteration's top, after that batch is applied, as stepping would
@@ -235,7 +239,7 @@ class FastForwardSteps:
         reacts to finishes, not after one in which requests finish (the finished are
         recorded at their own finish times)."""
         env = self.env
-        if self._pending or self.steps.num_writers != 1 or env.now > self._gpu_free:
+        if self._pending or self.steps.num_replicas != 1 or env.now > self._gpu_free:
             return False
         until = env.peek()
         if until <= env.now:
@@ -327,35 +331,36 @@ class FastForwardSteps:
         out, prefill, decode, queries, hits = seg.head
         last = k == 1
         free, cached, cached_free = (c[0] for c in seg.records)
-        usable = self.pool.num_gpu_blocks - 1
-        self.steps.add(
-            self.replica_id,
-            seg.step0,
-            seg.starts[0],
-            seg.durations[0],
-            seg.batch - len(seg.finished) if last else seg.batch,
-            0,
-            prefill,
-            decode,
-            len(out.preempted_req_ids),
-            1.0 - free / usable if usable else 0.0,  # BlockPool.get_usage
-            free,
-            cached,
-            queries,
-            hits,
-            cached_free,
+        row = StepRow(
+            replica=self.replica_id,
+            step=seg.step0,
+            start_s=seg.starts[0],
+            duration_s=seg.durations[0],
+            num_running=seg.batch - len(seg.finished) if last else seg.batch,
+            num_waiting=0,
+            num_prefill_tokens=prefill,
+            num_decode_tokens=decode,
+            num_preempted=len(out.preempted_req_ids),
+            kv_usage=BlockPool.usage_at(free, self.pool.num_gpu_blocks - 1),
+            num_free_blocks=free,
+            num_cached_blocks=cached,
+            prefix_queries=queries,
+            prefix_hits=hits,
+            num_cached_free_blocks=cached_free,
         )
+        self.steps.add(row)
         if self.decisions is not None:
             finished = [r.request_id for r in seg.finished] if last else []
-            line = {
-                "replica": self.replica_id,
-                "step": seg.step0,
-                "scheduled": out.num_scheduled_tokens,
-                "preempted": sorted(out.preempted_req_ids),
-                "finished": finished,
-                "num_free_blocks": free,
-            }
-            self.decisions.write(json.dumps(line) + "\n")
+            self.decisions.write(
+                decision_line(
+                    self.replica_id,
+                    seg.step0,
+                    out.num_scheduled_tokens,
+                    out.preempted_req_ids,
+                    finished,
+                    free,
+                )
+            )
         if k > 1:
             self._write_segment(seg, 1, k)
 
@@ -365,27 +370,6 @@ class FastForwardSteps:
         event that is not another replica's step (steps of different replicas do not
         look at each other; arrivals, through the router, do)."""
         env = self.env
-        if self.steps.num_writers == 1 or self._reacts_to_finish:
+        if self.steps.num_replicas == 1 or self._reacts_to_finish:
             return env.peek()
         return next_event_time(env, StepTimeout)
-
-    def _write_decisions(
-        self,
-        rids: list[str],
-        step0: int,
-        lo: int,
-        hi: int,
-        free: list[int],
-        finished: list[Request],
-    ) -> None:
-        """decisions.jsonl lines of fast-forwarded steps ``step0 + lo .. step0 + hi - 1``
-        (``finished``: the requests finishing in the stretch's last step)."""
-        scheduled = json.dumps(dict.fromkeys(rids, 1))
-        head = f'{{"replica": {self.replica_id}, "step": '
-        mid = f', "scheduled": {scheduled}, "preempted": [], "finished": '
-        tail = ', "num_free_blocks": '
-        lines = [f"{head}{step0 + j}{mid}[]{tail}{free[j]}}}\n" for j in range(lo, hi)]
-        if finished and hi == len(free):
-            done = json.dumps([r.request_id for r in finished])
-            lines[-1] = f"{head}{step0 + hi - 1}{mid}{done}{tail}{free[hi - 1]}}}\n"
-        self.decisions.write("".join(lines))

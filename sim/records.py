@@ -1,6 +1,7 @@
 """Per-step and per-request records, streamed to CSV as the simulation runs.
 
-Column sets are the contracts of INTERFACES.md (``steps.csv`` and ``requests.csv``).
+Column sets are the contracts of INTERFACES.md (``steps.csv``: :data:`STEP_COLUMNS`, the
+fields of :class:`sim.step_row.StepRow`; ``requests.csv``).
 Rows go to disk in chunks so memory does not grow with the run's length; the few
 columns the summary needs are kept as compact ``array`` buffers.
 """
@@ -9,33 +10,14 @@ from __future__ import annotations
 
 import csv
 from array import array
-from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any
 
 from sim.offload import ChunkWriter
-from sim.step_rows import DECODE, StepChunk, StepRowWriter, fmt
+from sim.step_row import STEP_COLUMNS, DecodeRows, StepRow
+from sim.step_rows import StepChunk, StepRowWriter, fmt
 from sim.step_thin import NullStepWriter, ThinStepWriter, check_mode
 
-STEP_COLUMNS = (
-    "replica",
-    "step",
-    "start_s",
-    "duration_s",
-    "num_running",
-    "num_waiting",
-    "num_prefill_tokens",
-    "num_decode_tokens",
-    "num_preempted",
-    "kv_usage",
-    "num_free_blocks",
-    "num_cached_blocks",
-    "prefix_queries",
-    "prefix_hits",
-    "num_cached_free_blocks",
-)
-"""INTERFACES.md's columns, then kvsim's extension ``num_cached_free_blocks`` (cached
-blocks no request holds: reusable, evicted on demand)."""
 REQUEST_COLUMNS = (
     "request_id",
     "replica",
@@ -108,19 +90,29 @@ class StepRecorder:
 
     Kept per step: start, duration and KV usage (8-byte floats, for the
     duration-weighted mean and percentiles over the run and its window) and, with
-    several writers, the replica id (2 bytes); per replica: step and prefix counts,
+    several replicas, the replica id (2 bytes); per replica: step and prefix counts,
     the waiting-queue length where it changes (for the queue verdict) and the livelock
-    streak (see :mod:`sim.verdict`). Everything else goes to
-    disk only. ``num_writers`` counts the engines writing here (fast-forward writes its
-    rows in bulk only when it is the sole writer, so row order never changes).
+    streak (see :mod:`sim.verdict`). Everything else goes to disk only. Rows are
+    :class:`sim.step_row.StepRow` s, stretches of decode-only steps
+    :class:`sim.step_row.DecodeRows`.
     """
 
     def __init__(
-        self, path: Path, helper: bool = False, mode: str = "full", fmt: str = "csv"
+        self,
+        path: Path,
+        helper: bool = False,
+        mode: str = "full",
+        fmt: str = "csv",
+        num_replicas: int = 1,
     ) -> None:
         """``helper``: format and write the rows in a helper process (:mod:`sim.offload`;
         full CSV rows only). ``mode``: ``full``, ``thin`` or ``none``
-        (:mod:`sim.step_thin`); ``fmt``: ``csv`` or ``parquet`` (:mod:`sim.step_parquet`)."""
+        (:mod:`sim.step_thin`); ``fmt``: ``csv`` or ``parquet`` (:mod:`sim.step_parquet`).
+        ``num_replicas``: the replicas writing here (fast-forward writes its rows in
+        bulk only when there is one, so row order never changes)."""
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas: must be >= 1 (got {num_replicas})")
+        self.num_replicas = num_replicas
         self.mode = check_mode(mode)
         self.fmt = fmt
         self.file_name = path.name
@@ -143,8 +135,7 @@ class StepRecorder:
         self.start_s = array("d")
         self.duration_s = array("d")
         self.kv_usage = array("d")
-        self.replica = array("H")
-        self.num_writers = 0
+        self.replica = array("H")  # with several replicas: each step's
         self.per_replica: dict[int, ReplicaSteps] = {}
 
     @property
@@ -168,115 +159,61 @@ class StepRecorder:
             rec = self.per_replica[replica] = ReplicaSteps()
         return rec
 
-    def add(
-        self,
-        replica: int,
-        step: int,
-        start_s: float,
-        duration_s: float,
-        num_running: int,
-        num_waiting: int,
-        num_prefill_tokens: int,
-        num_decode_tokens: int,
-        num_preempted: int,
-        kv_usage: float,
-        num_free_blocks: int,
-        num_cached_blocks: int,
-        prefix_queries: int,
-        prefix_hits: int,
-        num_cached_free: int,
-    ) -> None:
+    def add(self, row: StepRow) -> None:
         """One step's row."""
-        self._chunk.items.append(
-            (
-                replica,
-                step,
-                start_s,
-                duration_s,
-                num_running,
-                num_waiting,
-                num_prefill_tokens,
-                num_decode_tokens,
-                num_preempted,
-                kv_usage,
-                num_free_blocks,
-                num_cached_blocks,
-                prefix_queries,
-                prefix_hits,
-                num_cached_free,
-            )
-        )
+        self._chunk.items.append(row.values())
         self._chunk_rows += 1
         if self._chunk_rows >= _STEP_CHUNK_ROWS:
             self._flush()
+        start_s = row.start_s
+        replica = row.replica
         self.start_s.append(start_s)
-        self.duration_s.append(duration_s)
-        self.kv_usage.append(kv_usage)
-        if self.num_writers > 1:
+        self.duration_s.append(row.duration_s)
+        self.kv_usage.append(row.kv_usage)
+        if self.num_replicas > 1:
             self.replica.append(replica)
         rec = self._replica(replica)
         rec.num_steps += 1
-        rec.prefix_queries += prefix_queries
-        rec.prefix_hits += prefix_hits
+        rec.prefix_queries += row.prefix_queries
+        rec.prefix_hits += row.prefix_hits
+        num_waiting = row.num_waiting
         if num_waiting != rec.last_waiting:
             rec.waiting_s.append(start_s)
             rec.waiting.append(num_waiting)
             rec.last_waiting = num_waiting
-        if num_decode_tokens == 0:
+        if row.num_decode_tokens == 0:
             rec.stuck_run += 1
-            rec.stuck_preempted += num_preempted
+            rec.stuck_preempted += row.num_preempted
             if rec.stuck_preempted > 0 and rec.stuck_run > rec.longest_stuck:
                 rec.longest_stuck = rec.stuck_run
         else:
             rec.stuck_run = rec.stuck_preempted = 0
 
-    def add_decode_steps(
-        self,
-        replica: int,
-        step0: int,
-        start0: float,
-        durations: list[float],
-        batch: int,
-        last_running: int,
-        usable_blocks: int,
-        num_free_blocks: list[int],
-        num_cached_blocks: list[int],
-        num_cached_free: list[int],
-    ) -> None:
-        """Rows of consecutive decode-only steps of ``batch`` requests (fast-forward).
-
-        Byte-identical to calling :meth:`add` per step: the steps run back to back from
-        ``start0`` (each starts at the previous start plus its duration), nothing
-        waits, is preempted or prefilled, no prefix queries; ``last_running`` requests
-        run after the last step (fewer than ``batch`` when requests finish in it); KV
-        usage is ``1 - free / usable`` as ``BlockPool.get_usage`` computes it.
-        """
+    def add_decode_steps(self, rows: DecodeRows) -> None:
+        """The rows of a stretch of decode-only steps (fast-forward), in bulk:
+        byte-identical to calling :meth:`add` with each of ``rows.row(j, ...)``."""
+        durations = rows.durations
         k = len(durations)
         chunk = self._chunk
-        item = (DECODE, replica, step0, start0, k, batch, last_running, usable_blocks)
-        chunk.items.append(item)
+        chunk.items.append(rows.head())
         chunk.durations.extend(durations)
-        chunk.free.extend(num_free_blocks)
-        chunk.cached.extend(num_cached_blocks)
-        chunk.cached_free.extend(num_cached_free)
+        chunk.free.extend(rows.num_free_blocks)
+        chunk.cached.extend(rows.num_cached_blocks)
+        chunk.cached_free.extend(rows.num_cached_free_blocks)
         self._chunk_rows += k
         if self._chunk_rows >= _STEP_CHUNK_ROWS:
             self._flush()
-        if usable_blocks:
-            usage = [1.0 - f / usable_blocks for f in num_free_blocks]
-        else:
-            usage = [0.0] * k
-        # Each step starts at the previous start plus its duration, summed in order.
         if k:
-            self.start_s.extend(accumulate(durations[:-1], initial=start0))
+            self.start_s.extend(rows.starts())
         self.duration_s.extend(durations)
-        self.kv_usage.extend(usage)
-        if self.num_writers > 1:
+        self.kv_usage.extend(rows.kv_usage())
+        replica = rows.replica
+        if self.num_replicas > 1:
             self.replica.extend([replica] * k)
         rec = self._replica(replica)
         rec.num_steps += k
         if rec.last_waiting:
-            rec.waiting_s.append(start0)
+            rec.waiting_s.append(rows.start0_s)
             rec.waiting.append(0)
             rec.last_waiting = 0
         rec.stuck_run = rec.stuck_preempted = 0

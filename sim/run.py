@@ -135,7 +135,13 @@ def simulate(
     env = simpy.Environment()
     with ExitStack() as stack:  # closes whatever was opened, also on errors
         name = "steps.parquet" if steps_format == "parquet" else "steps.csv"
-        steps = StepRecorder(out_dir / name, helper=helpers, mode=steps_mode, fmt=steps_format)
+        steps = StepRecorder(
+            out_dir / name,
+            helper=helpers,
+            mode=steps_mode,
+            fmt=steps_format,
+            num_replicas=num_replicas,
+        )
         stack.callback(steps.close)
         requests = RequestRecorder(out_dir / "requests.csv")
         stack.callback(requests.close)

@@ -10,15 +10,14 @@ survive a fork). Same inputs and pyarrow version, same bytes.
 
 from __future__ import annotations
 
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from sim.step_rows import DECODE, StepChunk
+from sim.step_row import FLOAT_COLUMNS, STEP_COLUMNS, DecodeRows
+from sim.step_rows import StepChunk, chunk_items
 
 STEP_FORMATS = ("csv", "parquet")
 """The values of ``--steps-format``."""
-_FLOATS = (2, 3, 9)  # start_s, duration_s, kv_usage
 
 
 def check_format(fmt: str, where: str = "--steps-format") -> str:
@@ -38,38 +37,19 @@ def check_format(fmt: str, where: str = "--steps-format") -> str:
     return fmt
 
 
-def chunk_columns(chunk: StepChunk, width: int) -> list[list[Any]]:
-    """The rows of ``chunk`` as ``width`` column lists (decode stretches expanded as
-    :class:`sim.step_rows.StepRowWriter` expands them)."""
-    cols: list[list[Any]] = [[] for _ in range(width)]
-    durations = chunk.durations.tolist()
-    at = 0
-    for item in chunk.items:
-        if item[0] != DECODE:
-            for col, value in zip(cols, item):
+def chunk_columns(chunk: StepChunk) -> list[list[Any]]:
+    """The rows of ``chunk`` as column lists, in ``STEP_COLUMNS`` order (decode
+    stretches expanded with :meth:`sim.step_row.DecodeRows.columns`)."""
+    cols: dict[str, list[Any]] = {c: [] for c in STEP_COLUMNS}
+    order = list(cols.values())
+    for item in chunk_items(chunk):
+        if isinstance(item, DecodeRows):
+            for name, values in item.columns().items():
+                cols[name] += values
+        else:
+            for col, value in zip(order, item):
                 col.append(value)
-            continue
-        _, replica, step0, start0, k, batch, last_running, usable = item
-        d = durations[at : at + k]
-        free = chunk.free[at : at + k].tolist()
-        zeros = [0] * k
-        cols[0] += [replica] * k
-        cols[1] += range(step0, step0 + k)
-        cols[2] += accumulate(d[:-1], initial=start0)
-        cols[3] += d
-        cols[4] += [batch] * (k - 1) + [last_running]
-        cols[5] += zeros
-        cols[6] += zeros
-        cols[7] += [batch] * k
-        cols[8] += zeros
-        cols[9] += [1.0 - f / usable if usable else 0.0 for f in free]
-        cols[10] += free
-        cols[11] += chunk.cached[at : at + k].tolist()
-        cols[12] += zeros
-        cols[13] += zeros
-        cols[14] += chunk.cached_free[at : at + k].tolist()
-        at += k
-    return cols
+    return order
 
 
 class ParquetRowSink:
@@ -82,9 +62,7 @@ class ParquetRowSink:
 
         self._pa = pa
         self.columns = columns
-        fields = [
-            pa.field(c, pa.float64() if i in _FLOATS else pa.int64()) for i, c in enumerate(columns)
-        ]
+        fields = [pa.field(c, pa.float64() if c in FLOAT_COLUMNS else pa.int64()) for c in columns]
         self._schema = pa.schema(fields)
         self._writer = pq.ParquetWriter(str(path), self._schema, compression="zstd")
 
@@ -106,7 +84,7 @@ class ParquetStepWriter:
         self._sink = ParquetRowSink(path, columns)
 
     def write(self, chunk: StepChunk) -> None:
-        self._sink.write_columns(chunk_columns(chunk, len(self._sink.columns)))
+        self._sink.write_columns(chunk_columns(chunk))
 
     def close(self) -> None:
         self._sink.close()

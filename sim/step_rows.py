@@ -1,34 +1,70 @@
 """``steps.csv`` text from raw step values: the half of :class:`sim.records.StepRecorder`
-that may run in a helper process (:mod:`sim.offload`).
+that may run in a helper process (:mod:`sim.offload`), and the one formatter of a row.
 
 The recorder hands over :class:`StepChunk` s: items in row order, each either
 
-- a *step*: the 15 raw values of one row (``STEP_COLUMNS`` order; floats unformatted);
-- a *decode stretch* (tagged ``DECODE``): ``k`` consecutive decode-only steps of one
-  batch, ``(DECODE, replica, step0, start0, k, batch, last_running, usable_blocks)``,
-  whose per-step durations and block counts are the next ``k`` values of the chunk's
-  arrays (compact: they pickle as bytes); step ``j + 1`` starts at step ``j``'s start
-  plus its duration (summed here as the stretch timer sums them); see
-  :meth:`StepRecorder.add_decode_steps`.
+- a *step*: :meth:`sim.step_row.StepRow.values` (``STEP_COLUMNS`` order; floats
+  unformatted);
+- a *decode stretch*: :meth:`sim.step_row.DecodeRows.head` (tagged ``DECODE``), whose
+  per-step durations and block counts are the next values of the chunk's arrays
+  (compact: they pickle as bytes); :func:`chunk_items` makes it a
+  :class:`sim.step_row.DecodeRows` again.
 
 :class:`StepRowWriter` turns each chunk into text and writes it; where that runs does
-not change a byte.
+not change a byte. :func:`row_text` is a row's line (also that of a thinned row).
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
-DECODE = "d"
-"""The tag of a decode-stretch item."""
+from kvcore.block_pool import BlockPool
+from sim.step_row import DECODE, FLOAT_COLUMNS, STEP_COLUMNS, DecodeRows
 
 
 def fmt(x: float) -> str:
     """Floats with 9 significant digits: stable text, byte-identical across runs."""
     return format(x, ".9g")
+
+
+_LINE = ",".join(["%s"] * len(STEP_COLUMNS)) + "\n"  # str() of each value, as csv.writer
+_ROW = ",".join("%.9g" if c in FLOAT_COLUMNS else "%s" for c in STEP_COLUMNS) + "\n"
+
+
+def row_text(values: Sequence[Any]) -> str:
+    """The ``steps.csv`` line of one row's values (``STEP_COLUMNS`` order): floats
+    as :func:`fmt` writes them ("%.9g" is its format, applied in C), everything else as
+    ``str``."""
+    return _ROW % tuple(values)
+
+
+def _stretch_line(replica: int, running: int, batch: int) -> str:
+    """The line of a decode-stretch row as a %-template of its per-step values (step,
+    start, duration, formatted KV usage, free, cached and cached-free blocks): "%.9g"
+    is :func:`fmt`'s format, applied in C. The constants are those of
+    :meth:`DecodeRows.row`."""
+    values: dict[str, object] = {
+        "replica": replica,
+        "step": "%d",
+        "start_s": "%.9g",
+        "duration_s": "%.9g",
+        "num_running": running,
+        "num_waiting": 0,
+        "num_prefill_tokens": 0,
+        "num_decode_tokens": batch,
+        "num_preempted": 0,
+        "kv_usage": "%s",
+        "num_free_blocks": "%d",
+        "num_cached_blocks": "%d",
+        "prefix_queries": 0,
+        "prefix_hits": 0,
+        "num_cached_free_blocks": "%d",
+    }
+    return _LINE % tuple(values[c] for c in STEP_COLUMNS)
 
 
 class StepChunk:
@@ -44,7 +80,19 @@ class StepChunk:
         self.cached_free = array("q")
 
 
-_STEP_ROW = ",".join(["%s"] * 15) + "\n"  # str() of each value, as csv.writer writes
+def chunk_items(chunk: StepChunk) -> Iterator[tuple[Any, ...] | DecodeRows]:
+    """The items of ``chunk`` in row order: a row's values as they are, a decode
+    stretch as :class:`sim.step_row.DecodeRows`."""
+    durations = chunk.durations.tolist()
+    free, cached, cfree = chunk.free.tolist(), chunk.cached.tolist(), chunk.cached_free.tolist()
+    at = 0  # where the next decode stretch's values start
+    for item in chunk.items:
+        if item[0] != DECODE:
+            yield item
+            continue
+        rows = DecodeRows.from_head(item, at, durations, free, cached, cfree)
+        yield rows
+        at += len(rows.durations)
 
 
 class StepRowWriter:
@@ -57,43 +105,30 @@ class StepRowWriter:
         self._file.flush()
         self._usage_text: dict[int, str] = {}  # free-block count -> formatted KV usage
         self._usage_usable = -1  # the usable block count the texts are for
+        self._lines: dict[tuple[int, int, int], str] = {}  # _stretch_line's, by its args
 
     def write(self, chunk: StepChunk) -> None:
         """Append the rows of ``chunk``."""
-        durations = chunk.durations.tolist()
-        free, cached, cfree = chunk.free.tolist(), chunk.cached.tolist(), chunk.cached_free.tolist()
-        texts = []
-        at = 0  # where the next decode stretch's values start
-        for item in chunk.items:
-            if item[0] != DECODE:
-                row = list(item)
-                row[2] = fmt(row[2])
-                row[3] = fmt(row[3])
-                row[9] = fmt(row[9])
-                texts.append(_STEP_ROW % tuple(row))
-                continue
-            end = at + item[4]
-            values = durations[at:end], free[at:end], cached[at:end], cfree[at:end]
-            texts.append(self._decode_text(item, *values))
-            at = end
+        texts = [
+            self._decode_text(item) if isinstance(item, DecodeRows) else row_text(item)
+            for item in chunk_items(chunk)
+        ]
         self._file.write("".join(texts))
 
     def close(self) -> None:
         self._file.close()
 
-    def _decode_text(
-        self,
-        item: tuple[Any, ...],
-        durations: list[float],
-        free: list[int],
-        cached: list[int],
-        cfree: list[int],
-    ) -> str:
-        _, replica, step0, t, k, batch, last_running, usable = item
-        starts = []
-        for d in durations:
-            starts.append(t)
-            t = t + d
+    def _line(self, key: tuple[int, int, int]) -> str:
+        """:func:`_stretch_line` of ``key``, made once."""
+        lines = self._lines
+        if len(lines) >= 4096:
+            lines.clear()
+        line = lines[key] = _stretch_line(*key)
+        return line
+
+    def _decode_text(self, rows: DecodeRows) -> str:
+        usable = rows.num_usable_blocks
+        free = rows.num_free_blocks
         # KV usage takes few distinct values: its text is kept per free-block count.
         memo = self._usage_text
         if usable != self._usage_usable:
@@ -103,14 +138,34 @@ class StepRowWriter:
         for f in free:
             text = memo.get(f)
             if text is None:
-                text = memo[f] = fmt(1.0 - f / usable if usable else 0.0)
+                text = memo[f] = fmt(BlockPool.usage_at(f, usable))
             usage_text.append(text)
-        # One %-format over all rows: "%.9g" is fmt's format, applied in C. The last
-        # row's num_running is last_running (requests may finish in the last step).
-        row = f"{replica},%d,%.9g,%.9g,{batch},0,0,{batch},0,%s,%d,%d,0,0,%d\n"
-        last = f"{replica},%d,%.9g,%.9g,{last_running},0,0,{batch},0,%s,%d,%d,0,0,%d\n"
-        return (row * (k - 1) + last) % tuple(
-            chain.from_iterable(
-                zip(range(step0, step0 + k), starts, durations, usage_text, free, cached, cfree)
+        # The last row's num_running is last_running (requests may finish in the last
+        # step).
+        replica, batch, lines = rows.replica, rows.batch, self._lines
+        key = (replica, rows.last_running, batch)
+        last = lines.get(key) or self._line(key)
+        k = len(free)
+        if k == 1:  # several replicas write their stretches a step at a time
+            return last % (
+                rows.step0,
+                rows.start0_s,
+                rows.durations[0],
+                usage_text[0],
+                free[0],
+                rows.num_cached_blocks[0],
+                rows.num_cached_free_blocks[0],
             )
+        # One %-format over all rows.
+        key = (replica, batch, batch)
+        row = lines.get(key) or self._line(key)
+        values = zip(
+            range(rows.step0, rows.step0 + k),
+            rows.starts(),
+            rows.durations,
+            usage_text,
+            free,
+            rows.num_cached_blocks,
+            rows.num_cached_free_blocks,
         )
+        return (row * (k - 1) + last) % tuple(chain.from_iterable(values))

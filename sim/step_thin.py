@@ -30,11 +30,11 @@ The run's ``summary.json`` says which (``steps_file``: ``mode``, ``rows``, and f
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import accumulate
 from pathlib import Path
 from typing import IO, Any
 
-from sim.step_rows import DECODE, StepChunk, fmt
+from sim.step_row import STEP_COLUMNS, DecodeRows
+from sim.step_rows import StepChunk, chunk_items, row_text
 
 STEP_MODES = ("full", "thin", "none")
 """The values of ``kvsim run --steps`` (and a sweep's or plan's ``steps``)."""
@@ -43,8 +43,20 @@ THIN_MAX_ROWS = 20_000
 START_WIDTH_S = 2.0**-20
 """The first bucket width (s); a power of two, so halving bucket ids is exact."""
 
-_COUNTS = (3, 6, 7, 8, 12, 13)  # duration_s and the counted columns: summed
-_ROW = ",".join(["%s"] * 15) + "\n"
+SUMMED_COLUMNS = (
+    "duration_s",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "num_preempted",
+    "prefix_queries",
+    "prefix_hits",
+)
+"""Columns summed over a bucket's steps (the others are its first step's)."""
+_COUNTS = tuple(STEP_COLUMNS.index(c) for c in SUMMED_COLUMNS)
+_START = STEP_COLUMNS.index("start_s")
+_REPLICA = STEP_COLUMNS.index("replica")
+_DURATION = STEP_COLUMNS.index("duration_s")
+_DECODED = STEP_COLUMNS.index("num_decode_tokens")
 
 
 def check_mode(mode: str, where: str = "--steps") -> str:
@@ -103,19 +115,15 @@ class ThinStepWriter:
 
     def write(self, chunk: StepChunk) -> None:
         """Add the steps of ``chunk`` to their buckets."""
-        durations = chunk.durations.tolist()
-        at = 0
-        for item in chunk.items:
-            if item[0] != DECODE:
+        for item in chunk_items(chunk):
+            if isinstance(item, DecodeRows):
+                self._add_decode(item)
+            else:
                 self._add(list(item))
-                continue
-            end = at + item[4]
-            self._add_decode(item, durations[at:end], chunk, at)
-            at = end
         self._shrink()
 
     def _add(self, row: list[Any]) -> None:
-        key = (int(row[2] // self.width_s), row[0])
+        key = (int(row[_START] // self.width_s), row[_REPLICA])
         have = self._rows.get(key)
         if have is None:
             self._rows[key] = row
@@ -123,38 +131,20 @@ class ThinStepWriter:
         for i in _COUNTS:
             have[i] += row[i]
 
-    def _add_decode(
-        self, item: tuple[Any, ...], durations: list[float], chunk: StepChunk, at: int
-    ) -> None:
-        """The steps of one decode stretch (see :mod:`sim.step_rows`), a bucket at a time."""
-        _, replica, step0, start0, k, batch, last_running, usable = item
-        starts = list(accumulate(durations[:-1], initial=start0))  # as the recorder sums
+    def _add_decode(self, rows: DecodeRows) -> None:
+        """The steps of one decode stretch, a bucket at a time."""
+        starts = rows.starts()
+        durations = rows.durations
+        k = len(durations)
         width = self.width_s
         i = 0
         while i < k:
             # The stretch's steps before the next bucket's start (exact: width is a
             # power of two).
             j = bisect_left(starts, (starts[i] // width + 1) * width, i + 1)
-            free = chunk.free[at + i]
-            usage = 1.0 - free / usable if usable else 0.0
-            running = batch if i < k - 1 else last_running
-            row = [
-                replica,
-                step0 + i,
-                starts[i],
-                sum(durations[i:j]),
-                running,
-                0,
-                0,
-                batch * (j - i),
-                0,
-                usage,
-                free,
-                chunk.cached[at + i],
-                0,
-                0,
-                chunk.cached_free[at + i],
-            ]
+            row = list(rows.row(i, starts[i]).values())
+            row[_DURATION] = sum(durations[i:j])
+            row[_DECODED] = rows.batch * (j - i)
             self._add(row)
             i = j
 
@@ -186,11 +176,7 @@ class ThinStepWriter:
             return
         assert self._file is not None
         try:
-            texts = []
-            for row in self._rows.values():
-                row[2], row[3], row[9] = fmt(row[2]), fmt(row[3]), fmt(row[9])
-                texts.append(_ROW % tuple(row))
-            self._file.write("".join(texts))
+            self._file.write("".join(row_text(row) for row in self._rows.values()))
         finally:
             self._file.close()
 

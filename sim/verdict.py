@@ -286,7 +286,7 @@ def replica_summaries_from_recorders(
     ids = sorted(set(range(num_replicas)) | set(steps.per_replica) | set(requests.per_replica))
     dur_all = np.frombuffer(steps.duration_s, dtype=np.float64) if steps.num_steps else None
     usage_all = np.frombuffer(steps.kv_usage, dtype=np.float64) if steps.num_steps else None
-    several = steps.num_writers > 1  # the replica of every step is kept
+    several = steps.num_replicas > 1  # the replica of every step is kept
     replica_of = np.frombuffer(steps.replica, dtype=np.uint16) if several else None
     out = []
     for r in ids:

@@ -66,3 +66,26 @@ def test_prefix_aware_beats_round_robin_on_agent(tmp_path: Path) -> None:
         )
         hit[router] = summary["prefix_cache_hit_rate"]
     assert hit["prefix_aware"] > hit["round_robin"] + 0.05, hit
+
+
+def test_the_recorder_must_be_for_the_clusters_replicas(tmp_path: Path) -> None:
+    """The engines read the replica count from the recorder (it decides whether
+    fast-forward may write rows in bulk): a cluster refuses a recorder for another."""
+    import simpy
+
+    from sim.cluster import Cluster
+    from sim.records import RequestRecorder, StepRecorder
+    from sim.router import make_router
+    from sim.setup import resolve_run
+
+    resolved = resolve_run(RunSpec(workload="chat"))
+    steps = StepRecorder(tmp_path / "steps.csv")
+    requests = RequestRecorder(tmp_path / "requests.csv")
+    try:
+        with pytest.raises(ValueError, match="1 replica"):
+            Cluster(simpy.Environment(), resolved, 2, make_router("round_robin"), steps, requests)
+    finally:
+        steps.close()
+        requests.close()
+    with pytest.raises(ValueError, match="num_replicas"):
+        StepRecorder(tmp_path / "x.csv", num_replicas=0)

@@ -136,12 +136,12 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
     import random
 
     from sim.records import RequestRecorder, StepRecorder
+    from sim.step_row import StepRow
     from sim.verdict import VerdictInputs
 
     rng = random.Random(5)
     for trial in range(20):
-        steps = StepRecorder(tmp_path / f"s{trial}.csv")
-        steps.num_writers = 2
+        steps = StepRecorder(tmp_path / f"s{trial}.csv", num_replicas=2)
         rows = []
         for i in range(400):
             replica = rng.randrange(2)
@@ -149,7 +149,9 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
             pre = 1 if rng.random() < 0.05 else 0
             waiting = rng.choice([0, 0, 1, 2, 5])
             start = i * 0.01
-            steps.add(replica, i, start, 0.01, 1, waiting, 0, decode, pre, 0.5, 1, 0, 0, 0, 0)
+            steps.add(
+                StepRow(replica, i, start, 0.01, 1, waiting, 0, decode, pre, 0.5, 1, 0, 0, 0, 0)
+            )
             rows.append((replica, start, waiting, decode, pre))
         steps.close()
         frame = pd.DataFrame(
