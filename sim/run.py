@@ -71,8 +71,9 @@ class RunSpec:
     steps_format: str = "csv"
     """``csv`` (``steps.csv``, the default) or ``parquet`` (``steps.parquet``, needs
     pyarrow; :mod:`sim.step_parquet`)."""
-    pd: PDSpec | None = None
-    """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_config`); None: colocated."""
+    pd: PDSpec | str | None = None
+    """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_config`; its text, as a
+    sweep's ``pd`` axis gives it, is parsed when the run is resolved); None: colocated."""
 
 
 def _checking_signals(on_progress: Callable[[int], None] | None) -> Callable[[int], None]:

@@ -18,7 +18,7 @@ from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig, offload_async_message, uses_async_scheduling
 from sim.kv_offload import OffloadSetup, resolve_offload
-from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, resolve_pd
+from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
 from sim.router import make_router
 from sim.spec_setup import SpecSetup, resolve_spec
 from sim.step_parquet import check_format
@@ -127,8 +127,12 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         gpu=gpu,
         offload=offload is not None,
     )
+    pd_spec = getattr(spec, "pd", None)
     pd = resolve_pd(
-        getattr(spec, "pd", None), budget.kv_cache_config, engine.tensor_parallel_size, gpu
+        parse_pd(pd_spec) if isinstance(pd_spec, str) else pd_spec,
+        budget.kv_cache_config,
+        engine.tensor_parallel_size,
+        gpu,
     )
     if pd is not None:
         check_pd_run(
