@@ -154,3 +154,12 @@ def test_bad_pd_configs_exit_2_with_one_message(tmp_path, args, words):
     assert res.exit_code == 2, res.output
     assert words in res.output and "Traceback" not in res.output
     assert not out.exists()
+
+
+def test_the_report_draws_the_pools(base):
+    from reports.run_report import render_run
+
+    _, tmp, _ = base
+    render_run(tmp / "base")
+    assert (tmp / "base" / "plots" / "pd.png").is_file()
+    assert "pd" in (tmp / "base" / "report.html").read_text()
