@@ -5,8 +5,8 @@
 instances (vLLM's ``--kv-transfer-config '{"kv_connector": "NixlConnector",
 "kv_role": "kv_producer"}'``) and ``D`` decode instances (``kv_role:
 kv_consumer``), each one replica of the run's model, GPU, tensor-parallel size,
-engine arguments and KV budget (pools of different models, GPUs or engine arguments
-are not expressible yet). ``--router`` picks the instance within each pool, for
+engine arguments and KV budget, or, with ``--pd FILE.yaml``, of its pool's own GPU and
+engine arguments (:mod:`sim.pd_setup`). ``--router`` picks the instance within each pool, for
 each pool separately (default ``round_robin``, as vLLM's example proxy cycles
 through its instances; ``least_outstanding`` as llm-d's load-aware pickers).
 
@@ -101,8 +101,9 @@ class PDCluster:
         self.times: dict[str, PDTimes] = {}
         self.rows: dict[str, tuple[Any, ...]] = {}
         """requests.csv's P/D columns per finished request (:mod:`sim.pd_records`)."""
+        runs = {role: pd.run_for(role, resolved) for role in ("prefill", "decode")}
         schedulers = {
-            role: [self._scheduler(resolved, role, i) for i in range(n)]
+            role: [self._scheduler(runs[role], role, i) for i in range(n)]
             for role, n in (("prefill", pd.num_prefill), ("decode", pd.num_decode))
         }
         self.hasher = FastBlockHasher(
@@ -118,7 +119,7 @@ class PDCluster:
                 self,
                 done,
                 schedulers[role][i],
-                resolved.latency_model,
+                runs[role].latency_model,
                 self.hasher,
                 steps,
                 requests,

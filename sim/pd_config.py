@@ -1,19 +1,34 @@
 """How a run asks for prefill/decode disaggregation, and its checks.
 
-``kvsim run WORKLOAD --pd prefill=P,decode=D [--no-async-scheduling]`` (or
+``kvsim run WORKLOAD --pd prefill=P,decode=D --no-async-scheduling`` (or
 ``RunSpec.pd``) serves the workload with ``P`` prefill instances (vLLM's
 ``kv_role: kv_producer``) and ``D`` decode instances (``kv_consumer``) of the run's
 model, GPU and engine arguments, behind a proxy (:mod:`sim.pd_cluster`). Optional
 keys of the same flag: ``kv_transfer_gbps=G`` and ``kv_transfer_latency_us=U``
 override the GPU YAML's inter-instance link (e.g. instances on one NVLink node).
 
+``--pd FILE.yaml`` gives each pool its own GPU and engine arguments (over the run's;
+vLLM's names), e.g.::
+
+    prefill: {replicas: 1, engine: {max_num_batched_tokens: 16384}}
+    decode: {replicas: 3, gpu: H200, engine: {max_num_seqs: 512}}
+    kv_transfer_gbps: 50          # optional, as in the flag's text
+
+Both pools serve the run's model with one block size, KV cache dtype,
+tensor-parallel size and max_model_len (the KV layout a read copies block for
+block), else the file is refused.
+
 Units: GB/s (10**9 bytes/s), microseconds, bytes per block on one TP rank.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.nixl_connector import NixlConnectorScheduler
@@ -25,17 +40,75 @@ PD_KEYS = ("prefill", "decode", "kv_transfer_gbps", "kv_transfer_latency_us")
 
 @dataclass(frozen=True)
 class PDSpec:
-    """What the user asked for: pool sizes and, optionally, the link's figures."""
+    """What the user asked for: pool sizes and, optionally, the link's figures and
+    each pool's GPU and engine arguments over the run's (``*_engine``: vLLM names)."""
 
     num_prefill: int
     num_decode: int
     kv_transfer_gbps: float | None = None
     kv_transfer_latency_us: float | None = None
+    prefill_gpu: str | None = None
+    decode_gpu: str | None = None
+    prefill_engine: dict[str, Any] = field(default_factory=dict)
+    decode_engine: dict[str, Any] = field(default_factory=dict)
+
+
+class _Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    replicas: int = Field(ge=1)
+    gpu: str | None = None
+    engine: dict[str, Any] = Field(default_factory=dict)
+
+
+class _PDFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    prefill: _Pool
+    decode: _Pool
+    kv_transfer_gbps: float | None = Field(default=None, gt=0)
+    kv_transfer_latency_us: float | None = Field(default=None, ge=0)
+
+
+def _is_file(text: str) -> bool:
+    return text.endswith((".yaml", ".yml")) or Path(text).is_file()
+
+
+def parse_pd_file(path: str) -> PDSpec:
+    """A ``--pd`` YAML file (see the module) as a :class:`PDSpec`; ValueError naming
+    the file and the field."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--pd: cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({e.__class__.__name__})") from None
+    try:
+        f = _PDFile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        allowed = "prefill, decode, kv_transfer_gbps, kv_transfer_latency_us"
+        hint = f" (allowed: {allowed}; per pool: replicas, gpu, engine)"
+        raise ValueError(f"{path}: {loc}: {err['msg']}{hint}") from None
+    return PDSpec(
+        f.prefill.replicas,
+        f.decode.replicas,
+        f.kv_transfer_gbps,
+        f.kv_transfer_latency_us,
+        f.prefill.gpu,
+        f.decode.gpu,
+        dict(f.prefill.engine),
+        dict(f.decode.engine),
+    )
 
 
 def parse_pd(text: str) -> PDSpec:
-    """``prefill=P,decode=D[,kv_transfer_gbps=G][,kv_transfer_latency_us=U]`` as a
-    :class:`PDSpec`; ValueError naming ``--pd``, the key and the allowed values."""
+    """``prefill=P,decode=D[,kv_transfer_gbps=G][,kv_transfer_latency_us=U]``, or the
+    path of a YAML file (:func:`parse_pd_file`), as a :class:`PDSpec`; ValueError
+    naming ``--pd``, the key and the allowed values."""
+    if _is_file(text):
+        return parse_pd_file(text)
     items: dict[str, str] = {}
     for part in text.split(","):
         key, sep, value = part.strip().partition("=")
@@ -91,23 +164,40 @@ class PDSetup:
     world_size: int
     link_bytes_per_s: float
     latency_s: float
+    runs: dict[str, Any] = field(default_factory=dict)
+    """``prefill`` / ``decode`` -> that pool's own resolved run (:mod:`sim.pd_setup`),
+    for a pool with a GPU or engine arguments of its own; else the run's."""
+
+    def run_for(self, role: str, base: Any) -> Any:
+        """The resolved run ``role``'s instances are replicas of (``base``: the run's)."""
+        return self.runs.get(role, base)
 
     @property
     def num_instances(self) -> int:
         return self.num_prefill + self.num_decode
 
-    def describe(self) -> dict[str, Any]:
-        """The ``pd`` entry of ``config.yaml``."""
+    def describe(self, router: str) -> dict[str, Any]:
+        """The ``pd`` entry of ``config.yaml`` (``router``: the run's, used per pool)."""
         return {
             "prefill_instances": self.num_prefill,
             "decode_instances": self.num_decode,
             "connector": "NixlConnector (pull: the decode side reads), kv_producer / kv_consumer",
-            "proxy": "least outstanding requests per pool (ties: lowest index)",
+            "proxy": f"prefill instance, then decode instance, each by {router} in its pool",
             "kv_transfer_gbps": self.link_bytes_per_s / 1e9,
             "kv_transfer_latency_us": self.latency_s * 1e6,
             "worker_kv_bytes_per_block": self.worker_kv_bytes_per_block,
             "world_size": self.world_size,
             "fast_forward": "off: every step is stepped, with its transfers",
+            **{
+                f"{role}_pool": {
+                    "gpu": run.gpu_name,
+                    "engine": run.engine.model_dump(exclude_defaults=True),
+                    "num_gpu_blocks": run.num_gpu_blocks,
+                    "max_num_batched_tokens": run.max_num_batched_tokens,
+                    "max_num_seqs": run.max_num_seqs,
+                }
+                for role, run in self.runs.items()
+            },
         }
 
 

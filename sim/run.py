@@ -279,7 +279,7 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
         "frontend": resolved.frontend.describe(),
         **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
         # Only a P/D run names this.
-        **({"pd": resolved.pd.describe()} if resolved.pd is not None else {}),
+        **({"pd": resolved.pd.describe(spec.router)} if resolved.pd is not None else {}),
         # Only clusters name these, so a one-replica config.yaml is as it always was.
         **(
             {"num_replicas": spec.num_replicas, "router": spec.router}

@@ -8,6 +8,7 @@ Model and GPU come from the catalog (or files), the KV block budget from
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig, offload_async_message, uses_async_scheduling
 from sim.kv_offload import OffloadSetup, resolve_offload
 from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
+from sim.pd_setup import pool_link, pool_runs
 from sim.router import make_router
 from sim.spec_setup import SpecSetup, resolve_spec
 from sim.step_parquet import check_format
@@ -128,8 +130,9 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         offload=offload is not None,
     )
     pd_spec = getattr(spec, "pd", None)
+    pd_spec = parse_pd(pd_spec) if isinstance(pd_spec, str) else pd_spec
     pd = resolve_pd(
-        parse_pd(pd_spec) if isinstance(pd_spec, str) else pd_spec,
+        pd_spec,
         budget.kv_cache_config,
         engine.tensor_parallel_size,
         gpu,
@@ -168,5 +171,12 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         spec=speculative,
         pd=pd,
     )
+    if pd is not None and pd_spec is not None:
+        runs = pool_runs(pd_spec, spec, resolved)
+        if runs:  # pools with settings of their own (--pd FILE.yaml)
+            rate, latency = pool_link(pd_spec, gpu)
+            resolved.pd = dataclasses.replace(
+                pd, runs=runs, link_bytes_per_s=rate, latency_s=latency
+            )
     check_work_bounds(resolved, allow_large=allow_large, source=spec.workload)
     return resolved

@@ -163,3 +163,41 @@ def test_the_report_draws_the_pools(base):
     render_run(tmp / "base")
     assert (tmp / "base" / "plots" / "pd.png").is_file()
     assert "pd" in (tmp / "base" / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("prefill: {replicas: 1}\ndecode: {replicas: 1, tp: 2}\n", "decode.tp"),
+        ("prefill: {replicas: 1}\n", "decode: Field required"),
+        (
+            "prefill: {replicas: 1}\ndecode: {replicas: 1, engine: {block_size: 32}}\n",
+            "decode.engine.block_size: both pools need the same block_size",
+        ),
+        (
+            "prefill: {replicas: 1, engine: {max_num_seqz: 4}}\ndecode: {replicas: 1}\n",
+            "prefill.engine: max_num_seqz",
+        ),
+    ],
+)
+def test_bad_pd_files_exit_2_naming_the_field(tmp_path, text, words):
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(text)
+    out = tmp_path / "out"
+    args = ["--pd", str(pools), "--no-async-scheduling", "--no-report"]
+    res = CliRunner().invoke(app, ["run", str(_trace(tmp_path)), "--out", str(out), *args])
+    assert res.exit_code == 2, res.output
+    assert words in res.output and "Traceback" not in res.output, res.output
+    assert not out.exists()
+
+
+def test_a_pool_with_its_own_engine_arguments(tmp_path):
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(
+        "prefill: {replicas: 1}\ndecode: {replicas: 2, engine: {num_gpu_blocks_override: 128}}\n"
+    )
+    summary, rows = _run(_trace(tmp_path), tmp_path / "out", parse_pd(str(pools)))
+    assert len(rows) == 8
+    config = (tmp_path / "out" / "config.yaml").read_text()
+    assert "decode_pool:" in config and "num_gpu_blocks: 128" in config
+    assert summary["pd"]["decode"]["blocks_in_use_at_end"] == 0
