@@ -552,6 +552,7 @@ PLAN_PATHS = {
     "rate": "rate",
     "num_replicas": "num_replicas",
     "router": "router",
+    "pd": "pd",
     "knob": "knob",
     "low": "search.low",
     "high": "search.high",
@@ -621,6 +622,14 @@ def plan(
         1, "--num-replicas", help="replicas behind the router (max_rate, min_kv)"
     ),
     router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
+    pd: str = typer.Option(
+        None,
+        "--pd",
+        metavar="prefill=P,decode=D|FILE",
+        help="max_rate of a prefill/decode split, as kvsim run --pd takes it (needs "
+        "--no-async-scheduling)",
+        show_default="none: colocated replicas",
+    ),
     knob: str = typer.Option(
         "num_gpu_blocks",
         "--knob",

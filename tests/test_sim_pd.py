@@ -201,3 +201,40 @@ def test_a_pool_with_its_own_engine_arguments(tmp_path):
     config = (tmp_path / "out" / "config.yaml").read_text()
     assert "decode_pool:" in config and "num_gpu_blocks: 128" in config
     assert summary["pd"]["decode"]["blocks_in_use_at_end"] == 0
+
+
+def test_a_pd_plan_asks_max_rate_of_one_split(tmp_path):
+    from sim.plan.runner import run_plan
+    from sim.plan.spec import PlanError, load_plan
+
+    base = {
+        "workload": "chat",
+        "slo.ttft_p90_s": 0.5,
+        "engine.async_scheduling": False,
+        "engine.latency_model": "constant",
+        "engine.constant_step_s": 0.01,
+        "pd": "prefill=1,decode=1",
+    }
+    for bad, words in (
+        ({"question": "min_replicas", "rate": 4.0}, "a P/D plan asks max_rate"),
+        ({"question": "max_rate", "pd": "prefill=1"}, "decode=N is required"),
+    ):
+        with pytest.raises(PlanError, match=words):
+            load_plan(None, {**base, **bad})
+    plan = load_plan(
+        None,
+        {
+            **base,
+            "question": "max_rate",
+            "num_requests": 40,
+            "seeds": [0],
+            "search.low": 2.0,
+            "search.high": 4.0,
+            "search.max_probes": 2,
+            "length.fixed": True,
+            "length.confirm_sojourns": 0,
+        },
+    )
+    doc = run_plan(plan, tmp_path / "plan")
+    run_dir = Path(doc["probes"][0]["seeds"][0]["run_dir"])
+    assert json.loads((run_dir / "summary.json").read_text())["pd"]["transfers"]["count"] == 40
