@@ -10,6 +10,9 @@ a ring all-reduce moves data at. ``link``, ``peer_to_peer``, ``compute_capabilit
 and what a call costs (:mod:`calibrate.allreduce`). ``host_link_gbps`` is one GPU's
 link to host (CPU) memory in one direction, which the CPU KV offload tier
 (``--kv-offloading-size``) copies blocks over (:mod:`sim.offload_transfers`).
+``kv_transfer_gbps`` / ``kv_transfer_latency_us`` are one GPU's link to the GPUs of
+*other* vLLM instances (its RDMA NIC), which a P/D deployment's decode instances read
+the prefill instances' KV blocks over (:mod:`sim.pd_transfers`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,22 @@ it): PCIe Gen5 x16 64 GB/s (H100 SXM, H200, B200, MI300X: PCI-SIG, PCIe 5.0 base
 specification, 32 GT/s per lane), PCIe Gen4 x16 32 GB/s (A100, L40S, RTX 4090),
 NVLink-C2C 450 GB/s on GH200-class parts (900 GB/s bidirectional: NVIDIA Grace
 Hopper Superchip datasheet, https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/)."""
+
+DEFAULT_KV_TRANSFER_GBPS = 50.0
+"""One GPU's inter-instance KV link, one direction, GB/s, when its YAML gives none: one
+400 Gb/s NIC per GPU (InfiniBand NDR / ConnectX-7, 400 Gb/s = 50 GB/s), the layout of
+DGX/HGX H100 and H200 systems (eight ConnectX-7 400 Gb/s ports for eight GPUs: NVIDIA
+DGX H100 user guide, https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html;
+ConnectX-7 datasheet, https://www.nvidia.com/en-us/networking/ethernet-adapters/),
+which NIXL reads over with UCX/RDMA (GPUDirect RDMA). Sustained RDMA reads reach
+~90% of the line rate; instances on one node (NVLink) move KV much faster: a GPU
+YAML or a P/D setup may give the link's figure instead."""
+
+DEFAULT_KV_TRANSFER_LATENCY_US = 20.0
+"""Fixed cost of one request's KV read, us, when the GPU YAML gives none: an RDMA
+read's round trip over one switch is a few us (InfiniBand NDR: ~1-2 us port to port),
+plus NIXL's descriptor preparation, posting and completion notification per request
+(tens of us in NIXL's benchmarks); an assumption to refine with a measurement."""
 
 LinkKind = Literal["nvlink", "pcie", "xgmi"]
 """How GPUs of one node reach each other: NVLink (a full mesh through NVSwitch, or a
@@ -65,6 +84,15 @@ class GPUSpec(BaseModel):
         default=None,
         gt=0,
         description="GPU <-> host memory, one direction, GB/s (KV offload); None: PCIe Gen4 x16",
+    )
+    kv_transfer_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description="GPU -> GPU of another instance (P/D KV reads), one direction, GB/s; "
+        "None: one 400 Gb/s NIC (50 GB/s)",
+    )
+    kv_transfer_latency_us: float | None = Field(
+        default=None, ge=0, description="fixed cost of one P/D KV read, us; None: 20 us"
     )
     source: str = Field(min_length=1, description="where the figures come from (URLs)")
     notes: str = ""
@@ -105,6 +133,20 @@ class GPUSpec(BaseModel):
         :data:`DEFAULT_HOST_LINK_GBPS`."""
         gbps = self.host_link_gbps if self.host_link_gbps is not None else DEFAULT_HOST_LINK_GBPS
         return gbps * 1e9
+
+    @property
+    def kv_transfer_bytes_per_s(self) -> float:
+        """The inter-instance KV link (one direction) in bytes/s: ``kv_transfer_gbps``,
+        else :data:`DEFAULT_KV_TRANSFER_GBPS`."""
+        gbps = self.kv_transfer_gbps
+        return (gbps if gbps is not None else DEFAULT_KV_TRANSFER_GBPS) * 1e9
+
+    @property
+    def kv_transfer_latency_s(self) -> float:
+        """Fixed cost of one KV read in seconds: ``kv_transfer_latency_us``, else
+        :data:`DEFAULT_KV_TRANSFER_LATENCY_US`."""
+        us = self.kv_transfer_latency_us
+        return (us if us is not None else DEFAULT_KV_TRANSFER_LATENCY_US) * 1e-6
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core peak in FLOP/s for GEMMs whose weights are ``dtype``.

@@ -62,11 +62,12 @@ NATIVE_MODULES = (
     "sim.records",
     "sim.engine_fast_forward",
     "sim.engine",
+    "sim.pd_engine",
 )
 """Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
 async one subclasses the sync one, and a compiled class takes only compiled subclasses), and
 the simulator's engine loop with its step timing, typed step rows and records (the
-per-step path).
+per-step path), and the P/D instance's loop (a subclass of the engine's).
 They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
 a subclass of ``collections.deque``). ``sim`` and ``calibrate`` import ``kvcore``
 first, so the guard is in place before any of their listed modules is found."""

@@ -64,7 +64,10 @@ def short_name(path: str, others: list[str] | None = None) -> str:
 
 
 def value_text(value: Any) -> str:
-    """An axis value as text: ``8`` for 8.0, ``0.9`` as is, strings as they are."""
+    """An axis value as text: ``8`` for 8.0, ``0.9`` as is, strings as they are, a
+    null (NaN once read back from sweep.csv) as ``none``."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "none"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, float):

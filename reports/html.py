@@ -52,6 +52,12 @@ _PLOT_CAPTIONS = {
     ),
     "replicas": "Each replica on the same axes: an idle or overloaded replica stands out.",
     "latency": "Vertical lines: p50, p90 and p99 (printed in the legend).",
+    "pd": (
+        "Prefill/decode disaggregation. Left: each instance's share of the run in steps "
+        "(P: prefill, D: decode). Right: TTFT's parts, their means stacked (the mean "
+        "TTFT) and each part's p90; the decode queue includes the step computing the "
+        "first token."
+    ),
     "spec_acceptance": (
         "Per time bin: draft tokens accepted over draft tokens verified (dashed: the whole "
         "run). Acceptance is drawn by kvsim's acceptance model, so the curve is flat but "

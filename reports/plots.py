@@ -9,6 +9,7 @@ summary's measurement window).
 - ``latency.png``: TTFT, TPOT and E2E histograms (ms, requests on y) of the window's
   requests, p50 / p90 / p99 marked and printed.
 - ``spec_acceptance.png`` (speculative decoding): :mod:`reports.spec_plot`.
+- ``pd.png`` (prefill/decode disaggregation): :mod:`reports.pd_plot`.
 """
 
 from __future__ import annotations
@@ -251,6 +252,12 @@ def render_run_plots(
         from reports.spec_plot import plot_spec_acceptance
 
         drawn = plot_spec_acceptance(spec, summary, plots / "spec_acceptance.png")
+        if drawn is not None:
+            out.append(drawn)
+    if summary is not None and "pd" in summary:  # a P/D run
+        from reports.pd_plot import plot_pd
+
+        drawn = plot_pd(requests, summary, plots / "pd.png")
         if drawn is not None:
             out.append(drawn)
     return out

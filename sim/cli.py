@@ -166,6 +166,16 @@ def run(
         show_default="--data-parallel-size (1)",
     ),
     router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
+    pd: str = typer.Option(
+        None,
+        "--pd",
+        metavar="prefill=P,decode=D",
+        help="prefill/decode disaggregation: P prefill and D decode instances (NIXL "
+        "connector, kv_producer / kv_consumer) behind a proxy, --router picking within "
+        "each pool; optional kv_transfer_gbps=G, kv_transfer_latency_us=U override the "
+        "GPU's link; needs --no-async-scheduling",
+        show_default="none: colocated replicas",
+    ),
     goodput: list[str] = typer.Option(  # noqa: B008 (typer reads its options so)
         None,
         "--goodput",
@@ -243,6 +253,7 @@ def run(
             engine_flags(ctx),
             num_replicas=num_replicas,
             router=router,
+            pd=pd,
             fast_forward=fast_forward,
             force=force,
             workload_overrides=WorkloadOverrides(
@@ -541,6 +552,7 @@ PLAN_PATHS = {
     "rate": "rate",
     "num_replicas": "num_replicas",
     "router": "router",
+    "pd": "pd",
     "knob": "knob",
     "low": "search.low",
     "high": "search.high",
@@ -610,6 +622,14 @@ def plan(
         1, "--num-replicas", help="replicas behind the router (max_rate, min_kv)"
     ),
     router: str = typer.Option("round_robin", "--router", help=ROUTER_HELP),
+    pd: str = typer.Option(
+        None,
+        "--pd",
+        metavar="prefill=P,decode=D|FILE",
+        help="max_rate of a prefill/decode split, as kvsim run --pd takes it (needs "
+        "--no-async-scheduling)",
+        show_default="none: colocated replicas",
+    ),
     knob: str = typer.Option(
         "num_gpu_blocks",
         "--knob",

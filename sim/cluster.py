@@ -32,20 +32,20 @@ is at least max_model_len tokens): no replica caches any of it, and its prompt i
 never hashed (vLLM rejects it before any cache lookup)."""
 
 
-def build_scheduler(resolved: Any) -> Scheduler:
+def build_scheduler(resolved: Any, connector: Any = None) -> Scheduler:
     """A fresh kvcore scheduler for one replica of a resolved run: an
     :class:`AsyncScheduler` with async scheduling (vLLM 0.33.0's default,
     :func:`sim.engine_config.uses_async_scheduling`), else a :class:`Scheduler`; with
-    the run's CPU KV tier (``resolved.offload``) a fresh offloading connector."""
+    the run's CPU KV tier (``resolved.offload``) a fresh offloading connector, else
+    ``connector`` (a P/D instance's, :mod:`sim.pd_cluster`)."""
     engine_cfg = resolved.engine
     cls = AsyncScheduler if uses_async_scheduling(engine_cfg) else Scheduler
     offload = getattr(resolved, "offload", None)
     spec = getattr(resolved, "spec", None)
-    connector = (
-        None
-        if offload is None
-        else build_connector(offload, resolved.kv_cache_config, engine_cfg.enable_prefix_caching)
-    )
+    if offload is not None:
+        connector = build_connector(
+            offload, resolved.kv_cache_config, engine_cfg.enable_prefix_caching
+        )
     return cls(
         SchedulerConfig(
             max_model_len=resolved.max_model_len,

@@ -26,6 +26,9 @@ from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
 from sim.input_limits import nothing_served_message
 from sim.kv_offload import FAST_FORWARD_NOT_APPLICABLE, offload_summary
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
+from sim.pd_cluster import PDCluster
+from sim.pd_config import PDSpec
+from sim.pd_records import append_pd_columns, pd_summary
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router, make_router
 from sim.setup import ResolvedRun, resolve_run
@@ -68,6 +71,9 @@ class RunSpec:
     steps_format: str = "csv"
     """``csv`` (``steps.csv``, the default) or ``parquet`` (``steps.parquet``, needs
     pyarrow; :mod:`sim.step_parquet`)."""
+    pd: PDSpec | str | None = None
+    """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_config`; its text, as a
+    sweep's ``pd`` axis gives it, is parsed when the run is resolved); None: colocated."""
 
 
 def _checking_signals(on_progress: Callable[[int], None] | None) -> Callable[[int], None]:
@@ -148,18 +154,32 @@ def simulate(
         decisions_file = (
             stack.enter_context((out_dir / "decisions.jsonl").open("w")) if decisions else None
         )
-        cluster = Cluster(
-            env,
-            resolved,
-            num_replicas,
-            make_router(router) if isinstance(router, str) else router,
-            steps,
-            requests,
-            check=check,
-            decisions=decisions_file,
-            on_progress=on_progress,
-            fast_forward=fast_forward,
-        )
+        cluster: Cluster | PDCluster
+        if resolved.pd is not None:  # prefill and decode pools (sim.pd_cluster)
+            cluster = PDCluster(
+                env,
+                resolved,
+                router if isinstance(router, str) else router.name,
+                steps,
+                requests,
+                check=check,
+                decisions=decisions_file,
+                on_progress=on_progress,
+            )
+            num_replicas = resolved.pd.num_instances
+        else:
+            cluster = Cluster(
+                env,
+                resolved,
+                num_replicas,
+                make_router(router) if isinstance(router, str) else router,
+                steps,
+                requests,
+                check=check,
+                decisions=decisions_file,
+                on_progress=on_progress,
+                fast_forward=fast_forward,
+            )
         drawn = resolved.workload.draw_ahead(cluster.prompt_hashes) if helpers else None
         ahead = None
         if drawn is not None:
@@ -168,7 +188,12 @@ def simulate(
         resolved.workload.start(env, cluster.submit, ahead)
         stack.enter_context(_rare_collections())
         stack.callback(resolved.workload.release)  # it holds the engines: not beyond the run
-        env.run(until=cluster.process)
+        if isinstance(cluster, PDCluster):
+            cluster.run()
+        else:
+            env.run(until=cluster.process)
+    if isinstance(cluster, PDCluster):
+        append_pd_columns(out_dir / "requests.csv", cluster.rows)
     summary = build_summary(
         steps,
         requests,
@@ -192,6 +217,8 @@ def simulate(
     ]
     if resolved.offload is not None:
         summary["offload"] = _offload_block(resolved, cluster, steps)
+    if isinstance(cluster, PDCluster):
+        summary["pd"] = pd_summary(cluster, env.now)
     if resolved.spec is not None:
         runs = [e.spec for e in cluster.engines if e.spec is not None]
         write_timeline(out_dir / "spec_decode.csv", runs)
@@ -257,6 +284,8 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
         "latency_model": resolved.latency_description,
         "frontend": resolved.frontend.describe(),
         **({"goodput_slo_ms": dict(spec.goodput)} if spec.goodput else {}),
+        # Only a P/D run names this.
+        **({"pd": resolved.pd.describe(spec.router)} if resolved.pd is not None else {}),
         # Only clusters name these, so a one-replica config.yaml is as it always was.
         **(
             {"num_replicas": spec.num_replicas, "router": spec.router}

@@ -20,6 +20,7 @@ from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
 from sim.goodput import parse_goodput
 from sim.outdir import OutputError, check_output
+from sim.pd_config import parse_pd
 from sim.progress import progress_bar
 from sim.run import (
     DEFAULT_GPU,
@@ -137,6 +138,24 @@ def _summary_table(summary: dict[str, Any], out: Path) -> Table:
             for r in summary["replicas"]
         )
         t.add_row(f"replicas ({summary['router']})", per)
+    pd = summary.get("pd")
+    if pd is not None:
+        parts = pd["ttft_parts_s"]
+        t.add_row(
+            "P/D pools: prefill / decode busy",
+            f"{pd['prefill']['replicas']} x {pd['prefill']['utilization_mean']:.0%} / "
+            f"{pd['decode']['replicas']} x {pd['decode']['utilization_mean']:.0%}",
+        )
+        t.add_row(
+            "P/D TTFT mean: prefill queue, prefill, transfer, decode queue",
+            ", ".join(f"{parts[k]['mean'] * 1e3:,.1f}" for k in parts) + " ms",
+        )
+        xfer = pd["transfers"]
+        t.add_row(
+            "P/D KV transfers",
+            f"{xfer['count']:,}, {xfer['bytes'] / 1e9:,.2f} GB, mean / p99 "
+            f"{xfer['seconds']['mean'] * 1e3:,.2f} / {xfer['seconds']['p99'] * 1e3:,.2f} ms",
+        )
     verdict = summary.get("verdict")
     if verdict is not None:
         text = verdict["state"]
@@ -159,6 +178,7 @@ def run_command(
     engine_overrides: dict[str, Any],
     num_replicas: int | None = None,
     router: str | None = None,
+    pd: str | None = None,
     fast_forward: bool = True,
     force: bool = False,
     workload_overrides: WorkloadOverrides | None = None,
@@ -177,7 +197,8 @@ def run_command(
     ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`);
     ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
     the run directory once it is complete; ``report``: False skips plots and
-    ``report.html`` (``--no-report``)."""
+    ``report.html`` (``--no-report``); ``pd``: ``--pd``'s text
+    (:func:`sim.pd_config.parse_pd`), None: colocated replicas."""
     from sim.interop.formats import check_format
 
     try:
@@ -207,6 +228,7 @@ def run_command(
             goodput=goodput_slo,
             steps=steps,
             steps_format=steps_format,
+            pd=None if pd is None else parse_pd(pd),
         )
         resolved = resolve_run(spec)
     except ValueError as e:

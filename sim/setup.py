@@ -8,6 +8,7 @@ Model and GPU come from the catalog (or files), the KV block budget from
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig, offload_async_message, uses_async_scheduling
 from sim.kv_offload import OffloadSetup, resolve_offload
+from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
+from sim.pd_setup import pool_link, pool_runs
 from sim.router import make_router
 from sim.spec_setup import SpecSetup, resolve_spec
 from sim.step_parquet import check_format
@@ -54,6 +57,8 @@ class ResolvedRun:
     """The CPU KV offload tier (``--kv-offloading-size``); None: none."""
     spec: SpecSetup | None = None
     """Speculative decoding (``--speculative-config``); None: none."""
+    pd: PDSetup | None = None
+    """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_cluster`); None: none."""
 
 
 def check_cluster(spec: RunSpec) -> None:
@@ -68,6 +73,11 @@ def check_cluster(spec: RunSpec) -> None:
             f"is one replica; got {spec.num_replicas})"
         )
     make_router(spec.router)
+    if getattr(spec, "pd", None) is not None and spec.num_replicas != 1:
+        raise ValueError(
+            "--num-replicas: a P/D run sizes its pools with --pd prefill=P,decode=D; "
+            "leave --num-replicas (and --data-parallel-size) at 1"
+        )
 
 
 def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
@@ -119,7 +129,27 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         gpu=gpu,
         offload=offload is not None,
     )
+    pd_spec = getattr(spec, "pd", None)
+    pd_spec = parse_pd(pd_spec) if isinstance(pd_spec, str) else pd_spec
+    pd = resolve_pd(
+        pd_spec,
+        budget.kv_cache_config,
+        engine.tensor_parallel_size,
+        gpu,
+    )
+    if pd is not None:
+        check_pd_run(
+            pd,
+            async_scheduling=uses_async_scheduling(engine),
+            offload=offload is not None,
+            spec_decode=speculative is not None,
+        )
+        check_decode_fits(
+            budget.num_gpu_blocks, engine.block_size, budget.max_model_len, budget.max_model_len
+        )
     workload = load_workload(spec.workload, seed=spec.seed, overrides=spec.workload_overrides)
+    if pd is not None and getattr(workload, "has_timeouts", False):
+        raise ValueError(f"{spec.workload}: --pd: request timeouts are not modelled with P/D")
     describe = getattr(latency, "describe", None)
     resolved = ResolvedRun(
         workload=workload,
@@ -139,6 +169,14 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         latency_description=describe() if describe else {"kind": engine.latency_model},
         offload=offload,
         spec=speculative,
+        pd=pd,
     )
+    if pd is not None and pd_spec is not None:
+        runs = pool_runs(pd_spec, spec, resolved)
+        if runs:  # pools with settings of their own (--pd FILE.yaml)
+            rate, latency = pool_link(pd_spec, gpu)
+            resolved.pd = dataclasses.replace(
+                pd, runs=runs, link_bytes_per_s=rate, latency_s=latency
+            )
     check_work_bounds(resolved, allow_large=allow_large, source=spec.workload)
     return resolved

@@ -28,6 +28,7 @@ def test_every_example_is_covered_here():
         "day.yaml",
         "bench-stages.yaml",
         "spec-decode.yaml",
+        "pd.yaml",
     }
     assert {p.name for p in EXAMPLES.iterdir()} == covered
     text = Path(__file__).read_text(encoding="utf-8")
@@ -73,6 +74,20 @@ def test_spec_decode_example_runs_as_written(tmp_path):
     assert config["kv_budget"]["draft_model"] == "Llama-3.2-1B"
     block = json.loads((out / "summary.json").read_text())["spec_decode"]
     assert block["method"] == "draft_model" and block["num_accepted_tokens"] > 0
+
+
+def test_pd_example_runs_as_written(tmp_path):
+    out = tmp_path / "run"
+    args = ["run", "rag", "--pd", "examples/pd.yaml", "--no-async-scheduling"]
+    res = kvsim_cli(*args, "--num-requests", "30", "--no-report", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    pools = yaml.safe_load((EXAMPLES / "pd.yaml").read_text())
+    pd = yaml.safe_load((out / "config.yaml").read_text())["pd"]
+    assert pd["decode_pool"]["gpu"] == pools["decode"]["gpu"]
+    assert pd["decode_pool"]["max_num_seqs"] == pools["decode"]["engine"]["max_num_seqs"]
+    assert pd["prefill_pool"]["max_num_batched_tokens"] == 16384
+    block = json.loads((out / "summary.json").read_text())["pd"]
+    assert block["decode"]["replicas"] == 3 and block["transfers"]["count"] == 30
 
 
 def test_bench_stages_example_runs_its_stages(tmp_path):

@@ -7,6 +7,7 @@ and a subset of each axis's values, so the whole module stays within seconds.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,14 @@ def test_every_example_is_a_valid_spec() -> None:
     from sim.sweep import prepare
 
     names = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
-    assert names == ["agent-routers", "chat-qps", "kv-cliff", "rag-prefix-caching", "spec-decode-k"]
+    assert names == [
+        "agent-routers",
+        "chat-qps",
+        "kv-cliff",
+        "pd-ratio",
+        "rag-prefix-caching",
+        "spec-decode-k",
+    ]
     for name in names:
         prepare(SWEEPS / f"{name}.yaml")
 
@@ -117,3 +125,21 @@ def test_spec_decode_k(tmp_path: Path) -> None:
     rows = run_example(path, tmp_path / "out", "chat")
     tpot = mean_by(rows, k, "tpot_s_mean")
     assert tpot[3.0] < tpot[0.0], tpot
+
+
+def test_pd_ratio(tmp_path: Path) -> None:
+    """Four colocated replicas and three prefill:decode splits of four GPUs: the P/D
+    points report their pools and transfers; the colocated one has no pd column."""
+    path = reduced("pd-ratio", tmp_path, {"workload.arrival.rate": [20]}, [0])
+    rows = run_example(path, tmp_path / "out", "rag")
+    assert [r["pd"] for r in rows][1:] == [
+        "prefill=1,decode=3",
+        "prefill=2,decode=2",
+        "prefill=3,decode=1",
+    ]
+    for r in rows[1:]:
+        point = tmp_path / "out" / "points" / r["point_id"]
+        summary = json.loads((point / "summary.json").read_text())
+        pd = summary["pd"]
+        assert pd["transfers"]["count"] == REQUESTS
+        assert pd["prefill"]["replicas"] + pd["decode"]["replicas"] == 4

@@ -141,6 +141,7 @@ class ProbeRunner:
             seed=seed,
             num_replicas=replicas,
             router=plan.router,
+            pd=plan.pd,
             steps=plan.steps,
             steps_format=plan.steps_format,
         )

@@ -72,7 +72,13 @@ def check_plan(plan: PlanSpec, source: str) -> tuple[Any, ResolvedRun]:
     try:
         check_format(plan.steps_format, "steps_format")
         resolved = resolve_run(
-            RunSpec(workload=plan.workload, model=plan.model, gpu=plan.gpu, engine=plan.engine)
+            RunSpec(
+                workload=plan.workload,
+                model=plan.model,
+                gpu=plan.gpu,
+                engine=plan.engine,
+                pd=plan.pd,
+            )
         )
     except ValueError as e:
         raise PlanError(f"{source}: {e}") from None

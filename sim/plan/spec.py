@@ -45,6 +45,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.engine_config import EngineConfig
+from sim.pd_config import parse_pd
 from sim.router import ROUTERS
 from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.slo import SLO, SLO_KEYS  # noqa: F401 (SLO_KEYS: the names, re-exported)
@@ -114,6 +115,9 @@ class PlanSpec(_Strict):
     rate: float | None = Field(default=None, gt=0)
     num_replicas: int = Field(default=1, ge=1)
     router: str = "round_robin"
+    pd: str | None = None
+    """``--pd``'s text or file (:mod:`sim.pd_config`): every probe runs that prefill and
+    decode split (``max_rate`` only); None: colocated replicas."""
     knob: Literal["num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs"] = "num_gpu_blocks"
     search: Search = Field(default_factory=Search)
     length: Length = Field(default_factory=Length)
@@ -135,6 +139,16 @@ class PlanSpec(_Strict):
             raise ValueError("rate: max_rate searches the rate; leave rate out")
         if self.question == "min_replicas" and self.rate is None:
             raise ValueError("rate: min_replicas needs the target rate (req/s)")
+        if self.pd is not None:
+            if self.question != "max_rate":
+                raise ValueError(
+                    f"pd: a P/D plan asks max_rate of one prefill:decode split (got "
+                    f"question {self.question}); compare splits with several plans or a "
+                    "sweep's pd axis"
+                )
+            if self.num_replicas != 1:
+                raise ValueError("num_replicas: a P/D plan sizes its pools with pd; leave it 1")
+            parse_pd(self.pd)
         dp = self.engine.data_parallel_size
         if dp > 1 and self.question == "min_replicas":
             raise ValueError(

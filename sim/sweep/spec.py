@@ -19,7 +19,8 @@ Example::
     slo: {ttft_p90_s: 0.5}          # optional: the report names the best point meeting them
 
 Paths are dotted: ``workload.<field...>``, ``engine.<EngineConfig field>`` or a top-level
-run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``, ``steps``).
+run field (``model``, ``gpu``, ``calibration``, ``num_replicas``, ``router``, ``pd``,
+``steps``).
 """
 
 from __future__ import annotations

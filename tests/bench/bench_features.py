@@ -1,6 +1,7 @@
 """Cost of the deployment features in ``kvsim run``: speculative decoding (n-gram,
-EAGLE-3, a draft model) and the CPU KV offload tier, each against the plain engine on
-the same loop, measured in the same run.
+EAGLE-3, a draft model), the CPU KV offload tier and prefill/decode disaggregation
+(``--pd``: its pools of instances), each against the plain engine (one replica) on the
+same loop, measured in the same run.
 
 The bundled ``chat`` preset (its seed, arrivals and lengths) with ``num_requests`` set
 to ``--requests`` (default 5,000), Llama-3.1-8B on H100-SXM, the default roofline
@@ -8,8 +9,8 @@ latency model and KV budget. Timed: ``sim.run.simulate`` alone (configuration, p
 and the report left out), best of ``--repeats`` runs, wall-clock seconds. Printed per
 case: the loop, seconds, simulated requests per wall-second, engine steps per
 wall-second and the ratio of its time to the plain engine's on the same loop
-(speculative decoding and the offload tier step one by one: fast-forward does not
-cover them, which is most of the ratio).
+(speculative decoding, the offload tier and P/D step one by one: fast-forward does not
+cover them, which is most of the ratio; a P/D run also steps every instance).
 
 Usage (from the repo root)::
 
@@ -54,13 +55,18 @@ CASES: list[tuple[str, bool, dict[str, Any]]] = [
     ("plain", False, {}),
     ("ngram k=3", False, {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}),
     ("CPU offload 8 GiB", False, {"kv_offloading_size": 8.0}),
+    ("P/D 1:2", False, {"pd": "prefill=1,decode=2"}),
+    ("P/D 2:4", False, {"pd": "prefill=2,decode=4"}),
 ]
-"""(name, async scheduling, engine settings): the plain engine first on each loop."""
+"""(name, async scheduling, engine settings; ``pd``: ``--pd``'s text, a run of its
+pools instead of one replica): the plain engine first on each loop."""
 
 
 def _time(workload: Path, out: Path, async_scheduling: bool, engine: dict[str, Any]) -> tuple:
+    engine = dict(engine)
+    pd = engine.pop("pd", None)
     config = EngineConfig(async_scheduling=async_scheduling, **engine)
-    resolved = resolve_run(RunSpec(workload=str(workload), engine=config))
+    resolved = resolve_run(RunSpec(workload=str(workload), engine=config, pd=pd))
     out.mkdir(parents=True, exist_ok=True)
     gc.collect()
     t0 = time.perf_counter()
