@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from kvcore.scheduler_config import SchedulerConfig
 from sim.conformance.compare import Diff, first_line_diff
 from sim.conformance.offload_case import DEFAULTS
 from sim.conformance.offload_worker import FakeOffloadWorker
+from sim.conformance.oracle_jobs import run_oracle_jobs
 
 DRIVER = Path(__file__).resolve().parent / "offload_driver.py"
 
@@ -311,15 +311,7 @@ def run_oracle(
             for i, (c, t) in enumerate(cases)
         ]
         jobs.append({"mode": "capacity", "cases": CAPACITY_CASES, "out": str(work / "cap.jsonl")})
-        (work / "jobs.json").write_text(json.dumps(jobs))
-        proc = subprocess.run(
-            [vllm_python, str(DRIVER), str(work / "jobs.json")],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError("the vLLM offload oracle failed:\n" + proc.stderr[-3000:])
+        run_oracle_jobs(vllm_python, DRIVER, jobs, work, timeout, "offload")
 
         def read(name: str) -> list[dict[str, Any]]:
             return [json.loads(x) for x in (work / name).read_text().splitlines() if x.strip()]

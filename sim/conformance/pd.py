@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from sim.conformance.compare import Diff, first_line_diff
+from sim.conformance.oracle_jobs import run_oracle_jobs
 from sim.conformance.pd_case import DEFAULTS, kv_role, params_json
 from sim.conformance.pd_worker import FakeNixlWorker
 
@@ -87,14 +87,6 @@ def meta_json(meta: NixlConnectorMetadata) -> dict[str, Any]:
         "push_fin": sorted(
             [rid, list(g[0]) if g else []] for rid, g in meta.push_finished_blocks.items()
         ),
-    }
-
-
-def _worker_meta(m: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "recv": [[r[0], r[1], r[3]] for r in m["recv"]],
-        "send": m["send"],
-        "push_reg": m["push_reg"],
     }
 
 
@@ -151,7 +143,7 @@ class KvcoreReplay:
         free_after = self.pool.get_num_free_blocks()
         assert isinstance(out.kv_connector_metadata, NixlConnectorMetadata)
         meta = meta_json(out.kv_connector_metadata)
-        report = self.worker.step(self.step_index, _worker_meta(meta))
+        report = self.worker.step(self.step_index, meta)
         self.executed.append((out, meta, report, free_after))
         return _kv_output(report)
 
@@ -297,15 +289,7 @@ def run_oracle(
             {"config": c, "trace": t, "out": str(work / f"case{i}.jsonl")}
             for i, (c, t) in enumerate(cases)
         ]
-        (work / "jobs.json").write_text(json.dumps(jobs))
-        proc = subprocess.run(
-            [vllm_python, str(DRIVER), str(work / "jobs.json")],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError("the vLLM P/D oracle failed:\n" + proc.stderr[-3000:])
+        run_oracle_jobs(vllm_python, DRIVER, jobs, work, timeout, "P/D")
         return [
             [json.loads(x) for x in (work / f"case{i}.jsonl").read_text().splitlines() if x]
             for i in range(len(cases))

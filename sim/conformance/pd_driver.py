@@ -142,14 +142,6 @@ def meta_json(meta: Any) -> dict[str, Any]:
     }
 
 
-def worker_meta(m: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "recv": [[r[0], r[1], r[3]] for r in m["recv"]],
-        "send": m["send"],
-        "push_reg": m["push_reg"],
-    }
-
-
 def kv_output(report: dict[str, list[Any]]) -> KVConnectorOutput:
     return KVConnectorOutput(
         # lists, not sets: vLLM iterates them, the order stays fixed
@@ -220,7 +212,7 @@ class PDExecutor:
         r = self.replay
         free_after = r.pool.get_num_free_blocks()
         meta = meta_json(scheduler_output.kv_connector_metadata)
-        report = r.worker.step(r.step_index, worker_meta(meta))
+        report = r.worker.step(r.step_index, meta)
         req_ids = list(scheduler_output.num_scheduled_tokens)
         output = model_output(req_ids, sampled_for(r.sched, scheduler_output, r.token), report)
         self.executed.append((scheduler_output, meta, report, free_after))
@@ -290,7 +282,7 @@ class PDReplay:
         sched.finished_req_ids = SortedIterSet()
         free_after = self.pool.get_num_free_blocks()
         meta = meta_json(out.kv_connector_metadata)
-        report = self.worker.step(self.step_index, worker_meta(meta))
+        report = self.worker.step(self.step_index, meta)
         req_ids = list(out.num_scheduled_tokens)
         mro = model_output(req_ids, sampled_for(sched, out, self.token), report)
         engine_outputs = sched.update_from_output(out, mro)

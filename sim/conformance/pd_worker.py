@@ -44,9 +44,11 @@ class FakeNixlWorker:
         return max(1, int(self.knobs.get(rid, {}).get("xfer_steps", 1)))
 
     def step(self, step: int, meta: dict[str, Any]) -> dict[str, list[Any]]:
-        """Take one batch's metadata (``recv``: [request, blocks, awaiting]; ``send``,
-        ``push_reg``: request ids) and return the batch's report (sorted lists)."""
-        for rid, blocks, awaiting in meta["recv"]:
+        """Take one batch's metadata as the step lines hold it (``recv``: [request,
+        blocks, computed blocks, awaiting]; ``send``: request ids; ``push_reg``:
+        [request, blocks]; other keys unread) and return the batch's report (sorted
+        lists)."""
+        for rid, blocks, _computed, awaiting in meta["recv"]:
             if awaiting:
                 self.recv_due[rid] = step + self._xfer(rid) - 1
                 self.recv_blocks[rid] = list(blocks)
