@@ -19,6 +19,7 @@ import simpy
 import yaml
 
 from kvcore import NATIVE_STATUS, VLLM_VERSION, __version__
+from reports.render_worker import RenderWorker
 from sim import offload
 from sim.cluster import Cluster
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
@@ -316,11 +317,16 @@ def run(
     simulation.
 
     ``render=False`` skips plots and ``report.html`` (planning probes; ``kvsim report``
-    renders them later from the records). ``helpers``: see :func:`simulate`.
+    renders them later from the records). ``helpers``: see :func:`simulate`; also
+    whether the report is rendered by a worker process started with the run
+    (:mod:`reports.render_worker`: the same files).
     """
     resolved = resolved or resolve_run(spec)
     target = check_output(out, "run", force=force) if target is None else target
     tmp = staging_dir(target)
+    # plots and report.html by a process that imports the renderer while the run runs
+    # (reports.render_worker); with helpers off, in process
+    worker = RenderWorker() if render and helpers is not False and offload.allowed() else None
     try:
         summary = simulate(
             resolved,
@@ -347,7 +353,9 @@ def run(
             yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False)
         )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if render:
+        if worker is not None:
+            worker.render(tmp)
+        elif render:
             from reports.run_report import render_run
 
             render_run(tmp)
@@ -355,4 +363,7 @@ def run(
     except BaseException:
         discard(tmp)
         raise
+    finally:
+        if worker is not None:
+            worker.close()
     return summary

@@ -1,0 +1,98 @@
+"""A run's plots and ``report.html`` rendered by a second process that starts with
+the run, so that importing matplotlib and pandas (about a second) overlaps the
+simulation instead of following it.
+
+:class:`RenderWorker` starts ``python -m reports.render_worker`` when the run starts;
+the worker imports :mod:`reports.run_report` and waits for one line on its stdin: the
+directory to render, once the run's records, ``config.yaml`` and ``summary.json`` are
+written. It answers ``ok`` when the plots and the page are written. Whatever goes
+wrong in it (it cannot start, dies, or rendering raises) the run renders the
+directory itself, in process, as it did before the worker existed: the same files,
+and the same errors raised the same way. The worker ignores Ctrl-C (the run's own
+cleanup stops it) and exits when its stdin closes, so it never outlives the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+class RenderWorker:
+    """The worker process of one run (see the module docstring)."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ)
+        path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(_ROOT) if not path else os.pathsep.join([str(_ROOT), path])
+        try:
+            self._proc: subprocess.Popen[str] | None = subprocess.Popen(
+                [sys.executable, "-m", "reports.render_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        except OSError:
+            self._proc = None
+
+    def render(self, run_dir: Path) -> bool:
+        """Render ``run_dir``: by the worker (True), or here when it cannot (False; then
+        as :func:`reports.run_report.render_run` does, errors included)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                answer, _ = proc.communicate(f"{run_dir}\n")
+            except OSError:
+                answer = ""
+            finally:
+                _stop(proc)
+            if proc.returncode == 0 and answer.strip() == "ok":
+                return True
+        from reports.run_report import render_run
+
+        render_run(run_dir)
+        return False
+
+    def close(self) -> None:
+        """Stop the worker if it is still waiting (the run failed or rendered nothing)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """End ``proc`` (closing its stdin first: an idle worker exits on its own)."""
+    if proc.poll() is None:
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=1.0)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+
+
+def main() -> int:
+    """The worker: import the renderer, then render the one directory named on stdin."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from reports.run_report import render_run  # the imports that take the time
+
+    line = sys.stdin.readline().strip()
+    if not line:
+        return 0  # the run ended without a report
+    try:
+        render_run(Path(line))
+    except Exception:  # the run renders again itself, and reports what fails there
+        return 1
+    print("ok", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
