@@ -94,3 +94,17 @@ def first_sizing_diff(vllm: dict[str, Any] | None, kvcore: dict[str, Any] | None
     if a == b:
         return None
     return Diff("sizing", *field_diff(a, b))
+
+
+def compare_case(
+    vllm_lines: list[dict[str, Any]], kvcore_lines: list[dict[str, Any]]
+) -> Diff | None:
+    """The first disagreement of one connector case (an error line on either side, the
+    header, then the step lines up to the summary): the offload and P/D comparisons."""
+    if vllm_lines and vllm_lines[0].get("type") == "error":
+        return Diff("oracle error", vllm_lines[0], {})
+    if kvcore_lines and kvcore_lines[0].get("type") == "error":
+        return Diff("kvcore error", {}, kvcore_lines[0])
+    if vllm_lines[:1] != kvcore_lines[:1]:
+        return Diff("header", vllm_lines[0], kvcore_lines[0])
+    return first_line_diff(vllm_lines, kvcore_lines, "step", "step")

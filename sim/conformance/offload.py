@@ -18,7 +18,6 @@ vLLM's ``CPUOffloadingSpec``.
 
 from __future__ import annotations
 
-import json
 import random
 import tempfile
 from pathlib import Path
@@ -31,10 +30,10 @@ from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorSc
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
-from sim.conformance.compare import Diff, first_line_diff
+from sim.conformance.compare import compare_case as compare  # noqa: F401 (re-exported)
 from sim.conformance.offload_case import DEFAULTS
 from sim.conformance.offload_worker import FakeOffloadWorker
-from sim.conformance.oracle_jobs import run_oracle_jobs
+from sim.conformance.oracle_jobs import read_jsonl, run_oracle_jobs
 
 DRIVER = Path(__file__).resolve().parent / "offload_driver.py"
 
@@ -312,19 +311,5 @@ def run_oracle(
         ]
         jobs.append({"mode": "capacity", "cases": CAPACITY_CASES, "out": str(work / "cap.jsonl")})
         run_oracle_jobs(vllm_python, DRIVER, jobs, work, timeout, "offload")
-
-        def read(name: str) -> list[dict[str, Any]]:
-            return [json.loads(x) for x in (work / name).read_text().splitlines() if x.strip()]
-
-        return [read(f"case{i}.jsonl") for i in range(len(cases))], read("cap.jsonl")
-
-
-def compare(vllm_lines: list[dict[str, Any]], kvcore_lines: list[dict[str, Any]]) -> Diff | None:
-    """The first disagreement of one case (header, step lines, summary)."""
-    if vllm_lines and vllm_lines[0].get("type") == "error":
-        return Diff("oracle error", vllm_lines[0], {})
-    if kvcore_lines and kvcore_lines[0].get("type") == "error":
-        return Diff("kvcore error", {}, kvcore_lines[0])
-    if vllm_lines[:1] != kvcore_lines[:1]:
-        return Diff("header", vllm_lines[0], kvcore_lines[0])
-    return first_line_diff(vllm_lines, kvcore_lines, "step", "step")
+        cases_out = [read_jsonl(work / f"case{i}.jsonl") for i in range(len(cases))]
+        return cases_out, read_jsonl(work / "cap.jsonl")

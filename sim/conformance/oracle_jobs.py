@@ -1,5 +1,5 @@
 """Running one of the vLLM oracle drivers (``offload_driver.py``, ``pd_driver.py``) on
-a list of jobs, in the oracle's own interpreter."""
+a list of jobs, in the oracle's own interpreter, and reading what the jobs wrote."""
 
 from __future__ import annotations
 
@@ -30,3 +30,8 @@ def run_oracle_jobs(
     )
     if proc.returncode != 0:
         raise RuntimeError(f"the vLLM {what} oracle failed:\n" + proc.stderr[-3000:])
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a driver's output file, one per non-blank line."""
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]

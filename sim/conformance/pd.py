@@ -20,7 +20,6 @@ counters (GPU, and the connector's external hits).
 from __future__ import annotations
 
 import copy
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,8 @@ from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
-from sim.conformance.compare import Diff, first_line_diff
-from sim.conformance.oracle_jobs import run_oracle_jobs
+from sim.conformance.compare import compare_case as compare  # noqa: F401 (re-exported)
+from sim.conformance.oracle_jobs import read_jsonl, run_oracle_jobs
 from sim.conformance.pd_case import DEFAULTS, kv_role, params_json
 from sim.conformance.pd_worker import FakeNixlWorker
 
@@ -290,18 +289,4 @@ def run_oracle(
             for i, (c, t) in enumerate(cases)
         ]
         run_oracle_jobs(vllm_python, DRIVER, jobs, work, timeout, "P/D")
-        return [
-            [json.loads(x) for x in (work / f"case{i}.jsonl").read_text().splitlines() if x]
-            for i in range(len(cases))
-        ]
-
-
-def compare(vllm_lines: list[dict[str, Any]], kvcore_lines: list[dict[str, Any]]) -> Diff | None:
-    """The first disagreement of one case (header, step lines, summary)."""
-    if vllm_lines and vllm_lines[0].get("type") == "error":
-        return Diff("oracle error", vllm_lines[0], {})
-    if kvcore_lines and kvcore_lines[0].get("type") == "error":
-        return Diff("kvcore error", {}, kvcore_lines[0])
-    if vllm_lines[:1] != kvcore_lines[:1]:
-        return Diff("header", vllm_lines[0], kvcore_lines[0])
-    return first_line_diff(vllm_lines, kvcore_lines, "step", "step")
+        return [read_jsonl(work / f"case{i}.jsonl") for i in range(len(cases))]
