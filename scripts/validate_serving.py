@@ -5,8 +5,9 @@ fitted to other runs of the same GPU; print signed errors per run and their medi
 
 Rows: ``default`` (the catalog's roofline factors); ``fit: all`` (one fit on every
 one-replica run of that GPU, the run itself included: in-sample); ``fit: others`` (a
-fit on the GPU's other one-replica runs: the run is held out). The RTX 4090 has one run
-only, so it has no held-out row.
+fit on the GPU's other one-replica runs: the run is held out); fitted rows also print
+the link and custom all-reduce factors the fit learnt. The RTX 4090 has one run only,
+so it has no held-out row.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from calibrate.trace_fit.runs_file import FitRun  # noqa: E402
 from sim.validate.serving import DATA, METRICS, RUNS, ServingRun, replay_run  # noqa: E402
 
 
-def _fit_file(runs: list[ServingRun], path: Path) -> None:
+def _fit_file(runs: list[ServingRun], path: Path) -> dict[str, float]:
     """Fit the runs' GPU as ``kvsim calibrate --from-trace RUNS.yaml`` would; write the
-    efficiency file to ``path``."""
+    efficiency file to ``path``; return the link and all-reduce factors it fitted."""
     fit_on = [FitRun(DATA / r.name / "requests.jsonl", r.model, r.engine) for r in runs]
     _, cal = fit_efficiency(fit_on, runs[0].gpu, "validation")
     write_efficiency(cal, path)
+    eff = cal.factors()
+    return {"interconnect": eff.interconnect, "custom_allreduce_scale": eff.custom_allreduce_scale}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,14 +52,18 @@ def main(argv: list[str] | None = None) -> int:
             fits += [("fit: others", others)] if others else []
             for label, fit_on in fits:
                 path = Path(tmp) / f"{run.name}-{label[5:]}.yaml"
-                _fit_file(fit_on, path)
-                rows.append({"run": run.name, "row": label, **replay_run(run, DATA, str(path))})
+                factors = _fit_file(fit_on, path)
+                row = {"run": run.name, "row": label, **replay_run(run, DATA, str(path))}
+                rows.append({**row, "factors": factors})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'run':40} {'row':12} " + " ".join(f"{m:>10}" for m in METRICS))
     for r in rows:
-        print(f"{r['run']:40} {r['row']:12} " + " ".join(f"{100 * r[m]:+9.1f}%" for m in METRICS))
+        line = f"{r['run']:40} {r['row']:12} " + " ".join(f"{100 * r[m]:+9.1f}%" for m in METRICS)
+        if "factors" in r:  # what the fit learnt of the link and the custom all-reduce
+            line += "  " + " ".join(f"{k}={v:.3g}" for k, v in r["factors"].items())
+        print(line)
     return 0
 
 

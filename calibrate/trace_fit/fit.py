@@ -47,7 +47,8 @@ decides them; the fixed costs per step, request and kernel lie between, and so d
 NCCL's per-call latency (fitted on Vidur's A100 data). With one latency factor for both
 kinds of call, held loosely, a fit to the public Qwen3-32B TP 2 run put the run's fixed
 cost per step into it (321 us per NCCL call, nine times the fitted one), which the DP +
-EP run of another model, whose MoE layers call NCCL, then paid as +31% E2E. With one
+EP run of another model, whose MoE layers call NCCL, then paid as +31% E2E (both measured
+with scripts/validate_serving.py before the custom kernel had a factor of its own). With one
 weight for all, a fit to a tensor-parallel run put its all-reduce time into memory
 efficiency and carried that to other models (docs/calibration.md)."""
 
