@@ -196,17 +196,35 @@ _PLAN_STYLE = """.v-steady{color:#2e7d32}.v-saturated,.v-undecided,.v-failed,.ba
 td.why{text-align:left;font-size:12px;max-width:420px}table.probes td{font-size:13px}"""
 
 
+_CURVE_CAPTION = (
+    "One panel per SLO: each steady seed's measurement-window figure at each probed "
+    "value (dot) with its 95% interval (bar), the worst seed (line), the SLO (dashed), "
+    "the answer (green line) and the bracket around it (shaded)."
+)
+
+
 def render_plan_report(plan_dir: Path) -> Path:
-    """Write ``plots/plan_probe_curve.png`` and ``report.html`` from ``plan.json``
-    (and the run reports of the probes at the bracket's edges)."""
+    """Write ``plots/plan_probe_curve.png`` (a P/D ``min_replicas`` plan:
+    ``plots/plan_split_map.png``) and ``report.html`` from ``plan.json`` (and the run
+    reports of the probes at the bracket's edges)."""
     plan_dir = Path(plan_dir)
     doc = json.loads((plan_dir / "plan.json").read_text())
     render_bracket_runs(plan_dir, doc)
-    png = plot_probe_curve(doc, plan_dir / "plots" / "plan_probe_curve.png")
+    split = doc.get("split")
+    if "limits" in doc:  # a P/D plan's splits
+        from reports.plan_split_map import CAPTION, plot_split_map
+
+        png = plot_split_map(doc, plan_dir / "plots" / "plan_split_map.png")
+        figure, caption = "Split map", CAPTION
+    else:
+        png = plot_probe_curve(doc, plan_dir / "plots" / "plan_probe_curve.png")
+        figure, caption = "Probe curve", _CURVE_CAPTION
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     b, ci = doc["bracket"], doc["confidence_interval"]
     unit = f" {doc['unit']}" if doc["unit"] else ""
     answer = "none" if doc["answer"] is None else f"{probe_value(doc['answer'])}{unit}"
+    if split is not None:
+        answer = f"{split['prefill']} prefill + {split['decode']} decode = {answer}"
     facts = {
         "question": doc["question"],
         "answer": answer,
@@ -230,16 +248,11 @@ def render_plan_report(plan_dir: Path) -> Path:
     lines = "".join(f"<li>{html.escape(x)}</li>" for x in headline_lines(doc))
     state = "steady" if doc["answer"] is not None else "saturated"
     title = f"kvsim plan: {doc['question']}"
-    caption = (
-        "One panel per SLO: each steady seed's measurement-window figure at each probed "
-        "value (dot) with its 95% interval (bar), the worst seed (line), the SLO (dashed), "
-        "the answer (green line) and the bracket around it (shaded)."
-    )
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{STYLE}{_PLAN_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
         f"<div class='verdict {state}'><ul>{lines}</ul></div>"
-        f"<h2>Probe curve</h2><img alt='probe curve' src='data:image/png;base64,{data}'>"
+        f"<h2>{figure}</h2><img alt='{figure.lower()}' src='data:image/png;base64,{data}'>"
         f"<p class='small'>{html.escape(caption)}</p>"
         f"<h2>Probes</h2>{_probe_table(plan_dir, doc)}"
         "<p class='small'>Each value links to its run (the report of the runs at the "

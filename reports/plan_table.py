@@ -134,6 +134,8 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
         at = f" at {probe_value(plan['rate'])} req/s"
     slo = slo_text(doc)
     b = doc["bracket"]
+    if "limits" in doc:
+        return _split_headline(doc, at, slo)
     if doc["status"] == "infeasible" or doc["answer"] is None:
         lines = [f"{ask}{at} ({slo}): none of the values searched."]
     else:
@@ -147,13 +149,49 @@ def headline_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"Even {_with_unit(doc, b['first_fail'])} {_why(doc, b['first_fail'])}")
     if doc["status"] == "at_bound" and doc.get("bound") != "configuration":
         lines.append(f"Every probe passed up to the search limit: the true {param} is beyond it.")
+    return lines + _spread_line(doc)
+
+
+def _spread_line(doc: dict[str, Any]) -> list[str]:
+    """The seeds' own answers, where they differ (a line), else nothing."""
     ci = doc.get("confidence_interval")
-    if ci and ci["low"] != ci["high"]:
+    if not ci or ci["low"] == ci["high"]:
+        return []
+    low, high = _with_unit(doc, ci["low"]), _with_unit(doc, ci["high"])
+    return [f"Each seed on its own answers {low} to {high}."]
+
+
+def _split_headline(doc: dict[str, Any], at: str, slo: str) -> list[str]:
+    """:func:`headline_lines` of a P/D ``min_replicas`` plan (``split``, ``limits``)."""
+    ask = f"Fewest prefill + decode instances meeting the SLOs{at} ({slo})"
+    limits = doc["limits"]
+    most = f"prefill={limits['prefill']},decode={limits['decode']}"
+    split = doc.get("split")
+    if split is None:
+        corner = float(limits["prefill"] + limits["decode"])
+        return [f"{ask}: none up to {most}.", f"Even {most} {_why(doc, corner)}"]
+    lines = [
+        f"{ask}: {split['prefill']} prefill + {split['decode']} decode = "
+        f"{_with_unit(doc, doc['answer'])}."
+    ]
+    below = doc["bracket"]["first_fail"]
+    if below is not None:
         lines.append(
-            f"Each seed on its own answers {_with_unit(doc, ci['low'])} to "
-            f"{_with_unit(doc, ci['high'])}."
+            f"No split of {_with_unit(doc, below)} passes (searched up to {most}; "
+            "each is probed or lies below a probed failure)."
         )
-    return lines
+    if doc["status"] == "max_probes":
+        lines.append("Stopped at search.max_probes: a smaller split may still pass.")
+    return lines + _spread_line(doc)
+
+
+def probe_label(doc: dict[str, Any], probe: dict[str, Any]) -> str:
+    """A probe as the tables name it: its value with the unit, or its split
+    (``prefill=1,decode=3``)."""
+    split = probe.get("split")
+    if split is not None:
+        return f"prefill={split['prefill']},decode={split['decode']}"
+    return _with_unit(doc, probe["value"])
 
 
 @dataclass
@@ -190,7 +228,7 @@ def probe_rows(doc: dict[str, Any]) -> list[ProbeRow]:
             rows.append(
                 ProbeRow(
                     value=p["value"],
-                    value_text=_with_unit(doc, p["value"]),
+                    value_text=probe_label(doc, p),
                     passed=bool(s["passed"]),
                     seed=str(s["seed"]),
                     verdict=str(s.get("state", "")),
@@ -205,9 +243,10 @@ def probe_rows(doc: dict[str, Any]) -> list[ProbeRow]:
 
 def terminal_table(doc: dict[str, Any]) -> Table:
     """The probe table ``kvsim plan`` prints at the end (rich)."""
-    title = f"kvsim plan: {doc['question']}, searching {axis_label(doc['param'])}"
+    searched = "prefill:decode splits" if "limits" in doc else axis_label(doc["param"])
+    title = f"kvsim plan: {doc['question']}, searching {searched}"
     table = Table(title=title, title_justify="left")
-    table.add_column(doc["param"], justify="right")
+    table.add_column("split" if "limits" in doc else doc["param"], justify="right")
     table.add_column("probe")
     table.add_column("seed", justify="right")
     table.add_column("verdict")

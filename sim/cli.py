@@ -626,7 +626,8 @@ def plan(
         None,
         "--pd",
         metavar="prefill=P,decode=D|FILE",
-        help="max_rate of a prefill/decode split, as kvsim run --pd takes it (needs "
+        help="prefill/decode pools, as kvsim run --pd takes it: max_rate of that split, "
+        "or min_replicas: the fewest P + D instances, at most these counts (needs "
         "--no-async-scheduling)",
         show_default="none: colocated replicas",
     ),

@@ -29,6 +29,7 @@ def test_every_example_is_covered_here():
         "bench-stages.yaml",
         "spec-decode.yaml",
         "pd.yaml",
+        "plan-pd.yaml",
     }
     assert {p.name for p in EXAMPLES.iterdir()} == covered
     text = Path(__file__).read_text(encoding="utf-8")
@@ -162,3 +163,20 @@ def test_day_example_schedules_more_replicas_at_its_peak(tmp_path):
     assert "peak 2 replicas" in res.stdout and not out.exists()
     spec = yaml.safe_load((EXAMPLES / "day.yaml").read_text())
     assert spec["arrival"]["type"] == "piecewise"
+
+
+def test_pd_plan_example_answers_with_a_split(tmp_path):
+    out = tmp_path / "plan"
+    res = kvsim_cli("plan", "examples/plan-pd.yaml", "--out", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((out / "plan.json").read_text())
+    plan = yaml.safe_load((EXAMPLES / "plan-pd.yaml").read_text())
+    assert doc["question"] == "min_replicas" and doc["status"] == "bracketed"
+    split, limits = doc["split"], doc["limits"]
+    assert f"prefill={limits['prefill']},decode={limits['decode']}" == plan["pd"]
+    assert 1 <= split["prefill"] <= limits["prefill"] and 1 <= split["decode"] <= limits["decode"]
+    assert doc["answer"] == split["prefill"] + split["decode"]
+    answer = next(p for p in doc["probes"] if p["split"] == split)
+    assert answer["passed"] and answer["confirmed"]
+    assert f"{split['prefill']} prefill + {split['decode']} decode" in res.stdout
+    assert (out / "plots" / "plan_split_map.png").is_file()

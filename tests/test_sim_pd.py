@@ -216,7 +216,7 @@ def test_a_pd_plan_asks_max_rate_of_one_split(tmp_path):
         "pd": "prefill=1,decode=1",
     }
     for bad, words in (
-        ({"question": "min_replicas", "rate": 4.0}, "a P/D plan asks max_rate"),
+        ({"question": "min_kv", "rate": 4.0}, "a P/D plan asks max_rate"),
         ({"question": "max_rate", "pd": "prefill=1"}, "decode=N is required"),
     ):
         with pytest.raises(PlanError, match=words):

@@ -27,10 +27,10 @@ def _infeasible_message(doc: dict[str, Any], out: Path) -> str:
     easiest = probes[0] if doc["want"] == "max" else probes[-1]
     seed = next(s for s in easiest["seeds"] if not s["passed"])
     why = "; ".join(seed["failures"])
+    where = Path(easiest["dir"]).name  # rate=0.5, prefill=2,decode=6, ...
     return (
-        f"no {doc['param']} searched meets the SLOs: at {doc['param']}="
-        f"{easiest['value']:g} (the easiest probe) seed {seed['seed']} fails: {why}; "
-        f"probes in {out / 'plan.json'}"
+        f"no {doc['param']} searched meets the SLOs: at {where} (the easiest probe) "
+        f"seed {seed['seed']} fails: {why}; probes in {out / 'plan.json'}"
     )
 
 

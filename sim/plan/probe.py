@@ -148,7 +148,12 @@ class ProbeRunner:
 
     def probe(self, value: float) -> bool:
         """Run every seed at ``value``; record the probe; True when it passes."""
-        probe_dir = self.out / "probes" / f"{self.param}={fmt_value(value)}"
+        return self.probe_named(value, f"{self.param}={fmt_value(value)}", {})
+
+    def probe_named(self, value: float, name: str, extra: dict[str, Any]) -> bool:
+        """Run every seed at ``value`` in ``probes/<name>``; record the probe (with the
+        ``extra`` keys); True when it passes."""
+        probe_dir = self.out / "probes" / name
         probe_dir.mkdir(parents=True, exist_ok=True)
         rate = value if self.param == "rate" else self.plan.rate
         seeds = [self._run_seed(value, rate, probe_dir, s) for s in self.plan.seeds]
@@ -156,6 +161,7 @@ class ProbeRunner:
         self.probes.append(
             {
                 "value": value,
+                **extra,
                 "passed": passed,
                 "confirmed": False,
                 "dir": str(probe_dir),
@@ -170,7 +176,11 @@ class ProbeRunner:
         (:func:`sim.plan.length.confirm_factor`), stopping at the first seed that fails.
         The probe's entry is updated (``confirmed``, each seed's longest run); True
         when it still passes."""
-        probe = next(p for p in self.probes if p["value"] == value)
+        return self.confirm_probe(next(p for p in self.probes if p["value"] == value))
+
+    def confirm_probe(self, probe: dict[str, Any]) -> bool:
+        """:meth:`confirm` of one recorded probe (an entry of :attr:`probes`)."""
+        value = probe["value"]
         length = self.plan.length
         if not probe["passed"] or length.fixed or length.confirm_sojourns <= 0:
             return bool(probe["passed"])
@@ -210,8 +220,7 @@ class ProbeRunner:
                 times = f" x{factor}" if factor > 1 else ""
                 progress = self.on_run(
                     len(self.probes) + 1,
-                    f"probe {len(self.probes) + 1} {self.param}={fmt_value(value)} "
-                    f"seed {seed}{times}",
+                    f"probe {len(self.probes) + 1} {probe_dir.name} seed {seed}{times}",
                     int(start) * factor if key == "num_requests" else None,
                 )
             margin = length.precision if last else None

@@ -21,6 +21,7 @@ from typing import Any
 from kvcore import __version__
 from sim.outdir import check_output, write_marker
 from sim.plan.config_bound import KNOB_FIELD, ConfigurationBound, configuration_bound
+from sim.plan.pd_probe import split_name
 from sim.plan.probe import (
     OnRun,
     ProbeRunner,
@@ -29,7 +30,7 @@ from sim.plan.probe import (
     load_base_workload,
     param_name,
 )
-from sim.plan.search import Bisection, seed_answers, within_tolerance
+from sim.plan.search import Bisection, SearchResult, seed_answers, within_tolerance
 from sim.plan.spec import PlanError, PlanSpec
 from sim.run import RunSpec
 from sim.setup import ResolvedRun, resolve_run
@@ -147,25 +148,15 @@ def run_plan(
     check_output(out, "plan", force=force)
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, "plan")
-    runner = ProbeRunner(plan, base, out, on_run)
-    param = runner.param
+    param = param_name(plan)
     want = WANT[param]
-    integer = is_integer_param(plan)
-    search = Bisection(
-        runner.probe,
-        want=want,
-        integer=integer,
-        geometric=param == "rate",  # integer parameters bisect arithmetically
-        rel_tol=plan.search.rel_tol,
-        max_probes=plan.search.max_probes,
-    )
-    result = search.run(low, high)
-    # The answer must also hold over a long window (sim.plan.length): a probe that
-    # fails its confirmation is a failure, and the search goes on beyond it.
-    while result.answer is not None and not runner.confirm(result.answer):
-        passed = [p["value"] for p in runner.probes if p["passed"]]
-        result = search.resume_below(result.answer, passed)
-    per_seed = seed_answers(runner.probes, want)
+    extra: dict[str, Any] = {}
+    if plan.pd is not None and plan.question == "min_replicas":
+        from sim.plan.pd_runner import search_splits
+
+        result, probes, per_seed, extra = search_splits(plan, base, out, on_run)
+    else:
+        result, probes, per_seed = _search_value(plan, base, out, on_run, low, high)
     known = [v for v in per_seed.values() if v is not None]
     ci = None
     if known and len(known) == len(per_seed):
@@ -188,8 +179,9 @@ def run_plan(
         "max_model_len": resolved.max_model_len,
         "blocks_per_request": bound.blocks_per_request if bound is not None else None,
         "plan": plan.model_dump(mode="json"),
-        "simulated": _simulated(runner.probes),
-        "probes": sorted(runner.probes, key=lambda p: p["value"]),
+        "simulated": _simulated(probes),
+        **extra,
+        "probes": probes,
     }
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "plan.json", json.dumps(doc, indent=2) + "\n")
@@ -197,6 +189,37 @@ def run_plan(
 
     render_plan_report(out)
     return doc
+
+
+def _search_value(
+    plan: PlanSpec,
+    base: Any,
+    out: Path,
+    on_run: OnRun | None,
+    low: float,
+    high: float | None,
+) -> tuple[SearchResult, list[dict[str, Any]], dict[int, float | None]]:
+    """Bisect the plan's one parameter and confirm the answer (searching on past an
+    answer whose confirmation fails); ``(result, probes by value, per-seed answers)``."""
+    runner = ProbeRunner(plan, base, out, on_run)
+    param = runner.param
+    want = WANT[param]
+    search = Bisection(
+        runner.probe,
+        want=want,
+        integer=is_integer_param(plan),
+        geometric=param == "rate",  # integer parameters bisect arithmetically
+        rel_tol=plan.search.rel_tol,
+        max_probes=plan.search.max_probes,
+    )
+    result = search.run(low, high)
+    # The answer must also hold over a long window (sim.plan.length): a probe that
+    # fails its confirmation is a failure, and the search goes on beyond it.
+    while result.answer is not None and not runner.confirm(result.answer):
+        passed = [p["value"] for p in runner.probes if p["passed"]]
+        result = search.resume_below(result.answer, passed)
+    probes = sorted(runner.probes, key=lambda p: p["value"])
+    return result, probes, seed_answers(runner.probes, want)
 
 
 def _which_bound(answer: float | None, bound: ConfigurationBound | None) -> str | None:
@@ -253,7 +276,8 @@ def _probe_lines(doc: dict[str, Any]) -> list[str]:
     figure with its 95% interval where there is one."""
     lines = []
     for p in doc["probes"]:
-        cells = [f"  {fmt_value(p['value']):>8}  {'pass' if p['passed'] else 'fail'}"]
+        label = split_name(_split(p)) if "split" in p else fmt_value(p["value"])
+        cells = [f"  {label:>8}  {'pass' if p['passed'] else 'fail'}"]
         seeds = p["seeds"]
         runs = [s["length"] for s in seeds if s.get("length")]
         if runs:
@@ -276,6 +300,10 @@ def _probe_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _split(probe: dict[str, Any]) -> tuple[int, int]:
+    return int(probe["split"]["prefill"]), int(probe["split"]["decode"])
+
+
 def describe(doc: dict[str, Any], probes: bool = True) -> str:
     """The answer for the terminal: a line with the bracket, a line on what bound it
     (search limit, probe budget, configuration bound) where one applies, then (with
@@ -289,8 +317,19 @@ def describe(doc: dict[str, Any], probes: bool = True) -> str:
     def f(x: float | None) -> str:
         return "-" if x is None else fmt_value(x)
 
-    text = f"{doc['question']}: {param} = {f(doc['answer'])} {unit}".rstrip()
-    text += f"  (last pass {f(b['last_pass'])}, first fail {f(b['first_fail'])}"
+    split = doc.get("split")
+    if split is not None:
+        text = (
+            f"{doc['question']}: {split['prefill']} prefill + {split['decode']} decode = "
+            f"{f(doc['answer'])} {unit}"
+        )
+        below = b["first_fail"]
+        text += f"  (no split of {f(below)} passes" if below is not None else "  (the fewest"
+        limits = doc["limits"]
+        text += f"; at most {limits['prefill']} prefill, {limits['decode']} decode searched"
+    else:
+        text = f"{doc['question']}: {param} = {f(doc['answer'])} {unit}".rstrip()
+        text += f"  (last pass {f(b['last_pass'])}, first fail {f(b['first_fail'])}"
     ci = doc["confidence_interval"]
     if ci:
         text += f"; per-seed answers {f(ci['low'])} .. {f(ci['high'])}"

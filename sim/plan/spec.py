@@ -16,6 +16,8 @@ Schema (every key optional unless said otherwise)::
       e2e_p99_s: 30
       max_preemptions_per_request: 0.1
     question: max_rate        # max_rate | min_replicas | min_kv (required)
+    pd: prefill=2,decode=6    # P/D: max_rate of this split; min_replicas: the fewest
+                              # P + D instances (at most these counts) and the split
     rate: 20                  # min_replicas (required), min_kv: the target rate, req/s
     num_replicas: 1           # max_rate, min_kv: replicas behind the router
     router: round_robin       # round_robin | least_outstanding | least_kv | prefix_aware
@@ -33,6 +35,10 @@ max_num_seqs; gpu_memory_utilization 0.95). Defaults of ``low``:
 min_kv on blocks or gpu_memory_utilization, a ``low`` below the configuration bound
 (where the engine can start with ``engine.max_model_len``: one full-length request's
 KV cache must fit; see ``sim.plan.config_bound``) is raised to it.
+
+A P/D ``min_replicas`` plan (``pd`` given) walks the prefill:decode splits up to
+``pd``'s counts instead of bisecting (``search.low`` and ``high`` are refused;
+``max_probes`` defaults to 24 there; :mod:`sim.plan.pd_search`).
 
 ``engine`` takes every ``kvsim run`` engine flag (``kvsim plan --max-model-len ...``
 sets ``engine.max_model_len``), validated as in an engine file.
@@ -116,8 +122,10 @@ class PlanSpec(_Strict):
     num_replicas: int = Field(default=1, ge=1)
     router: str = "round_robin"
     pd: str | None = None
-    """``--pd``'s text or file (:mod:`sim.pd_config`): every probe runs that prefill and
-    decode split (``max_rate`` only); None: colocated replicas."""
+    """``--pd``'s text or file (:mod:`sim.pd_config`). ``max_rate``: every probe runs
+    that prefill:decode split; ``min_replicas``: the fewest prefill + decode instances
+    at ``rate`` and their split, at most pd's counts of each (:mod:`sim.plan.pd_search`);
+    None: colocated replicas."""
     knob: Literal["num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs"] = "num_gpu_blocks"
     search: Search = Field(default_factory=Search)
     length: Length = Field(default_factory=Length)
@@ -140,11 +148,17 @@ class PlanSpec(_Strict):
         if self.question == "min_replicas" and self.rate is None:
             raise ValueError("rate: min_replicas needs the target rate (req/s)")
         if self.pd is not None:
-            if self.question != "max_rate":
+            if self.question == "min_kv":
                 raise ValueError(
-                    f"pd: a P/D plan asks max_rate of one prefill:decode split (got "
-                    f"question {self.question}); compare splits with several plans or a "
-                    "sweep's pd axis"
+                    "pd: a P/D plan asks max_rate (of pd's split) or min_replicas (the "
+                    "fewest prefill + decode instances, up to pd's counts), not min_kv"
+                )
+            if self.question == "min_replicas" and (
+                self.search.low is not None or self.search.high is not None
+            ):
+                raise ValueError(
+                    "search: a P/D min_replicas plan searches up to pd's prefill and "
+                    "decode counts; leave search.low and search.high out"
                 )
             if self.num_replicas != 1:
                 raise ValueError("num_replicas: a P/D plan sizes its pools with pd; leave it 1")
