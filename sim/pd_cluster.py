@@ -255,7 +255,7 @@ class PDCluster:
             transfer,
             decode_queue,
             0 if read is None else read.num_blocks,
-            0 if read is None else read.num_bytes * self.setup.world_size,
+            0 if read is None else self.setup.read_bytes(read.num_blocks),
         )
 
     def run(self) -> None:

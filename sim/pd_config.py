@@ -14,9 +14,10 @@ vLLM's names), e.g.::
     decode: {replicas: 3, gpu: H200, engine: {max_num_seqs: 512}}
     kv_transfer_gbps: 50          # optional, as in the flag's text
 
-Both pools serve the run's model with one block size, KV cache dtype,
-tensor-parallel size and max_model_len (the KV layout a read copies block for
-block), else the file is refused.
+Both pools serve the run's model with one block size, KV cache dtype and
+max_model_len (the KV layout a read copies block for block), else the file is
+refused; their tensor-parallel sizes may differ when one divides the other
+(:mod:`sim.pd_setup`).
 
 Units: GB/s (10**9 bytes/s), microseconds, bytes per block on one TP rank.
 """
@@ -153,8 +154,11 @@ def parse_pd(text: str) -> PDSpec:
 @dataclass(frozen=True)
 class PDSetup:
     """A P/D run, resolved. ``worker_kv_bytes_per_block``: one KV block's bytes on one
-    TP rank (all layers; what one rank reads per block over its own NIC);
-    ``world_size``: TP ranks per instance (they read their shards in parallel);
+    TP rank (all layers) of the side that moves more per rank (what the busiest NIC
+    carries per block: both sides' ranks move their shards in parallel);
+    ``world_size``: TP ranks of a decode instance (each reads its own shard);
+    ``moved_bytes_per_block``: one block's bytes over all of a decode instance's ranks
+    (what a read moves in all; 0: ``worker_kv_bytes_per_block * world_size``);
     ``link_bytes_per_s`` / ``latency_s``: one rank's NIC, one direction, and the fixed
     cost of one read."""
 
@@ -164,9 +168,16 @@ class PDSetup:
     world_size: int
     link_bytes_per_s: float
     latency_s: float
+    moved_bytes_per_block: int = 0
     runs: dict[str, Any] = field(default_factory=dict)
     """``prefill`` / ``decode`` -> that pool's own resolved run (:mod:`sim.pd_setup`),
     for a pool with a GPU or engine arguments of its own; else the run's."""
+
+    def read_bytes(self, num_blocks: int) -> int:
+        """Bytes a read of ``num_blocks`` blocks moves over all of the decode
+        instance's ranks."""
+        per_block = self.moved_bytes_per_block or self.worker_kv_bytes_per_block * self.world_size
+        return num_blocks * per_block
 
     def run_for(self, role: str, base: Any) -> Any:
         """The resolved run ``role``'s instances are replicas of (``base``: the run's)."""

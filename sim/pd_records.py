@@ -92,7 +92,7 @@ def pd_summary(cluster: Any, duration_s: float) -> dict[str, Any]:
         "transfers": {
             "count": len(reads),
             "blocks": sum(r.num_blocks for r in reads),
-            "bytes": sum(r.num_bytes for r in reads) * setup.world_size,
+            "bytes": setup.read_bytes(sum(r.num_blocks for r in reads)),
             "seconds": _stats([r.end_s - r.submit_s for r in reads]),
             "link_seconds_mean": (
                 sum(r.end_s - r.start_s for r in reads) / len(reads) if reads else 0.0

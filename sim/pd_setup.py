@@ -3,9 +3,14 @@ arguments of its own (:mod:`sim.pd_config`).
 
 A pool's run is the run's spec with the pool's GPU and its engine arguments laid over
 the run's, resolved as any run is (its KV budget, step-time model, limits); the
-workload stays the run's. Both pools must lay KV out alike (one model, block size,
-KV cache dtype and tensor-parallel size: a read copies block for block, the same
-bytes per block on both sides) and take the same max_model_len, else ValueError.
+workload stays the run's. Both pools must lay KV out alike (one model, block size
+and KV cache dtype: a read copies block for block) and take the same max_model_len,
+else ValueError. Their tensor-parallel sizes may differ when one divides the other, as
+vLLM 0.33.0's NIXL connector requires (``TpKVTopology.tp_ratio``): with more decode
+ranks, each decode rank reads its slice of a prefill rank's heads; with more prefill
+ranks, each decode rank reads from several prefill ranks. Either way every rank moves
+its own shard at the same time, so a read takes as long as the side that moves more
+bytes per rank (:func:`pool_layout`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from sim.engine_config import EngineConfig, format_validation_error, uses_async_
 from sim.kv_offload import worker_kv_bytes_per_block
 from sim.pd_config import PDSpec, check_pd_run
 
-_SAME = ("block_size", "kv_cache_dtype", "tensor_parallel_size")
+_SAME = ("block_size", "kv_cache_dtype")
 
 
 def pool_runs(pd: PDSpec, spec: Any, base: Any) -> dict[str, Any]:
@@ -68,11 +73,35 @@ def pool_runs(pd: PDSpec, spec: Any, base: Any) -> dict[str, Any]:
                 f"--pd: {role}: both pools need the same max_model_len, got "
                 f"{run.max_model_len} against {base.max_model_len} (set engine.max_model_len)"
             )
+        same_tp = run.engine.tensor_parallel_size == base.engine.tensor_parallel_size
         per_block = worker_kv_bytes_per_block(run.kv_cache_config)
-        if per_block != worker_kv_bytes_per_block(base.kv_cache_config):
+        if same_tp and per_block != worker_kv_bytes_per_block(base.kv_cache_config):
             raise ValueError(f"--pd: {role}: its KV blocks differ in size from the other pool's")
         out[role] = run
     return out
+
+
+def pool_layout(runs: dict[str, Any], base: Any) -> dict[str, int]:
+    """The :class:`sim.pd_config.PDSetup` fields of the pools' KV layouts
+    (``worker_kv_bytes_per_block``, ``world_size``, ``moved_bytes_per_block``; see
+    the module) from each pool's run (``runs``, else ``base``); ValueError naming
+    ``--pd`` when neither tensor-parallel size divides the other."""
+    prefill, decode = (runs.get(role, base) for role in ("prefill", "decode"))
+    tp_p = prefill.engine.tensor_parallel_size
+    tp_d = decode.engine.tensor_parallel_size
+    if max(tp_p, tp_d) % min(tp_p, tp_d):
+        raise ValueError(
+            f"--pd: tensor_parallel_size: the prefill pool's ({tp_p}) and the decode pool's "
+            f"({tp_d}) must divide one another (vLLM's NIXL connector maps ranks by their "
+            "ratio)"
+        )
+    per_rank_p = worker_kv_bytes_per_block(prefill.kv_cache_config)
+    per_rank_d = worker_kv_bytes_per_block(decode.kv_cache_config)
+    return {
+        "worker_kv_bytes_per_block": max(per_rank_p, per_rank_d),
+        "world_size": tp_d,
+        "moved_bytes_per_block": per_rank_d * tp_d,
+    }
 
 
 def pool_link(pd: PDSpec, base_gpu: Any) -> tuple[float, float]:

@@ -15,9 +15,10 @@ Queueing: a read occupies the prefill instance's outbound direction and the deco
 instance's inbound direction (full-duplex NICs: the two directions are separate);
 reads on one direction run one after another in submission order, so a read starts
 when both its directions are free (the simulation submits in time order, so this is
-first come, first served). With tensor parallelism every rank reads its own shard
-over its own NIC at the same time (matching TP sizes on both sides): ``bytes`` is one
-rank's share and one queue stands for all ranks.
+first come, first served). With tensor parallelism every rank moves its own shard
+over its own NIC at the same time: ``bytes`` is one rank's share on the side that
+moves more per rank (the smaller TP size, when the pools' differ: :mod:`sim.pd_setup`)
+and one queue stands for all ranks.
 
 Units: bytes, seconds, bytes per second.
 """

@@ -20,7 +20,7 @@ from kvcore.kv_cache_interface import KVCacheConfig
 from sim.engine_config import EngineConfig, offload_async_message, uses_async_scheduling
 from sim.kv_offload import OffloadSetup, resolve_offload
 from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
-from sim.pd_setup import pool_link, pool_runs
+from sim.pd_setup import pool_layout, pool_link, pool_runs
 from sim.router import make_router
 from sim.spec_setup import SpecSetup, resolve_spec
 from sim.step_parquet import check_format
@@ -175,8 +175,9 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         runs = pool_runs(pd_spec, spec, resolved)
         if runs:  # pools with settings of their own (--pd FILE.yaml)
             rate, latency = pool_link(pd_spec, gpu)
+            layout = pool_layout(runs, resolved)
             resolved.pd = dataclasses.replace(
-                pd, runs=runs, link_bytes_per_s=rate, latency_s=latency
+                pd, runs=runs, link_bytes_per_s=rate, latency_s=latency, **layout
             )
     check_work_bounds(resolved, allow_large=allow_large, source=spec.workload)
     return resolved
