@@ -167,15 +167,6 @@ def uses_async_scheduling(engine: EngineConfig) -> bool:
     return engine.async_scheduling is not False
 
 
-def offload_async_message() -> str:
-    """Why kvsim refuses the CPU KV offload tier with async scheduling (one line)."""
-    return (
-        "--kv-offloading-size: the CPU KV offload tier runs only with the synchronous "
-        "engine loop in kvsim; add --no-async-scheduling (vLLM 0.33.0 runs the offloading "
-        "connector with async scheduling too, which kvsim does not model yet)"
-    )
-
-
 def engine_loop(engine: EngineConfig) -> str:
     """The engine-core loop a run uses, as ``config.yaml`` records it."""
     if uses_async_scheduling(engine):
