@@ -227,16 +227,8 @@ def resolve_pd(
     )
 
 
-def check_pd_run(
-    setup: PDSetup, *, async_scheduling: bool, offload: bool, spec_decode: bool
-) -> None:
+def check_pd_run(setup: PDSetup, *, offload: bool, spec_decode: bool) -> None:
     """ValueError (one line, naming the flag) for what P/D runs do not combine with."""
-    if async_scheduling:
-        raise ValueError(
-            "--pd: P/D instances run only with the synchronous engine loop in kvsim; add "
-            "--no-async-scheduling (vLLM 0.33.0 also runs the NIXL connector with async "
-            "scheduling, which kvsim does not model yet)"
-        )
     if offload:
         raise ValueError("--pd: not modelled together with --kv-offloading-size")
     if spec_decode:
