@@ -167,10 +167,15 @@ def uses_async_scheduling(engine: EngineConfig) -> bool:
     return engine.async_scheduling is not False
 
 
-def engine_loop(engine: EngineConfig) -> str:
-    """The engine-core loop a run uses, as ``config.yaml`` records it."""
+def engine_loop(engine: EngineConfig, connector: str | None = None) -> str:
+    """The engine-core loop a run uses, as ``config.yaml`` records it; ``connector``:
+    the KV connector the replicas run (``OffloadingConnector``, ``NixlConnector``) or
+    None, named for the async loop (its worker side runs once per batch)."""
     if uses_async_scheduling(engine):
-        return "async scheduling: AsyncScheduler, batch queue of 2 (step_with_batch_queue)"
+        loop = "async scheduling: AsyncScheduler, batch queue of 2 (step_with_batch_queue)"
+        if connector is not None:
+            loop += f"; {connector} worker side per batch, reported with its output"
+        return loop
     return "synchronous: Scheduler (EngineCore.step)"
 
 
