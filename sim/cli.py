@@ -173,7 +173,7 @@ def run(
         help="prefill/decode disaggregation: P prefill and D decode instances (NIXL "
         "connector, kv_producer / kv_consumer) behind a proxy, --router picking within "
         "each pool; optional kv_transfer_gbps=G, kv_transfer_latency_us=U override the "
-        "GPU's link; needs --no-async-scheduling",
+        "GPU's link",
         show_default="none: colocated replicas",
     ),
     goodput: list[str] = typer.Option(  # noqa: B008 (typer reads its options so)
@@ -626,8 +626,7 @@ def plan(
         None,
         "--pd",
         metavar="prefill=P,decode=D|FILE",
-        help="max_rate of a prefill/decode split, as kvsim run --pd takes it (needs "
-        "--no-async-scheduling)",
+        help="max_rate of a prefill/decode split, as kvsim run --pd takes it",
         show_default="none: colocated replicas",
     ),
     knob: str = typer.Option(

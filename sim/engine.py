@@ -26,10 +26,16 @@ stop at the first step in which requests finish, before a step whose blocks the 
 cannot serve, and at the next SimPy event (an arrival, a timer); see
 :mod:`sim.engine_fast_forward`.
 
-With the CPU KV offload tier (``--kv-offloading-size``, synchronous loop only) the
-scheduler has vLLM's offloading connector and the engine times its copies on the
-replica's host link (:meth:`ReplicaEngine._run_offload`, :mod:`sim.offload_transfers`);
-fast-forward is off.
+With the CPU KV offload tier (``--kv-offloading-size``, both loops) the scheduler has
+vLLM's offloading connector and the engine times its copies on the replica's host link
+(:mod:`sim.offload_transfers`): synchronously in :meth:`ReplicaEngine._run_offload`,
+with async scheduling in :meth:`ReplicaEngine._run_batch_queue_connector`, the async
+loop with a KV connector (also P/D's, :mod:`sim.pd_engine`). There the worker side of
+each batch's connector metadata runs when the GPU reaches the batch (the end of the
+batch before it), and what the workers report by the batch's end reaches
+``update_from_output`` with the batch's output, one batch after the next was planned;
+a batch that schedules no token still runs the connector (vLLM's
+``kv_connector_no_forward``) and takes no GPU time. Fast-forward is off.
 
 With speculative decoding (``--speculative-config``, both loops) the fake model samples
 ``1 + a`` tokens per decoding request with drafts (``a`` accepted, drawn by the

@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation: a prefill pool, a decode pool and the proxy.
 
-**How a user asks for it.** ``kvsim run WORKLOAD --pd prefill=P,decode=D
---no-async-scheduling`` (``RunSpec.pd``, :mod:`sim.pd_config`): ``P`` prefill
+**How a user asks for it.** ``kvsim run WORKLOAD --pd prefill=P,decode=D``
+(``RunSpec.pd``, :mod:`sim.pd_config`; either engine loop): ``P`` prefill
 instances (vLLM's ``--kv-transfer-config '{"kv_connector": "NixlConnector",
 "kv_role": "kv_producer"}'``) and ``D`` decode instances (``kv_role:
 kv_consumer``), each one replica of the run's model, GPU, tensor-parallel size,

@@ -1,7 +1,7 @@
 """How a run asks for prefill/decode disaggregation, and its checks.
 
-``kvsim run WORKLOAD --pd prefill=P,decode=D --no-async-scheduling`` (or
-``RunSpec.pd``) serves the workload with ``P`` prefill instances (vLLM's
+``kvsim run WORKLOAD --pd prefill=P,decode=D`` (or ``RunSpec.pd``; either engine
+loop) serves the workload with ``P`` prefill instances (vLLM's
 ``kv_role: kv_producer``) and ``D`` decode instances (``kv_consumer``) of the run's
 model, GPU and engine arguments, behind a proxy (:mod:`sim.pd_cluster`). Optional
 keys of the same flag: ``kv_transfer_gbps=G`` and ``kv_transfer_latency_us=U``

@@ -2,8 +2,13 @@
 
 A :class:`PDReplicaEngine` is a :class:`sim.engine.ReplicaEngine` whose scheduler has
 kvcore's :class:`kvcore.nixl_connector.NixlConnectorScheduler` (``kv_producer`` on a
-prefill instance, ``kv_consumer`` on a decode one) and whose loop is vLLM 0.33.0's
-synchronous ``EngineCore.step`` with a KV connector:
+prefill instance, ``kv_consumer`` on a decode one). With async scheduling (vLLM
+0.33.0's default) its loop is :meth:`sim.engine.ReplicaEngine._run_batch_queue_connector`
+(the batch queue; a batch's worker side below runs when the GPU reaches the batch and
+its report comes with the batch's output; kvcore defers the decode side's frees and
+drops a preempted producer's output in flight, as vLLM). With
+``--no-async-scheduling`` it is vLLM 0.33.0's synchronous ``EngineCore.step`` with a
+KV connector:
 
 * ``schedule()``, then the worker side of the step's connector metadata at the step's
   start ``t0`` (a decode instance posts one read per request in ``reqs_to_recv`` that
