@@ -287,3 +287,25 @@ def test_async_cpu_tier_run_completes_is_deterministic_and_lags_sync(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert {**a, "wall_s": 0} == {**b, "wall_s": 0}  # the run's wall time aside
     assert a["ttft_s"]["mean"] >= sync["ttft_s"]["mean"]
+
+
+def test_the_cli_runs_the_tier_with_its_default_loop(tmp_path):
+    """``kvsim run TRACE --kv-offloading-size 1`` (async scheduling, vLLM's default)
+    exits 0 and records the loop; it used to need --no-async-scheduling."""
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    rows = [
+        {"request_id": "a", "arrival_s": 0.0, "prompt_token_ids": PROMPT, "output_tokens": 2},
+        {"request_id": "b", "arrival_s": 0.5, "prompt_token_ids": PROMPT, "output_tokens": 2},
+    ]
+    trace = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out"
+    args = ["run", str(trace), "--out", str(out), "--no-report", "--kv-offloading-size", "1"]
+    res = CliRunner().invoke(app, [*args, "--max-model-len", "512"])
+    assert res.exit_code == 0, res.output
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["engine"]["async_scheduling"] is True
+    assert config["engine_loop"].startswith("async scheduling")
+    assert json.loads((out / "summary.json").read_text())["num_finished"] == 2
