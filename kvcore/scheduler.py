@@ -128,9 +128,9 @@ class Scheduler:
         cache manager reserves window blocks for that many batches' tokens.
 
         ``connector``: the scheduler side of the CPU KV offload tier (vLLM's
-        ``OffloadingConnector`` in the scheduler role; kvcore's conformance covers it
-        with synchronous scheduling) or of the P/D connector (vLLM's
-        ``NixlConnector``; covered with both loops), or None (the default: no
+        ``OffloadingConnector`` in the scheduler role) or of the P/D connector (vLLM's
+        ``NixlConnector``), both covered by kvcore's conformance with either loop, or
+        None (the default: no
         connector, and none of the code below that reads it runs). With async
         scheduling both connectors are consumers (``is_kv_consumer``), so block frees
         wait for the batches in flight (``defer_block_free``), as in vLLM.
