@@ -148,7 +148,7 @@ class ReplicaEngine(FastForwardSteps):
         spec: SpecDecodeRun | None = None,
     ) -> None:
         """``host_link``: the CPU KV offload tier's link (with a scheduler that has the
-        offloading connector; synchronous loop only); ``offload_block_bytes``: one GPU
+        offloading connector; either loop); ``offload_block_bytes``: one GPU
         block's KV bytes on one TP rank (what a transfer moves per block); ``spec``:
         speculative decoding (with a scheduler that has the same speculative config)."""
         self.env = env
