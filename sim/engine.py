@@ -747,7 +747,7 @@ class ReplicaEngine(FastForwardSteps):
         next_end = self.link.next_done_s()
         if next_end is None:
             return None
-        return self.env.timeout(next_end - self.env.now) | self._idle()
+        return self.env.timeout(max(0.0, next_end - self.env.now)) | self._idle()
 
     def _finish_requests(
         self, finished: list[Request], result: EngineStepOutput, now: float
