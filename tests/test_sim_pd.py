@@ -349,3 +349,33 @@ def test_async_pd_a_read_reaches_the_decode_scheduler_with_its_batch_output(tmp_
     assert float(y["transfer_s"]) == pytest.approx(read_s, abs=1e-8)
     assert float(y["decode_queue_s"]) == pytest.approx(4 * STEP_S, abs=1e-8)
     assert float(got[False]["y"]["decode_queue_s"]) == pytest.approx(2 * STEP_S, abs=1e-8)
+
+
+def test_async_pd_under_kv_pressure_preempts_and_frees_everything(tmp_path):
+    """30 requests on 48-block instances: the decode instance preempts (its frees
+    deferred while batches are in flight), the scheduler's invariants hold after every
+    step of both instances, every request finishes and both pools end with every
+    block free, in either loop."""
+    rows = [
+        {
+            "request_id": f"r{i}",
+            "arrival_s": 0.002 * i,
+            "prompt_token_ids": list(range(1 + 300 * i, 101 + 300 * i + (37 * i) % 150)),
+            "output_tokens": 30 + (13 * i) % 40,
+        }
+        for i in range(30)
+    ]
+    trace = write_jsonl(tmp_path / "pressure.jsonl", rows)
+    for asy in (False, True):
+        summary, out = _run(
+            trace,
+            tmp_path / str(asy),
+            PDSpec(1, 1),
+            async_scheduling=asy,
+            num_gpu_blocks_override=48,
+            max_model_len=512,
+        )
+        assert summary["num_finished"] == 30
+        assert sum(int(r["num_preemptions"]) for r in out) > 0
+        assert summary["pd"]["decode"]["blocks_in_use_at_end"] == 0
+        assert summary["pd"]["prefill"]["blocks_in_use_at_end"] == 0
