@@ -309,3 +309,19 @@ def test_the_cli_runs_the_tier_with_its_default_loop(tmp_path):
     assert config["engine"]["async_scheduling"] is True
     assert config["engine_loop"].startswith("async scheduling")
     assert json.loads((out / "summary.json").read_text())["num_finished"] == 2
+
+
+def test_async_cpu_tier_under_kv_pressure_keeps_the_invariants(tmp_path):
+    """Half the GPU blocks at twice the rate: requests are preempted (their blocks'
+    stores flushed, frees deferred while batches are in flight) and loaded back; the
+    scheduler's invariants hold after every batch and every request finishes."""
+    engine = EngineConfig(num_gpu_blocks_override=400, max_model_len=4096, kv_offloading_size=8.0)
+    spec = RunSpec(
+        workload="rag",
+        engine=engine,
+        workload_overrides=WorkloadOverrides(rate=8.0, num_requests=60),
+        check=True,
+    )
+    summary = run(spec, tmp_path / "out", render=False, helpers=False)
+    assert summary["num_finished"] == 60
+    assert summary["num_preemptions"] > 0 and summary["offload"]["num_loads"] > 0
