@@ -34,7 +34,7 @@ output placeholder per draft scheduled, resolved or rolled back by the step's ou
 Left out (vLLM features kvcore does not have): structured output (no deferred
 sampling), pipeline parallelism (so the decode stagger ``next_decode_eligible_step``
 never holds a request back: with one stage it is the very next step), KV connectors
-other than P/D (NIXL).
+other than the CPU offload tier's and P/D (NIXL).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from __future__ import annotations
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_planning import max_concurrent_batches
 from kvcore.nixl_connector import NixlConnectorScheduler
+from kvcore.offloading_connector import OffloadingConnectorScheduler
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
@@ -78,10 +79,10 @@ class AsyncScheduler(Scheduler):
         max_concurrent_batches: int = BATCH_QUEUE_SIZE,
         speculative_config: SpeculativeConfig | None = None,
         use_v2_model_runner: bool = True,
-        connector: NixlConnectorScheduler | None = None,
+        connector: OffloadingConnectorScheduler | NixlConnectorScheduler | None = None,
     ) -> None:
-        """``connector``: the P/D connector's scheduler side (the only KV connector
-        kvcore models with async scheduling), or None."""
+        """``connector``: the scheduler side of the CPU KV offload tier or of the P/D
+        connector, or None."""
         super().__init__(
             scheduler_config,
             kv_cache_config,

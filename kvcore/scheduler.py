@@ -128,10 +128,12 @@ class Scheduler:
         cache manager reserves window blocks for that many batches' tokens.
 
         ``connector``: the scheduler side of the CPU KV offload tier (vLLM's
-        ``OffloadingConnector`` in the scheduler role; synchronous scheduling only,
-        the case kvcore's conformance covers) or of the P/D connector (vLLM's
-        ``NixlConnector``; also with async scheduling), or None (the default: no
-        connector, and none of the code below that reads it runs).
+        ``OffloadingConnector`` in the scheduler role) or of the P/D connector (vLLM's
+        ``NixlConnector``), both covered by kvcore's conformance with either loop, or
+        None (the default: no
+        connector, and none of the code below that reads it runs). With async
+        scheduling both connectors are consumers (``is_kv_consumer``), so block frees
+        wait for the batches in flight (``defer_block_free``), as in vLLM.
 
         ``speculative_config``: speculative decoding (None: off). Its lookahead slots
         replace ``scheduler_config.num_lookahead_tokens``, which must then be 0. Not
@@ -139,8 +141,6 @@ class Scheduler:
         ``use_v2_model_runner``: vLLM's default model runner, whose drafter skips steps
         whose drafts nobody can use (``skip_drafts``); with the V1 runner it never
         does."""
-        if isinstance(connector, OffloadingConnectorScheduler) and max_concurrent_batches != 1:
-            raise ValueError("the KV offloading connector needs synchronous scheduling")
         if speculative_config is not None:
             if connector is not None:
                 raise ValueError(

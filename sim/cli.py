@@ -173,7 +173,7 @@ def run(
         help="prefill/decode disaggregation: P prefill and D decode instances (NIXL "
         "connector, kv_producer / kv_consumer) behind a proxy, --router picking within "
         "each pool; optional kv_transfer_gbps=G, kv_transfer_latency_us=U override the "
-        "GPU's link; needs --no-async-scheduling",
+        "GPU's link",
         show_default="none: colocated replicas",
     ),
     goodput: list[str] = typer.Option(  # noqa: B008 (typer reads its options so)
@@ -627,8 +627,7 @@ def plan(
         "--pd",
         metavar="prefill=P,decode=D|FILE",
         help="prefill/decode pools, as kvsim run --pd takes it: max_rate of that split, "
-        "or min_replicas: the fewest P + D instances, at most these counts (needs "
-        "--no-async-scheduling)",
+        "or min_replicas: the fewest P + D instances, at most these counts",
         show_default="none: colocated replicas",
     ),
     knob: str = typer.Option(

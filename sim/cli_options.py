@@ -81,7 +81,7 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
     "kv_offloading_size": (
         "--kv-offloading-size",
         "GiB of CPU memory (over all TP ranks) for offloaded KV blocks: a second prefix "
-        "cache tier (vLLM's native OffloadingConnector); needs --no-async-scheduling",
+        "cache tier (vLLM's native OffloadingConnector)",
     ),
     "speculative_config": (
         "--speculative-config",

@@ -167,19 +167,15 @@ def uses_async_scheduling(engine: EngineConfig) -> bool:
     return engine.async_scheduling is not False
 
 
-def offload_async_message() -> str:
-    """Why kvsim refuses the CPU KV offload tier with async scheduling (one line)."""
-    return (
-        "--kv-offloading-size: the CPU KV offload tier runs only with the synchronous "
-        "engine loop in kvsim; add --no-async-scheduling (vLLM 0.33.0 runs the offloading "
-        "connector with async scheduling too, which kvsim does not model yet)"
-    )
-
-
-def engine_loop(engine: EngineConfig) -> str:
-    """The engine-core loop a run uses, as ``config.yaml`` records it."""
+def engine_loop(engine: EngineConfig, connector: str | None = None) -> str:
+    """The engine-core loop a run uses, as ``config.yaml`` records it; ``connector``:
+    the KV connector the replicas run (``OffloadingConnector``, ``NixlConnector``) or
+    None, named for the async loop (its worker side runs once per batch)."""
     if uses_async_scheduling(engine):
-        return "async scheduling: AsyncScheduler, batch queue of 2 (step_with_batch_queue)"
+        loop = "async scheduling: AsyncScheduler, batch queue of 2 (step_with_batch_queue)"
+        if connector is not None:
+            loop += f"; {connector} worker side per batch, reported with its output"
+        return loop
     return "synchronous: Scheduler (EngineCore.step)"
 
 

@@ -1,8 +1,10 @@
 """How long KV offload transfers take on the host link (GPU <-> CPU memory).
 
 The CPU KV offload tier's timing (kvcore's :mod:`kvcore.offloading_connector` decides
-*which* blocks move; this says *when* the copies end); the engine's synchronous loop
-uses it as planned below (:meth:`sim.engine.ReplicaEngine._run_offload`).
+*which* blocks move; this says *when* the copies end); the engine uses it as planned
+below, per step in the synchronous loop (:meth:`sim.engine.ReplicaEngine._run_offload`)
+and per batch with async scheduling, where ``t0`` is when the GPU reaches the batch
+and ``t1`` its end (:meth:`sim.engine.ReplicaEngine._run_batch_queue_connector`).
 
 What it models, after vLLM 0.33.0's CPU offloading worker
 (``vllm/v1/kv_offload/cpu/gpu_worker.py``): one queue per direction

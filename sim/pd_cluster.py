@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation: a prefill pool, a decode pool and the proxy.
 
-**How a user asks for it.** ``kvsim run WORKLOAD --pd prefill=P,decode=D
---no-async-scheduling`` (``RunSpec.pd``, :mod:`sim.pd_config`): ``P`` prefill
+**How a user asks for it.** ``kvsim run WORKLOAD --pd prefill=P,decode=D``
+(``RunSpec.pd``, :mod:`sim.pd_config`; either engine loop): ``P`` prefill
 instances (vLLM's ``--kv-transfer-config '{"kv_connector": "NixlConnector",
 "kv_role": "kv_producer"}'``) and ``D`` decode instances (``kv_role:
 kv_consumer``), each one replica of the run's model, GPU, tensor-parallel size,
@@ -45,7 +45,6 @@ from typing import IO, Any
 
 import simpy
 
-from kvcore.async_scheduler import AsyncScheduler
 from kvcore.block_hashing import FastBlockHasher
 from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
@@ -156,9 +155,7 @@ class PDCluster:
             "kv_producer" if role == "prefill" else "kv_consumer",
             engine_id=_engine_id(role, index),
         )
-        scheduler = build_scheduler(resolved, connector)
-        assert not isinstance(scheduler, AsyncScheduler)  # refused in setup
-        return scheduler
+        return build_scheduler(resolved, connector)
 
     def _prefill_drained(self) -> bool:
         """No request will reach a decode instance any more."""

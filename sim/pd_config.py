@@ -1,7 +1,7 @@
 """How a run asks for prefill/decode disaggregation, and its checks.
 
-``kvsim run WORKLOAD --pd prefill=P,decode=D --no-async-scheduling`` (or
-``RunSpec.pd``) serves the workload with ``P`` prefill instances (vLLM's
+``kvsim run WORKLOAD --pd prefill=P,decode=D`` (or ``RunSpec.pd``; either engine
+loop) serves the workload with ``P`` prefill instances (vLLM's
 ``kv_role: kv_producer``) and ``D`` decode instances (``kv_consumer``) of the run's
 model, GPU and engine arguments, behind a proxy (:mod:`sim.pd_cluster`). Optional
 keys of the same flag: ``kv_transfer_gbps=G`` and ``kv_transfer_latency_us=U``
@@ -238,16 +238,8 @@ def resolve_pd(
     )
 
 
-def check_pd_run(
-    setup: PDSetup, *, async_scheduling: bool, offload: bool, spec_decode: bool
-) -> None:
+def check_pd_run(setup: PDSetup, *, offload: bool, spec_decode: bool) -> None:
     """ValueError (one line, naming the flag) for what P/D runs do not combine with."""
-    if async_scheduling:
-        raise ValueError(
-            "--pd: P/D instances run only with the synchronous engine loop in kvsim; add "
-            "--no-async-scheduling (vLLM 0.33.0 also runs the NIXL connector with async "
-            "scheduling, which kvsim does not model yet)"
-        )
     if offload:
         raise ValueError("--pd: not modelled together with --kv-offloading-size")
     if spec_decode:

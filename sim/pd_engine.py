@@ -2,8 +2,13 @@
 
 A :class:`PDReplicaEngine` is a :class:`sim.engine.ReplicaEngine` whose scheduler has
 kvcore's :class:`kvcore.nixl_connector.NixlConnectorScheduler` (``kv_producer`` on a
-prefill instance, ``kv_consumer`` on a decode one) and whose loop is vLLM 0.33.0's
-synchronous ``EngineCore.step`` with a KV connector:
+prefill instance, ``kv_consumer`` on a decode one). With async scheduling (vLLM
+0.33.0's default) its loop is :meth:`sim.engine.ReplicaEngine._run_batch_queue_connector`
+(the batch queue; a batch's worker side below runs when the GPU reaches the batch and
+its report comes with the batch's output; kvcore defers the decode side's frees and
+drops a preempted producer's output in flight, as vLLM). With
+``--no-async-scheduling`` it is vLLM 0.33.0's synchronous ``EngineCore.step`` with a
+KV connector:
 
 * ``schedule()``, then the worker side of the step's connector metadata at the step's
   start ``t0`` (a decode instance posts one read per request in ``reqs_to_recv`` that
@@ -38,6 +43,7 @@ from kvcore.kv_cache_manager import PrefixCacheStats
 from kvcore.kv_connector_output import KVConnectorOutput
 from kvcore.nixl_connector import NixlConnectorMetadata
 from kvcore.request import LoRARequest, Request
+from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.engine import ReplicaEngine, _Meta
 from sim.engine_fast_forward import StepTimeout
@@ -166,13 +172,16 @@ class PDReplicaEngine(ReplicaEngine):
                 self.proxy.start_read(rid, self.index, blocks, t0)
 
     def run(self) -> Generator[simpy.Event, Any, None]:
+        if self.batch_queue is not None:  # async scheduling: ReplicaEngine's loop
+            yield from self._run_batch_queue_connector(self.batch_queue)
+            return
         env = self.env
         scheduler = self.scheduler
         carried: PrefixCacheStats | None = None
         while True:
             if self._pending:
                 self._admit_pending()
-            if not scheduler.has_requests() and not (self._recv_done or self._sent_done):
+            if not scheduler.has_requests() and not self._connector_pending():
                 if self.arrivals_done() and not self._pending:
                     return
                 yield self._idle()
@@ -204,19 +213,71 @@ class PDReplicaEngine(ReplicaEngine):
                 own = result.prefix_cache_stats
                 result.prefix_cache_stats = carried if own is None else carried.merged(own)
                 carried = None
-            self.busy_s += duration
-            waiting = len(scheduler.waiting)
-            self.waiting_sum += waiting
-            self.waiting_max = max(self.waiting_max, waiting)
             finished = self._record_step(out, result, t0, duration, prefill, decode, now)
             if self.check:
                 scheduler.check_invariants()
-            for req in finished:
-                if self.role == "prefill":
-                    self._meta.pop(req.request_id)
-                    params = result.kv_transfer_params.get(req.request_id)
-                    self.proxy.prefill_finished(req.request_id, params, req, now)
-                else:
-                    first = self._meta[req.request_id].first_token_s
-                    self._finish(req, now)
-                    self.proxy.decode_finished(req.request_id, first, now)
+            self._finish_requests(finished, result, now)
+
+    def _record_step(
+        self,
+        out: SchedulerOutput,
+        result: EngineStepOutput,
+        start: float,
+        duration: float,
+        prefill: int,
+        decode: int,
+        now: float,
+    ) -> list[Request]:
+        """:meth:`ReplicaEngine._record_step`, counting the instance's busy seconds
+        and waiting requests (the P/D summary's)."""
+        self.busy_s += duration
+        waiting = len(self.scheduler.waiting)
+        self.waiting_sum += waiting
+        self.waiting_max = max(self.waiting_max, waiting)
+        return super()._record_step(out, result, start, duration, prefill, decode, now)
+
+    def _finish_requests(
+        self, finished: list[Request], result: EngineStepOutput, now: float
+    ) -> None:
+        """A prefill instance hands its finished requests to the proxy; a decode one
+        records them and tells the proxy."""
+        for req in finished:
+            rid = req.request_id
+            if self.role == "prefill":
+                self._meta.pop(rid)
+                self.proxy.prefill_finished(rid, result.kv_transfer_params.get(rid), req, now)
+            else:
+                first = self._meta[rid].first_token_s
+                self._finish(req, now)
+                self.proxy.decode_finished(rid, first, now)
+
+    # -- the connector's worker side in the async loop ------------------------------
+
+    def _connector_start(self, out: SchedulerOutput, t0: float) -> float:
+        """The NIXL worker side of a batch when it reaches the GPU at ``t0`` (s): a
+        decode instance posts its reads then (in time order across instances, so at
+        ``t0`` itself when that is later than now); the compute starts at ``t0``."""
+        meta = out.kv_connector_metadata
+        scheduled = out.num_scheduled_tokens
+        env = self.env
+        if t0 <= env.now:
+            self._start_step(meta, scheduled, t0)
+        else:
+            timer = env.timeout(t0 - env.now)
+            timer.callbacks.append(lambda _event: self._start_step(meta, scheduled, t0))
+        return t0
+
+    def _connector_output(self, now: float) -> KVConnectorOutput:
+        """The reads reported by ``now`` (s), the batch's end."""
+        return self._collect()
+
+    def _connector_after_output(self) -> None:
+        """Nothing to track after a batch's output (reads are timed by the proxy)."""
+
+    def _connector_pending(self) -> bool:
+        """Reads reported and not yet delivered to the scheduler."""
+        return bool(self._recv_done or self._sent_done)
+
+    def _connector_wait(self) -> simpy.Event | None:
+        """A read's end (``poke``) or an arrival wakes the instance."""
+        return self._idle()

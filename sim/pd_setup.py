@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from calibrate.catalog import load_gpu
-from sim.engine_config import EngineConfig, format_validation_error, uses_async_scheduling
+from sim.engine_config import EngineConfig, format_validation_error
 from sim.kv_offload import worker_kv_bytes_per_block
 from sim.pd_config import PDSpec, check_pd_run
 
@@ -55,7 +55,6 @@ def pool_runs(pd: PDSpec, spec: Any, base: Any) -> dict[str, Any]:
         try:
             check_pd_run(
                 base.pd,
-                async_scheduling=uses_async_scheduling(run.engine),
                 offload=run.offload is not None,
                 spec_decode=run.spec is not None,
             )

@@ -248,6 +248,13 @@ def _offload_block(resolved: ResolvedRun, cluster: Cluster, steps: StepRecorder)
     )
 
 
+def _connector_name(resolved: ResolvedRun) -> str | None:
+    """The vLLM KV connector the run's replicas have, if any."""
+    if resolved.offload is not None:
+        return "OffloadingConnector"
+    return "NixlConnector" if resolved.pd is not None else None
+
+
 def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
     """The fully resolved configuration written to ``config.yaml``."""
     return {
@@ -266,7 +273,7 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
             "max_num_seqs": resolved.max_num_seqs,
             "async_scheduling": uses_async_scheduling(resolved.engine),
         },
-        "engine_loop": engine_loop(resolved.engine),
+        "engine_loop": engine_loop(resolved.engine, _connector_name(resolved)),
         # Only a run with the CPU KV tier names these (other config.yaml files unchanged).
         **(
             {"kv_offload": resolved.offload.describe(), "fast_forward": FAST_FORWARD_NOT_APPLICABLE}

@@ -17,7 +17,7 @@ from calibrate.frontend import FrontendModel
 from calibrate.latency import make_latency_model
 from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
-from sim.engine_config import EngineConfig, offload_async_message, uses_async_scheduling
+from sim.engine_config import EngineConfig
 from sim.kv_offload import OffloadSetup, resolve_offload
 from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
 from sim.pd_setup import pool_layout, pool_link, pool_runs
@@ -113,8 +113,6 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
             f"max_model_len ({budget.max_model_len}) with enable_chunked_prefill off: raise "
             "--max-num-batched-tokens or lower --max-model-len"
         )
-    if engine.kv_offloading_size is not None and uses_async_scheduling(engine):
-        raise ValueError(offload_async_message())
     offload = resolve_offload(
         engine.kv_offloading_size,
         budget.kv_cache_config,
@@ -140,7 +138,6 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
     if pd is not None:
         check_pd_run(
             pd,
-            async_scheduling=uses_async_scheduling(engine),
             offload=offload is not None,
             spec_decode=speculative is not None,
         )

@@ -5,7 +5,8 @@ script by ``tests/test_native.py``, once with the compiled build and once with
 Covers the simulator (the fast-forward exactness cases: light and heavy load, prefix
 sharing, sessions, priorities, preemption, sliding windows, several replicas) and the
 conformance traces replayed step by step (every manager, KV events, block tables),
-the first 40 of them also with async scheduling.
+the first 40 of them also with async scheduling, and the KV connectors (the CPU
+offload tier, P/D) in both engine loops.
 """
 
 from __future__ import annotations
@@ -53,6 +54,40 @@ def digests(num_sim: int, num_traces: int) -> dict[str, object]:
         config, trace = random_case(20240607, i, async_scheduling=True)
         lines = run_kvcore_steps(config, trace)
         out[f"async{i}"] = hashlib.sha256(json.dumps(lines, sort_keys=True).encode()).hexdigest()
+    out.update(connector_digests())
+    return out
+
+
+def connector_digests() -> dict[str, str]:
+    """The simulator with a KV connector in both engine loops: the CPU offload tier
+    under KV pressure (preemptions, flushes, loads) and a P/D split."""
+    from sim.engine_config import EngineConfig
+    from sim.pd_config import PDSpec
+    from sim.run import RunSpec, run
+    from workloads.overrides import WorkloadOverrides
+
+    out: dict[str, str] = {}
+    load = WorkloadOverrides(rate=8.0, num_requests=30)
+    with tempfile.TemporaryDirectory() as tmp:
+        for asy in (False, True):
+            offload = EngineConfig(
+                num_gpu_blocks_override=400,
+                max_model_len=4096,
+                kv_offloading_size=8.0,
+                async_scheduling=asy,
+            )
+            pd = EngineConfig(max_model_len=4096, async_scheduling=asy)
+            runs = {
+                "offload": RunSpec(workload="rag", engine=offload, workload_overrides=load),
+                "pd": RunSpec(workload="rag", engine=pd, workload_overrides=load, pd=PDSpec(1, 2)),
+            }
+            for name, spec in runs.items():
+                case_dir = Path(tmp) / f"{name}{asy}"
+                run(spec, case_dir, render=False, helpers=False)
+                h = hashlib.sha256()
+                for f in ("requests.csv", "steps.csv"):
+                    h.update((case_dir / f).read_bytes())
+                out[f"{name}_{'async' if asy else 'sync'}"] = h.hexdigest()
     return out
 
 

@@ -39,13 +39,14 @@ def _digests(pure: bool) -> dict[str, str]:
     reason="no current compiled build (pip install -e . compiles one; a C compiler needed)",
 )
 def test_compiled_equals_pure() -> None:
-    """60 simulator workloads and 120 conformance traces (40 of them also with async
-    scheduling) give identical records."""
+    """60 simulator workloads, 120 conformance traces (40 of them also with async
+    scheduling) and 4 runs with a KV connector (the CPU tier, P/D; each loop) give
+    identical records."""
     compiled = _digests(pure=False)
     pure = _digests(pure=True)
     assert compiled.pop("native_status") == "compiled"
     assert pure.pop("native_status") == "disabled"
-    assert len(compiled) == 220
+    assert len(compiled) == 224
     differ = [k for k in compiled if compiled[k] != pure[k]]
     assert not differ, f"compiled and pure kvcore differ on {differ}"
 

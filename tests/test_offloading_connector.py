@@ -92,7 +92,7 @@ def test_prompt_only_offloading_stores_no_decode_chunk() -> None:
     assert sum(stored) == (64 + 40 - 1) // 16
 
 
-def test_the_connector_is_off_by_default_and_refuses_other_layouts() -> None:
+def test_the_connector_is_off_by_default_refuses_other_layouts_and_defers_frees_async() -> None:
     kv = KVCacheConfig(16, [], [KVCacheGroupSpec(["l0"], FullAttentionSpec(block_size=16))])
     sched = Scheduler(SchedulerConfig(max_model_len=256), kv)
     assert sched.connector is None
@@ -103,13 +103,21 @@ def test_the_connector_is_off_by_default_and_refuses_other_layouts() -> None:
     )
     with pytest.raises(ValueError, match="full-attention"):
         OffloadingConnectorScheduler(swa, num_cpu_chunks=8)
-    with pytest.raises(ValueError, match="synchronous"):
-        Scheduler(
-            SchedulerConfig(max_model_len=256),
-            kv,
-            max_concurrent_batches=2,
-            connector=OffloadingConnectorScheduler(kv, num_cpu_chunks=8),
-        )
+    # With batches in flight (async scheduling) the tier's connector, a consumer,
+    # defers block frees as vLLM does; synchronously it does not.
+    overlapping = Scheduler(
+        SchedulerConfig(max_model_len=256),
+        kv,
+        max_concurrent_batches=2,
+        connector=OffloadingConnectorScheduler(kv, num_cpu_chunks=8),
+    )
+    assert overlapping.defer_block_free
+    sync = Scheduler(
+        SchedulerConfig(max_model_len=256),
+        kv,
+        connector=OffloadingConnectorScheduler(kv, num_cpu_chunks=8),
+    )
+    assert not sync.defer_block_free
 
 
 def test_random_offload_cases_run_on_kvcore_and_keep_its_invariants() -> None:

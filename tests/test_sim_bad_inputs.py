@@ -115,11 +115,6 @@ CASES = [
         ["kv_offloading_size", "greater than 0"],
     ),
     (
-        "kv-offloading-with-async-scheduling",
-        ["ok.yaml", "--kv-offloading-size", "4"],
-        ["--kv-offloading-size", "--no-async-scheduling"],
-    ),
-    (
         "tensor-parallel-not-dividing-heads",
         ["ok.yaml", "--tensor-parallel-size", "3"],
         ["tensor_parallel_size"],

@@ -159,3 +159,169 @@ def test_engine_dump_without_the_flag_is_unchanged():
     assert "kv_offloading_size" not in EngineConfig().model_dump(mode="json")
     cfg = EngineConfig(kv_offloading_size=2.5, async_scheduling=False)
     assert EngineConfig(**cfg.model_dump(mode="json")) == cfg
+
+
+# -- async scheduling (vLLM 0.33.0's default loop) -------------------------------------
+
+
+def _behind_a_decode(tmp_path: Path, async_scheduling: bool) -> dict[str, list[str]]:
+    """``a`` (64 tokens, stored in the tier) and ``c`` (16 tokens, 60 output tokens:
+    the GPU computes a 10 ms step after another) at 0, ``b`` (``a``'s 64 and 16 more)
+    at 0.2 s; ``b``'s prompt blocks come back from the tier while ``c`` decodes."""
+    rows = [
+        {"request_id": "a", "arrival_s": 0.0, "prompt_token_ids": PROMPT, "output_tokens": 1},
+        {
+            "request_id": "c",
+            "arrival_s": 0.0,
+            "prompt_token_ids": list(range(500, 516)),
+            "output_tokens": 60,
+        },
+        {
+            "request_id": "b",
+            "arrival_s": 0.2,
+            "prompt_token_ids": PROMPT + list(range(100, 116)),
+            "output_tokens": 1,
+        },
+    ]
+    name = "async" if async_scheduling else "sync"
+    trace = write_jsonl(tmp_path / f"{name}.jsonl", rows)
+    out = tmp_path / name
+    summary = run(
+        RunSpec(
+            workload=str(trace),
+            engine=EngineConfig(**{**OFFLOAD, "async_scheduling": async_scheduling}),
+            check=True,  # the scheduler's invariants after every step
+        ),
+        out,
+        render=False,
+        helpers=False,
+    )
+    lines = (out / "requests.csv").read_text().splitlines()
+    by_id = {line.split(",")[0]: line.split(",") for line in lines[1:]}
+    return {"summary": summary, **by_id}
+
+
+def test_async_a_load_reaches_the_scheduler_with_its_batch_output(tmp_path):
+    """Hand-computed. Synchronous: ``b`` joins at the end of the step running at
+    0.2 s (step 20 starts at 0.200131: step 1 waited for ``a``'s 4-block store,
+    flushed because ``c``'s new block was one of ``a``'s); step 20 allocates ``b``'s
+    blocks and loads them (done within the step, reported at its end), step 21
+    computes ``b``: first token at 0.200131 + 0.02.
+
+    Async: no flush (``c``'s block is allocated while ``a``'s output is still in
+    flight), batches run back to back from 0. ``b`` arrives as batch 20 starts
+    (0.2); it is added when batch 19's output is applied and scheduled in batch 21
+    (allocation, no token), whose worker side starts the load at 21's GPU start
+    (0.21, done at 0.210131); the load is reported with batch 21's output (0.22),
+    after batch 22 was scheduled, so ``b`` computes in batch 23: first token at
+    0.24, two steps later than the synchronous loop (one for the arrival, one for the
+    load's report)."""
+    store_s = 4 * BLOCK_BYTES / LINK
+    sync = _behind_a_decode(tmp_path, False)
+    assert float(sync["b"][3]) == pytest.approx(20 * STEP_S + store_s + 2 * STEP_S, abs=1e-8)
+    got = _behind_a_decode(tmp_path, True)
+    assert float(got["b"][3]) == pytest.approx(0.24, abs=1e-8)
+    assert float(got["c"][4]) == pytest.approx(60 * STEP_S, abs=1e-8)  # never waits
+    for summary in (sync["summary"], got["summary"]):
+        off = summary["offload"]
+        assert (off["num_loads"], off["load_blocks"], off["cpu_prefix_cache_hits"]) == (1, 4, 64)
+        # a's 4 blocks, c's 1, b's fifth
+        assert (off["num_stores"], off["store_blocks"]) == (3, 6)
+    steps = (tmp_path / "sync" / "steps.csv").read_text().splitlines()
+    assert float(steps[2].split(",")[3]) == pytest.approx(store_s + STEP_S, abs=1e-8)
+    steps = (tmp_path / "async" / "steps.csv").read_text().splitlines()
+    assert {float(line.split(",")[3]) for line in steps[1:]} == {STEP_S}
+    config = yaml.safe_load((tmp_path / "async" / "config.yaml").read_text())
+    assert config["engine"]["async_scheduling"] is True
+    assert "OffloadingConnector worker side per batch" in config["engine_loop"]
+    plain = yaml.safe_load((tmp_path / "sync" / "config.yaml").read_text())
+    assert plain["engine_loop"] == "synchronous: Scheduler (EngineCore.step)"
+
+
+def test_async_load_after_an_idle_engine_as_synchronous(tmp_path):
+    """With nothing computing, batches without tokens run the connector at once
+    (``kv_connector_no_forward``) and the engine sleeps until the load ends: ``b``'s
+    first token comes as in the synchronous loop (test_load_time_is_blocks_over_bandwidth)."""
+    rows = [
+        {"request_id": "a", "arrival_s": 0.0, "prompt_token_ids": PROMPT, "output_tokens": 1},
+        {
+            "request_id": "b",
+            "arrival_s": 1.0,
+            "prompt_token_ids": PROMPT + list(range(100, 116)),
+            "output_tokens": 1,
+        },
+    ]
+    trace = write_jsonl(tmp_path / "two.jsonl", rows)
+    summary = _run(trace, tmp_path / "out", async_scheduling=True)
+    lines = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    b = next(line.split(",") for line in lines if line.startswith("b,"))
+    assert float(b[3]) == pytest.approx(1.0 + 4 * BLOCK_BYTES / LINK + STEP_S, abs=1e-8)
+    assert summary["offload"]["num_loads"] == 1
+
+
+def _rag_async(tmp_path: Path, name: str) -> dict:
+    """:func:`_rag` with async scheduling, the invariants checked every step."""
+    engine = EngineConfig(num_gpu_blocks_override=800, max_model_len=4096, kv_offloading_size=8.0)
+    spec = RunSpec(
+        workload="rag",
+        engine=engine,
+        workload_overrides=WorkloadOverrides(rate=4.0, num_requests=60),
+        check=True,
+    )
+    run(spec, tmp_path / name, render=False, helpers=False)
+    return json.loads((tmp_path / name / "summary.json").read_text())
+
+
+def test_async_cpu_tier_run_completes_is_deterministic_and_lags_sync(tmp_path):
+    """The default loop with the tier: every request finishes, the tier serves hits,
+    the same seed gives the same bytes, and TTFT is no lower than the synchronous
+    loop's at this low load (batches are planned one step ahead)."""
+    a = _rag_async(tmp_path, "a")
+    b = _rag_async(tmp_path, "b")
+    sync = _rag(tmp_path, "sync", 8.0)
+    assert a["num_finished"] == 60
+    tier = a["offload"]
+    assert tier["cpu_prefix_cache_hits"] > 0 and tier["num_loads"] > 0
+    assert tier["num_stores"] > 0
+    for name in ("requests.csv", "steps.csv", "config.yaml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert {**a, "wall_s": 0} == {**b, "wall_s": 0}  # the run's wall time aside
+    assert a["ttft_s"]["mean"] >= sync["ttft_s"]["mean"]
+
+
+def test_the_cli_runs_the_tier_with_its_default_loop(tmp_path):
+    """``kvsim run TRACE --kv-offloading-size 1`` (async scheduling, vLLM's default)
+    exits 0 and records the loop; it used to need --no-async-scheduling."""
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    rows = [
+        {"request_id": "a", "arrival_s": 0.0, "prompt_token_ids": PROMPT, "output_tokens": 2},
+        {"request_id": "b", "arrival_s": 0.5, "prompt_token_ids": PROMPT, "output_tokens": 2},
+    ]
+    trace = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out"
+    args = ["run", str(trace), "--out", str(out), "--no-report", "--kv-offloading-size", "1"]
+    res = CliRunner().invoke(app, [*args, "--max-model-len", "512"])
+    assert res.exit_code == 0, res.output
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["engine"]["async_scheduling"] is True
+    assert config["engine_loop"].startswith("async scheduling")
+    assert json.loads((out / "summary.json").read_text())["num_finished"] == 2
+
+
+def test_async_cpu_tier_under_kv_pressure_keeps_the_invariants(tmp_path):
+    """Half the GPU blocks at twice the rate: requests are preempted (their blocks'
+    stores flushed, frees deferred while batches are in flight) and loaded back; the
+    scheduler's invariants hold after every batch and every request finishes."""
+    engine = EngineConfig(num_gpu_blocks_override=400, max_model_len=4096, kv_offloading_size=8.0)
+    spec = RunSpec(
+        workload="rag",
+        engine=engine,
+        workload_overrides=WorkloadOverrides(rate=8.0, num_requests=60),
+        check=True,
+    )
+    summary = run(spec, tmp_path / "out", render=False, helpers=False)
+    assert summary["num_finished"] == 60
+    assert summary["num_preemptions"] > 0 and summary["offload"]["num_loads"] > 0

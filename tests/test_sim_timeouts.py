@@ -147,3 +147,31 @@ def test_staged_pool_with_timeouts_is_byte_identical(tmp_path: Path) -> None:
     for name in ("requests.csv", "aborted.csv", "steps.csv"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (a / "requests.csv").read_bytes() != (c / "requests.csv").read_bytes()
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_timeouts_with_the_cpu_tier_abort_requests_while_copies_run(
+    tmp_path: Path, async_scheduling: bool
+) -> None:
+    """Overload on a small GPU cache with the CPU tier: requests time out while their
+    loads or their batches are in flight; the invariants hold after every step and
+    every request is either finished or aborted."""
+    data = {
+        **OVERLOAD,
+        "num_requests": 80,
+        "timeout_s": 8.0,
+        "arrival": {"type": "poisson", "rate": 8},
+        "prompt_pool": {"size": 8, "order": "random"},
+    }
+    summary = _run(
+        tmp_path,
+        data,
+        "run",
+        async_scheduling=async_scheduling,
+        kv_offloading_size=16.0,
+        num_gpu_blocks_override=800,
+        max_model_len=4096,
+    )
+    assert summary["num_finished"] > 0 and summary["num_aborted"] > 0
+    assert summary["num_finished"] + summary["num_aborted"] == 80
+    assert summary["offload"]["num_loads"] > 0

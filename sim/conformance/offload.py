@@ -12,6 +12,12 @@ requests, free GPU blocks, requests waiting for their KV, each load and store jo
 and loads the worker reported, the CPU tier's contents (keys held, evictable and
 write-pending counts) and the GPU and connector prefix-cache counters.
 
+With ``async_scheduling`` a case runs vLLM's ``AsyncScheduler`` behind the engine
+core's ``step_with_batch_queue`` (``offload_driver.run_steps_async``) and kvcore's
+behind :class:`kvcore.batch_queue.BatchQueue` (:class:`AsyncKvcoreReplay`), one line
+per engine iteration: the batch scheduled (its jobs and the worker's report for it),
+the batch whose output was applied, the batches in flight.
+
 Capacity cases compare :func:`kvcore.cpu_offload_manager.cpu_offload_num_chunks` with
 vLLM's ``CPUOffloadingSpec``.
 """
@@ -23,11 +29,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kvcore.async_scheduler import AsyncScheduler
+from kvcore.batch_queue import BatchQueue
 from kvcore.block_hashing import BlockHasher
 from kvcore.cpu_offload_manager import CPUOffloadingManager, cpu_offload_num_chunks
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorScheduler
 from kvcore.request import LoRARequest, Request, RequestStatus
+from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from sim.conformance.compare import compare_case as compare  # noqa: F401 (re-exported)
@@ -81,14 +90,16 @@ def build_kvcore(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
         policy=cfg["policy"],
         scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
     )
-    return Scheduler(
-        sched_config, kv_config, watermark=float(cfg["watermark"]), connector=connector
-    )
+    cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
+    return cls(sched_config, kv_config, watermark=float(cfg["watermark"]), connector=connector)
 
 
 def run_kvcore(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """kvcore's lines for a case (the schema of ``offload_driver.run_steps``)."""
+    """kvcore's lines for a case (the schema of ``offload_driver.run_steps``, or of
+    ``offload_driver.run_steps_async`` with ``async_scheduling``)."""
     cfg = dict(DEFAULTS, **cfg_in)
+    if cfg["async_scheduling"]:
+        return AsyncKvcoreReplay(cfg, trace).run()
     max_model_len = _max_model_len(cfg, trace)
     sched = build_kvcore(cfg, max_model_len)
     conn = sched.connector
@@ -198,6 +209,157 @@ def run_kvcore(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict
         step += 1
     lines.append({"type": "summary", "steps": step, "free_blocks_end": pool.get_num_free_blocks()})
     return lines
+
+
+def _job_json(job_id: int, job: Any) -> list[Any]:
+    return [job_id, job.req_id, sorted(map(_short_key, job.keys)), job.gpu_block_ids, job.chunk_ids]
+
+
+class AsyncKvcoreReplay:
+    """kvcore's replay of a case with async scheduling: one line per iteration of the
+    batch queue (:class:`kvcore.batch_queue.BatchQueue` over an ``AsyncScheduler``
+    with the connector); the fake worker takes each batch's metadata right after
+    ``schedule()`` and its report travels with the batch's output."""
+
+    def __init__(self, cfg: dict[str, Any], trace: list[dict[str, Any]]) -> None:
+        self.cfg = cfg
+        self.trace = trace
+        self.max_model_len = _max_model_len(cfg, trace)
+        self.sched = build_kvcore(cfg, self.max_model_len)
+        conn = self.sched.connector
+        assert isinstance(conn, OffloadingConnectorScheduler)
+        self.manager = conn.manager
+        self.hasher = BlockHasher.from_name(
+            int(cfg["block_size"]), cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"]
+        )
+        self.worker = FakeOffloadWorker(int(cfg["load_latency"]), int(cfg["store_latency"]))
+        self.pool = self.sched.kv_cache_manager.block_pool
+        self.token = int(cfg["sample_token_id"])
+        self.step_index = 0
+        self.executed: list[dict[str, Any]] = []
+        self.queue = BatchQueue(self.sched, self._sample, kv_worker=self._kv_worker)
+
+    def _sample(self, sched: Scheduler, out: SchedulerOutput) -> dict[str, list[int]]:
+        reqs = sched.requests
+        return {
+            rid: [self.token] for rid in out.num_scheduled_tokens if not reqs[rid].is_prefill_chunk
+        }
+
+    def _kv_worker(self, sched: Scheduler, out: SchedulerOutput) -> KVConnectorOutput:
+        meta = out.kv_connector_metadata
+        assert meta is not None
+        flush = sorted(meta.jobs_to_flush)
+        step = self.step_index
+        self.worker.submit(
+            step, {j: job.req_id for j, job in meta.load_jobs.items()}, list(meta.store_jobs), flush
+        )
+        completed, recving = self.worker.finished(step)
+        self.executed.append(
+            {
+                "scheduled": [{"id": r, "n": n} for r, n in out.num_scheduled_tokens.items()],
+                "preempted": sorted(out.preempted_req_ids),
+                "free_blocks_after_schedule": self.pool.get_num_free_blocks(),
+                "loads": [_job_json(j, job) for j, job in sorted(meta.load_jobs.items())],
+                "stores": [_job_json(j, job) for j, job in sorted(meta.store_jobs.items())],
+                "flush": flush,
+                "completed": sorted(completed),
+                "recving": recving,
+            }
+        )
+        return KVConnectorOutput(set(recving), completed)
+
+    def _applied_fields(self, result: EngineStepOutput | None) -> dict[str, Any]:
+        """The applied output's finishes and counters (the connector's are read and
+        restarted, as vLLM's ``make_stats`` does); None when no output was applied."""
+        if result is None:
+            return {"finished": [], "prefix_cache": None, "connector_cache": None}
+        cstats = self.sched.connector_prefix_cache_stats
+        connector = [0, 0, 0]
+        if cstats is not None:
+            connector = [cstats.requests, cstats.queries, cstats.hits]
+            self.sched.connector_prefix_cache_stats = type(cstats)()
+        return {
+            "finished": list(result.finished_req_ids),
+            "prefix_cache": _prefix_json(result.prefix_cache_stats),
+            "connector_cache": connector,
+        }
+
+    def run(self) -> list[dict[str, Any]]:
+        sched = self.sched
+        lines: list[dict[str, Any]] = [
+            {
+                "type": "header",
+                "vllm_version": "0.33.0",
+                "num_cpu_chunks": self.manager.num_chunks,
+                "max_model_len": self.max_model_len,
+            }
+        ]
+        trace = self.trace
+        order = sorted(range(len(trace)), key=lambda i: int(trace[i]["arrival_step"]))
+        pending = [
+            (int(trace[i]["arrival_step"]) + k * 1e-9, trace[i]) for k, i in enumerate(order)
+        ]
+        aborts = sorted(
+            (int(s["abort_step"]), i, str(s["request_id"]))
+            for i, (_, s) in enumerate(pending)
+            if s.get("abort_step") is not None
+        )
+        nxt = na = 0
+        while True:
+            step = self.step_index
+            while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
+                arrival, spec = pending[nxt]
+                lora = spec.get("lora_id")
+                sched.add_request(
+                    Request(
+                        str(spec["request_id"]),
+                        list(spec["prompt_token_ids"]),
+                        int(spec["max_tokens"]),
+                        arrival_time=arrival,
+                        priority=int(spec.get("priority", 0)),
+                        lora_request=LoRARequest.from_id(lora) if lora else None,
+                        cache_salt=spec.get("cache_salt"),
+                        block_hasher=self.hasher,
+                    )
+                )
+                nxt += 1
+            aborted: list[str] = []
+            while na < len(aborts) and aborts[na][0] <= step:
+                ended = sched.finish_requests([aborts[na][2]], RequestStatus.FINISHED_ABORTED)
+                aborted += [r.request_id for r in ended]
+                na += 1
+            if nxt == len(pending) and not self.queue.has_work():
+                break
+            if step > 20000:
+                raise RuntimeError("no end after 20000 steps")
+            it = self.queue.step()
+            executed, self.executed = self.executed, []
+            line: dict[str, Any] = {"type": "step", "step": step, "aborted": aborted}
+            line.update(executed[0] if executed else {"scheduled": None})
+            line["applied_step"] = it.applied.step if it.applied is not None else None
+            line.update(self._applied_fields(it.output))
+            line.update(
+                free_blocks=self.pool.get_num_free_blocks(),
+                num_running=len(sched.running),
+                num_waiting=len(sched.waiting) + len(sched.kv_holding_waiting),
+                waiting_for_kv=sorted(
+                    r.request_id
+                    for r in sched.requests.values()
+                    if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+                ),
+                cpu=cpu_json(self.manager),
+                in_flight=self.queue.in_flight_steps(),
+            )
+            lines.append(line)
+            self.step_index += 1
+        lines.append(
+            {
+                "type": "summary",
+                "steps": self.step_index,
+                "free_blocks_end": self.pool.get_num_free_blocks(),
+            }
+        )
+        return lines
 
 
 def run_kvcore_or_error(cfg: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,4 +27,5 @@ DEFAULTS: dict[str, Any] = {
     "offload_prompt_only": True,
     "load_latency": 1,
     "store_latency": 1,
+    "async_scheduling": False,
 }

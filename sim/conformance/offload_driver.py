@@ -94,7 +94,7 @@ def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
         policy=cfg["policy"],
         watermark=float(cfg["watermark"]),
         scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
-        async_scheduling=False,
+        async_scheduling=bool(cfg["async_scheduling"]),
         is_encoder_decoder=False,
     )
     cache = CacheConfig(
@@ -118,10 +118,13 @@ def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
     ktc = vllm_config.kv_transfer_config
     assert ktc is not None and ktc.kv_connector == "OffloadingConnector", ktc
     assert ktc.kv_role == "kv_both"
+    if bool(cfg["async_scheduling"]) != bool(vllm_config.scheduler_config.async_scheduling):
+        raise ValueError("vLLM changed async scheduling for this configuration")
     register_all_kvcache_specs(vllm_config)
     steps_cfg = vd.merged(vd.STEPS_DEFAULTS, {"num_gpu_blocks": cfg["num_gpu_blocks"]})
     steps_cfg.update(block_size=cfg["block_size"], kv_groups=cfg["kv_groups"])
-    return Scheduler(
+    cls = vd.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
+    return cls(
         vllm_config=vllm_config,
         kv_cache_config=vd.kv_cache_config_for(steps_cfg),
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -267,6 +270,160 @@ def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[
     return lines
 
 
+class OffloadExecutor:
+    """The fake model executor of the async replay: at ``execute_model`` (right after
+    ``schedule()``) it hands the batch's metadata to the fake worker and fixes the
+    batch's output (sampled tokens and the worker's report); ``sample_tokens``
+    returns it."""
+
+    def __init__(self, sched: Any, worker: Any, token: int) -> None:
+        self.sched = sched
+        self.conn = sched.connector.scheduler
+        self.worker = worker
+        self.token = token
+        self.step_index = 0
+        self.executed: list[tuple[Any, dict[str, Any]]] = []
+        self.pending: ModelRunnerOutput | None = None
+
+    def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
+        out = scheduler_output
+        conn = self.conn
+        meta = out.kv_connector_metadata
+        free_after = self.sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        flush = sorted(meta.jobs_to_flush or ())
+        fields = {
+            "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
+            "preempted": sorted(out.preempted_req_ids or ()),
+            "free_blocks_after_schedule": free_after,
+            "loads": [
+                job_json(j, job, conn._jobs[j].keys, False)
+                for j, job in sorted(meta.load_jobs.items())
+            ],
+            "stores": [
+                job_json(j, job, conn._jobs[j].keys, True)
+                for j, job in sorted(meta.store_jobs.items())
+            ],
+            "flush": flush,
+        }
+        step = self.step_index
+        self.worker.submit(
+            step, {j: job.req_id for j, job in meta.load_jobs.items()}, list(meta.store_jobs), flush
+        )
+        completed, recving = self.worker.finished(step)
+        fields.update(completed=sorted(completed), recving=recving)
+        req_ids = list(out.num_scheduled_tokens)
+        output = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=vd.sampled_tokens(self.sched, out, self.token),
+            kv_connector_output=KVConnectorOutput(
+                finished_recving=recving,
+                kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=completed),
+            ),
+        )
+        self.executed.append((out, fields))
+        if out.total_num_scheduled_tokens == 0:
+            return vd._done(output)
+        self.pending = output
+        return vd._done(None)
+
+    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
+        output, self.pending = self.pending, None
+        assert output is not None, "sample_tokens without execute_model"
+        return vd._done(output)
+
+
+def run_steps_async(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`run_steps` with vLLM's async engine loop (``AsyncScheduler`` behind the
+    engine core's ``step_with_batch_queue``): one line per engine iteration."""
+    cfg = vd.merged(OFFLOAD_DEFAULTS, cfg_in)
+    max_model_len = vd.resolve_max_model_len(cfg, trace)
+    hash_fn, _ = vd.init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
+    hasher = vd.kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
+    sched = build(cfg, max_model_len)
+    manager = sched.connector.scheduler.manager
+    worker = FakeOffloadWorker(int(cfg["load_latency"]), int(cfg["store_latency"]))
+    executor = OffloadExecutor(sched, worker, int(cfg["sample_token_id"]))
+    engine = vd.EngineShell(sched, executor)
+    pool = sched.kv_cache_manager.block_pool
+    sched.finished_req_ids = SortedIterSet()
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "vllm_version": vllm.__version__,
+            "num_cpu_chunks": manager._num_chunks,
+            "max_model_len": max_model_len,
+        }
+    ]
+    pending = vd.ordered_trace(trace)
+    aborts = sorted(
+        (int(s["abort_step"]), i, str(s["request_id"]))
+        for i, (_, s) in enumerate(pending)
+        if s.get("abort_step") is not None
+    )
+    batch_steps: dict[int, int] = {}  # id(scheduler output) -> engine iteration
+    nxt = na = step = 0
+    while True:
+        while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
+            arrival, spec = pending[nxt]
+            sched.add_request(vd.make_request(spec, arrival, hasher, int(spec["max_tokens"])))
+            nxt += 1
+        aborted = []
+        while na < len(aborts) and aborts[na][0] <= step:
+            rid = aborts[na][2]
+            aborted += [
+                r.request_id for r in sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+            ]
+            na += 1
+        if nxt == len(pending) and not engine.has_work():
+            break
+        if step > 20000:
+            raise RuntimeError("no end after 20000 steps")
+        executor.step_index = step
+        engine_outputs, _ = engine.step_with_batch_queue()
+        sched.finished_req_ids = SortedIterSet(sched.finished_req_ids)
+        executed, executor.executed = executor.executed, []
+        line: dict[str, Any] = {"type": "step", "step": step, "aborted": aborted}
+        if executed:
+            out, fields = executed[0]
+            batch_steps[id(out)] = step
+            line.update(fields)
+        else:
+            line["scheduled"] = None
+        applied, sched.applied = sched.applied, []
+        line["applied_step"] = batch_steps.pop(id(applied[0])) if applied else None
+        if applied:
+            outputs = engine_outputs or {}
+            stats = None
+            for eco in outputs.values():
+                if eco.scheduler_stats is not None:
+                    stats = eco.scheduler_stats
+            line.update(
+                finished=vd.finished_ids(outputs),
+                prefix_cache=vd.prefix_stats_json(outputs),
+                connector_cache=_connector_stats(stats),
+            )
+        else:
+            line.update(finished=[], prefix_cache=None, connector_cache=None)
+        num_running, num_waiting = sched.get_request_counts()
+        line.update(
+            free_blocks=pool.get_num_free_blocks(),
+            num_running=num_running,
+            num_waiting=num_waiting,
+            waiting_for_kv=sorted(
+                r.request_id
+                for r in sched.requests.values()
+                if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+            ),
+            cpu=cpu_state(manager),
+            in_flight=[batch_steps[id(b[1])] for b in reversed(engine.batch_queue)],
+        )
+        lines.append(line)
+        step += 1
+    lines.append({"type": "summary", "steps": step, "free_blocks_end": pool.get_num_free_blocks()})
+    return lines
+
+
 def _connector_stats(stats: Any) -> list[int]:
     cps = getattr(stats, "connector_prefix_cache_stats", None) if stats is not None else None
     if cps is None:
@@ -313,7 +470,8 @@ def main(argv: list[str]) -> int:
             lines = run_capacity(job["cases"])
         else:
             try:
-                lines = run_steps(job["config"], job["trace"])
+                replay = run_steps_async if job["config"].get("async_scheduling") else run_steps
+                lines = replay(job["config"], job["trace"])
             except Exception as e:  # noqa: BLE001 - reported as a mismatch
                 lines = [{"type": "error", "error": f"{type(e).__name__}: {e}"}]
         with open(job["out"], "w") as f:

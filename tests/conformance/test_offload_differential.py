@@ -15,7 +15,8 @@ counters). One deviation is fixed on the vLLM side: vLLM visits the finished
 requests of a step in the iteration order of a set of strings (string hashing, so it
 changes from process to process); the driver makes that set iterate sorted, the
 order kvcore uses. Capacity cases compare kvcore's chunk count with vLLM's
-``CPUOffloadingSpec``.
+``CPUOffloadingSpec``. The same cases also run with async scheduling (vLLM's default
+engine loop), one line per iteration of the engine core's batch queue.
 
 Skipped when the oracle environment (.venv-vllm) is absent.
 """
@@ -28,6 +29,7 @@ import pytest
 
 from kvcore.cpu_offload_manager import LRUCachePolicy
 from kvcore.offloading_connector import OffloadingConnectorScheduler
+from kvcore.scheduler import Scheduler
 from sim.conformance.differential import DEFAULT_VLLM_PYTHON
 from sim.conformance.offload import (
     compare,
@@ -39,6 +41,7 @@ from sim.conformance.offload import (
 
 NUM_CASES = 100
 MUTANT_CASES = 20
+ASYNC_CASES = 60
 SEED = int(os.environ.get("KVSIM_CONFORMANCE_SEED", 0))
 needs_vllm = pytest.mark.skipif(
     not DEFAULT_VLLM_PYTHON.exists(),
@@ -95,6 +98,56 @@ def test_offload_matches_vllm(oracle: tuple[list, list, object]) -> None:
     assert any(c["blocks_per_chunk"] > 1 for c, _ in cases)
     assert any(len(c["kv_groups"]) > 1 for c, _ in cases)
     assert sum(len(x) for x in ours) > 40 * NUM_CASES
+
+
+@pytest.fixture(scope="module")
+def oracle_async() -> tuple[list, list]:
+    """The same random cases with async scheduling: vLLM's ``AsyncScheduler`` behind
+    the engine core's batch queue (``EngineCore.step_with_batch_queue``) on the vLLM
+    side, kvcore's ``AsyncScheduler`` behind ``BatchQueue`` on the other."""
+    if not DEFAULT_VLLM_PYTHON.exists():
+        pytest.skip("oracle environment .venv-vllm (vLLM 0.33.0) missing")
+    cases = []
+    for i in range(ASYNC_CASES):
+        config, trace = random_case(SEED, i)
+        cases.append((dict(config, async_scheduling=True), trace))
+    vllm_lines, _ = run_oracle(str(DEFAULT_VLLM_PYTHON), cases, timeout=1200)
+    return cases, vllm_lines
+
+
+@needs_vllm
+def test_offload_matches_vllm_with_async_scheduling(oracle_async: tuple[list, list]) -> None:
+    """One line per engine iteration: the batch it scheduled (its jobs, flushes and
+    the fake worker's report), the batch whose output it applied, the batches in
+    flight, the CPU tier and the counters; kvcore's must equal vLLM's."""
+    cases, vllm_lines = oracle_async
+    ours = [run_kvcore_or_error(c, t) for c, t in cases]
+    diffs = [(i, compare(v, k)) for i, (v, k) in enumerate(zip(vllm_lines, ours))]
+    bad = [(i, d) for i, d in diffs if d is not None]
+    assert not bad, f"seed {SEED}: {len(bad)} of {ASYNC_CASES} async cases differ\n" + "\n".join(
+        f"case {i} {cases[i][0]}: {d.render()}" for i, d in bad[:3]
+    )
+    steps = [x for lines in ours for x in lines if x["type"] == "step"]
+    assert any(len(x["in_flight"]) == 1 and x["applied_step"] is not None for x in steps)
+    batches = [x for x in steps if x["scheduled"] is not None]
+    assert sum(len(x["loads"]) for x in batches) > 0 and any(x["flush"] for x in batches)
+    assert any(x["waiting_for_kv"] for x in steps) and any(x["preempted"] for x in batches)
+
+
+@needs_vllm
+@pytest.mark.skipif(
+    not hasattr(Scheduler._request_blocks_can_be_freed, "__code__"),
+    reason="kvcore.scheduler is compiled",
+)
+def test_offload_async_without_deferred_frees_is_caught(
+    oracle_async: tuple[list, list], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler that frees blocks at once while batches are in flight (vLLM defers
+    the frees of a consumer connector, which the offloading connector is) is caught."""
+    cases, vllm_lines = oracle_async[0][:MUTANT_CASES], oracle_async[1][:MUTANT_CASES]
+    monkeypatch.setattr(Scheduler, "_request_blocks_can_be_freed", lambda self, request: True)
+    diffs = [compare(v, run_kvcore_or_error(c, t)) for v, (c, t) in zip(vllm_lines, cases)]
+    assert sum(d is not None for d in diffs) >= 3
 
 
 def _head_first(self: LRUCachePolicy, ordered_keys: list[bytes]) -> None:
