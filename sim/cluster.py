@@ -19,6 +19,7 @@ from kvcore.async_scheduler import AsyncScheduler
 from kvcore.block_hashing import FastBlockHasher
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
+from sim.dp_lockstep import LockstepForwards
 from sim.engine import ReplicaEngine, kvcore_request
 from sim.engine_config import uses_async_scheduling
 from sim.input_limits import InputLimits
@@ -124,6 +125,14 @@ class Cluster:
         self.hasher = FastBlockHasher(
             engine_cfg.block_size, schedulers[0].num_hash_lookahead_tokens
         )
+        dp = engine_cfg.data_parallel_size
+        # A MoE model's DP ranks step in lockstep, one time line per DP group.
+        groups = (
+            [LockstepForwards(env, dp) for _ in range(num_replicas // dp)]
+            if getattr(resolved, "dp_lockstep", False)
+            else []
+        )
+        self.lockstep_groups = groups
         self.engines = [
             ReplicaEngine(
                 env,
@@ -141,6 +150,7 @@ class Cluster:
                 host_link=None if offload is None else make_host_link(offload),
                 offload_block_bytes=0 if offload is None else offload.worker_kv_bytes_per_block,
                 spec=None if spec is None else spec.make_run(i, run_seed, loop_async),
+                lockstep=groups[i // dp] if groups else None,
             )
             for i in range(num_replicas)
         ]

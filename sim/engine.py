@@ -74,6 +74,7 @@ from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.decision_line import decision_line
+from sim.dp_lockstep import Forward, LockstepForwards
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.errors import SimulationStuck
 from sim.kv_offload import OffloadStats
@@ -146,11 +147,14 @@ class ReplicaEngine(FastForwardSteps):
         host_link: HostLink | None = None,
         offload_block_bytes: int = 0,
         spec: SpecDecodeRun | None = None,
+        lockstep: LockstepForwards | None = None,
     ) -> None:
         """``host_link``: the CPU KV offload tier's link (with a scheduler that has the
         offloading connector; either loop); ``offload_block_bytes``: one GPU
         block's KV bytes on one TP rank (what a transfer moves per block); ``spec``:
-        speculative decoding (with a scheduler that has the same speculative config)."""
+        speculative decoding (with a scheduler that has the same speculative config);
+        ``lockstep``: the forward time line of this replica's DP group, a MoE model's
+        DP ranks stepping together (:mod:`sim.dp_lockstep`; no connector)."""
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
@@ -194,6 +198,11 @@ class ReplicaEngine(FastForwardSteps):
             fast_forward = False  # every step is stepped, with its transfers
         if spec is not None:  # (kvcore refuses it with the offload tier's connector)
             fast_forward = False  # stretches assume one token per request per step
+        self.lockstep = lockstep
+        if lockstep is not None:
+            if scheduler.connector is not None:
+                raise ValueError("DP lockstep runs without a KV connector")
+            fast_forward = False  # a stretch would step one rank without the others
         self.fast_forward = fast_forward and self._vector_decode and not timeouts
         # A decode computes the last known token; with async scheduling the tokens in
         # flight (output placeholders, the step's own included) count as known.
@@ -210,6 +219,9 @@ class ReplicaEngine(FastForwardSteps):
         # prefill tokens, decode tokens); and when the last batch launched ends (s).
         self._in_flight: list[tuple[float, float, int, int]] = []
         self._gpu_free = env.now
+        # The same with DP lockstep: each batch's forward (None: waiting for the GPU,
+        # started when the batch before it ends), duration s, prefill and decode tokens.
+        self._lockstep_flight: list[tuple[Forward | None, float, int, int]] = []
         # The async loop with a connector: its batches in flight, oldest first, and
         # the prefix-cache lookups of batches that scheduled no token, counted in
         # the next recorded step.
@@ -334,6 +346,8 @@ class ReplicaEngine(FastForwardSteps):
                 yield self._idle()
                 continue
             if self.fast_forward and (yield from self._try_fast_forward()):
+                continue
+            if self.lockstep is not None and (yield from self._await_group_forward()):
                 continue
             out = scheduler.schedule()
             if out.total_num_scheduled_tokens == 0:
@@ -527,6 +541,12 @@ class ReplicaEngine(FastForwardSteps):
                     return
                 yield self._idle()
                 continue
+            if (
+                self.lockstep is not None
+                and not self._lockstep_flight
+                and (yield from self._await_group_forward())
+            ):
+                continue
             batch, must_wait = queue.schedule_next()
             if batch is not None:
                 out = batch.scheduler_output
@@ -534,15 +554,26 @@ class ReplicaEngine(FastForwardSteps):
                     duration, prefill, decode, _ = self._step_cost(out, batch.sampled_token_ids)
                 else:
                     duration, prefill, decode = 0.0, 0, 0
-                start = max(env.now, self._gpu_free)
-                self._gpu_free = start + duration
-                timing.append((start, duration, prefill, decode))
+                if self.lockstep is not None:
+                    self._queue_lockstep(duration, prefill, decode)
+                else:
+                    start = max(env.now, self._gpu_free)
+                    self._gpu_free = start + duration
+                    timing.append((start, duration, prefill, decode))
             if not must_wait:
                 continue
-            start, duration, prefill, decode = timing.pop(0)
-            end = start + duration
-            if end > env.now:
-                yield StepTimeout(env, end - env.now)
+            if self.lockstep is not None:
+                fwd, duration, prefill, decode = self._lockstep_flight.pop(0)
+                assert fwd is not None  # the oldest batch is on the GPU
+                yield fwd.done
+                start, duration = fwd.start, fwd.duration
+                if self._lockstep_flight:  # the next batch reaches the GPU now
+                    self._launch_lockstep(0)
+            else:
+                start, duration, prefill, decode = timing.pop(0)
+                end = start + duration
+                if end > env.now:
+                    yield StepTimeout(env, end - env.now)
             if env.peek() <= env.now:
                 # Arrivals due at this instant join before the next schedule().
                 yield env.timeout(0)
@@ -756,6 +787,40 @@ class ReplicaEngine(FastForwardSteps):
         for req in finished:
             self._finish(req, now)
 
+    # -- DP lockstep (a MoE model's DP ranks, sim.dp_lockstep) -----------------------
+
+    def _await_group_forward(self) -> Generator[simpy.Event, Any, bool]:
+        """Before scheduling with nothing of its own on the GPU: while a forward of the
+        group runs that this rank is not part of (it runs a dummy batch in it), wait
+        for its end; True when it waited (the caller loops, admitting arrivals)."""
+        lockstep = self.lockstep
+        assert lockstep is not None
+        until = lockstep.busy_until()
+        if until <= self.env.now:
+            return False
+        yield StepTimeout(self.env, until - self.env.now)
+        return True
+
+    def _queue_lockstep(self, duration: float, prefill: int, decode: int) -> None:
+        """A scheduled batch of the async loop: on the GPU now when nothing of this rank
+        runs, else when the batch before it ends."""
+        self._lockstep_flight.append((None, duration, prefill, decode))
+        if len(self._lockstep_flight) == 1:
+            self._launch_lockstep(0)
+
+    def _launch_lockstep(self, i: int) -> None:
+        """Start batch ``i`` in flight on the GPU now: the group's next forward (a batch
+        without tokens takes no GPU time)."""
+        lockstep = self.lockstep
+        assert lockstep is not None
+        _, duration, prefill, decode = self._lockstep_flight[i]
+        if duration > 0:
+            fwd = lockstep.forward(duration)
+        else:
+            now = self.env.now
+            fwd = Forward(now, now, self.env.event().succeed())
+        self._lockstep_flight[i] = (fwd, duration, prefill, decode)
+
     def _decode_duration(self, batch: int, context: int) -> float:
         """Seconds of one decode-only step (the same value fast-forward computes)."""
         if self._decode_time is not None:
@@ -786,7 +851,12 @@ class ReplicaEngine(FastForwardSteps):
                 chained = self._chain_stretches(end, until, done)
                 yield from self._finish_at(end if chained is None else chained, done)
                 return
-        yield StepTimeout(env, duration)
+        if self.lockstep is not None:  # the group's forward: with its slowest rank's
+            fwd = self.lockstep.forward(duration)
+            yield fwd.done
+            start, duration = fwd.start, fwd.duration
+        else:
+            yield StepTimeout(env, duration)
         if env.peek() <= env.now:
             # Let arrivals due at this instant join before the next step (with no other
             # event at this instant, the zero timeout would change nothing).

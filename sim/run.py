@@ -280,6 +280,20 @@ def resolved_config(spec: RunSpec, resolved: ResolvedRun) -> dict[str, Any]:
             if resolved.offload is not None
             else {}
         ),
+        # Only a MoE model's DP run names this.
+        **(
+            {
+                "dp_lockstep": (
+                    f"{spec.num_replicas // resolved.engine.data_parallel_size} DP groups of "
+                    f"{resolved.engine.data_parallel_size} ranks (a MoE model's, vLLM's "
+                    "DPEngineCoreProc): each forward starts on every rank together and "
+                    "lasts its slowest rank's step"
+                ),
+                "fast_forward": "off: DP ranks in lockstep (every step is stepped)",
+            }
+            if resolved.dp_lockstep
+            else {}
+        ),
         # Only a run with speculative decoding names these.
         **(
             {"speculative_decoding": resolved.spec.describe(), "fast_forward": FAST_FORWARD_OFF}

@@ -59,6 +59,14 @@ class ResolvedRun:
     """Speculative decoding (``--speculative-config``); None: none."""
     pd: PDSetup | None = None
     """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_cluster`); None: none."""
+    is_moe: bool = False
+    """A mixture-of-experts model: its DP ranks step in lockstep (:mod:`sim.dp_lockstep`)."""
+
+    @property
+    def dp_lockstep(self) -> bool:
+        """Whether replicas step in lockstep per DP group: a MoE model with
+        ``data_parallel_size`` > 1 (vLLM's ``DPEngineCoreProc``)."""
+        return self.is_moe and self.engine.data_parallel_size > 1
 
 
 def check_cluster(spec: RunSpec) -> None:
@@ -153,6 +161,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         workload_name=workload.name,
         workload_config=workload.spec,
         model_name=model.name,
+        is_moe=model.num_experts > 0,
         gpu_name=gpu.name,
         engine=engine,
         seed=spec.seed,
@@ -168,6 +177,12 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         spec=speculative,
         pd=pd,
     )
+    if resolved.dp_lockstep and (offload is not None or pd is not None):
+        flag = "--kv-offloading-size" if offload is not None else "--pd"
+        raise ValueError(
+            f"{flag}: not modelled with --data-parallel-size for a MoE model (its DP ranks "
+            "step in lockstep)"
+        )
     if pd is not None and pd_spec is not None:
         runs = pool_runs(pd_spec, spec, resolved)
         if runs:  # pools with settings of their own (--pd FILE.yaml)
