@@ -61,7 +61,7 @@ def test_every_rank_sees_the_same_forward_ends(n):
     plans = {f"r{i}": (0.0, [0.1 * (i + 1)] * 3) for i in range(n)}
     log, _ = _run(plans)
     ends = {}
-    for name, start, end in log:
+    for _, start, end in log:
         ends.setdefault(start, set()).add(end)
     assert all(len(e) == 1 for e in ends.values())
     assert sorted(ends) == pytest.approx([0.0, 0.1 * n, 0.2 * n])

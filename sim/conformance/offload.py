@@ -43,8 +43,33 @@ from sim.conformance.compare import compare_case as compare  # noqa: F401 (re-ex
 from sim.conformance.offload_case import DEFAULTS
 from sim.conformance.offload_worker import FakeOffloadWorker
 from sim.conformance.oracle_jobs import read_jsonl, run_oracle_jobs
+from sim.conformance.trace_feed import TraceFeed, summary_line
 
 DRIVER = Path(__file__).resolve().parent / "offload_driver.py"
+
+
+def trace_feed(trace: list[dict[str, Any]], sched: Scheduler, hasher: Any) -> TraceFeed:
+    """The trace's arrivals and aborts for kvcore's scheduler ``sched``."""
+
+    def add(spec: dict[str, Any], arrival: float) -> None:
+        lora = spec.get("lora_id")
+        sched.add_request(
+            Request(
+                str(spec["request_id"]),
+                list(spec["prompt_token_ids"]),
+                int(spec["max_tokens"]),
+                arrival_time=arrival,
+                priority=int(spec.get("priority", 0)),
+                lora_request=LoRARequest.from_id(lora) if lora else None,
+                cache_salt=spec.get("cache_salt"),
+                block_hasher=hasher,
+            )
+        )
+
+    def abort(rid: str) -> list[str]:
+        return [r.request_id for r in sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)]
+
+    return TraceFeed(trace, add, abort)
 
 
 def _short_key(key: bytes) -> str:
@@ -118,38 +143,12 @@ def run_kvcore(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict
             "max_model_len": max_model_len,
         }
     ]
-    order = sorted(range(len(trace)), key=lambda i: int(trace[i]["arrival_step"]))
-    pending = [(int(trace[i]["arrival_step"]) + k * 1e-9, trace[i]) for k, i in enumerate(order)]
-    aborts = sorted(
-        (int(s["abort_step"]), i, str(s["request_id"]))
-        for i, (_, s) in enumerate(pending)
-        if s.get("abort_step") is not None
-    )
-    nxt = na = step = 0
+    feed = trace_feed(trace, sched, hasher)
+    step = 0
     token = int(cfg["sample_token_id"])
     while True:
-        while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
-            arrival, spec = pending[nxt]
-            lora = spec.get("lora_id")
-            sched.add_request(
-                Request(
-                    str(spec["request_id"]),
-                    list(spec["prompt_token_ids"]),
-                    int(spec["max_tokens"]),
-                    arrival_time=arrival,
-                    priority=int(spec.get("priority", 0)),
-                    lora_request=LoRARequest.from_id(lora) if lora else None,
-                    cache_salt=spec.get("cache_salt"),
-                    block_hasher=hasher,
-                )
-            )
-            nxt += 1
-        aborted: list[str] = []
-        while na < len(aborts) and aborts[na][0] <= step:
-            ended = sched.finish_requests([aborts[na][2]], RequestStatus.FINISHED_ABORTED)
-            aborted += [r.request_id for r in ended]
-            na += 1
-        if nxt == len(pending) and not sched.has_requests():
+        aborted = feed.at_step(step)
+        if feed.drained and not sched.has_requests():
             break
         if step > 20000:
             raise RuntimeError("no end after 20000 steps")
@@ -294,41 +293,11 @@ class AsyncKvcoreReplay:
                 "max_model_len": self.max_model_len,
             }
         ]
-        trace = self.trace
-        order = sorted(range(len(trace)), key=lambda i: int(trace[i]["arrival_step"]))
-        pending = [
-            (int(trace[i]["arrival_step"]) + k * 1e-9, trace[i]) for k, i in enumerate(order)
-        ]
-        aborts = sorted(
-            (int(s["abort_step"]), i, str(s["request_id"]))
-            for i, (_, s) in enumerate(pending)
-            if s.get("abort_step") is not None
-        )
-        nxt = na = 0
+        feed = trace_feed(self.trace, sched, self.hasher)
         while True:
             step = self.step_index
-            while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
-                arrival, spec = pending[nxt]
-                lora = spec.get("lora_id")
-                sched.add_request(
-                    Request(
-                        str(spec["request_id"]),
-                        list(spec["prompt_token_ids"]),
-                        int(spec["max_tokens"]),
-                        arrival_time=arrival,
-                        priority=int(spec.get("priority", 0)),
-                        lora_request=LoRARequest.from_id(lora) if lora else None,
-                        cache_salt=spec.get("cache_salt"),
-                        block_hasher=self.hasher,
-                    )
-                )
-                nxt += 1
-            aborted: list[str] = []
-            while na < len(aborts) and aborts[na][0] <= step:
-                ended = sched.finish_requests([aborts[na][2]], RequestStatus.FINISHED_ABORTED)
-                aborted += [r.request_id for r in ended]
-                na += 1
-            if nxt == len(pending) and not self.queue.has_work():
+            aborted = feed.at_step(step)
+            if feed.drained and not self.queue.has_work():
                 break
             if step > 20000:
                 raise RuntimeError("no end after 20000 steps")
@@ -352,13 +321,7 @@ class AsyncKvcoreReplay:
             )
             lines.append(line)
             self.step_index += 1
-        lines.append(
-            {
-                "type": "summary",
-                "steps": self.step_index,
-                "free_blocks_end": self.pool.get_num_free_blocks(),
-            }
-        )
+        lines.append(summary_line(self.step_index, self.pool.get_num_free_blocks()))
         return lines
 
 

@@ -43,6 +43,7 @@ def _sibling(name: str) -> Any:
 vd = _sibling("vllm_driver")
 FakeOffloadWorker = _sibling("offload_worker").FakeOffloadWorker
 OFFLOAD_DEFAULTS = _sibling("offload_case").DEFAULTS
+TraceFeed = _sibling("trace_feed").TraceFeed
 
 import vllm  # noqa: E402
 from vllm.config import (  # noqa: E402
@@ -158,6 +159,28 @@ def cpu_state(manager: Any) -> dict[str, Any]:
     }
 
 
+def _header(manager: Any, max_model_len: int) -> dict[str, Any]:
+    """A case's first line: the versions and sizes both sides must agree on."""
+    return {
+        "type": "header",
+        "vllm_version": vllm.__version__,
+        "num_cpu_chunks": manager._num_chunks,
+        "max_model_len": max_model_len,
+    }
+
+
+def _feed(trace: list[dict[str, Any]], sched: Any, hasher: Any) -> Any:
+    """The trace's arrivals and aborts for vLLM's scheduler ``sched``."""
+
+    def add(spec: dict[str, Any], arrival: float) -> None:
+        sched.add_request(vd.make_request(spec, arrival, hasher, int(spec["max_tokens"])))
+
+    def abort(rid: str) -> list[str]:
+        return [r.request_id for r in sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)]
+
+    return TraceFeed(trace, add, abort)
+
+
 def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cfg = vd.merged(OFFLOAD_DEFAULTS, cfg_in)
     max_model_len = vd.resolve_max_model_len(cfg, trace)
@@ -169,35 +192,13 @@ def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[
     worker = FakeOffloadWorker(int(cfg["load_latency"]), int(cfg["store_latency"]))
     pool = sched.kv_cache_manager.block_pool
     sched.finished_req_ids = SortedIterSet()
-    lines: list[dict[str, Any]] = [
-        {
-            "type": "header",
-            "vllm_version": vllm.__version__,
-            "num_cpu_chunks": manager._num_chunks,
-            "max_model_len": max_model_len,
-        }
-    ]
-    pending = vd.ordered_trace(trace)
-    aborts = sorted(
-        (int(s["abort_step"]), i, str(s["request_id"]))
-        for i, (_, s) in enumerate(pending)
-        if s.get("abort_step") is not None
-    )
-    nxt = na = step = 0
+    lines: list[dict[str, Any]] = [_header(manager, max_model_len)]
+    feed = _feed(trace, sched, hasher)
+    step = 0
     token = int(cfg["sample_token_id"])
     while True:
-        while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
-            arrival, spec = pending[nxt]
-            sched.add_request(vd.make_request(spec, arrival, hasher, int(spec["max_tokens"])))
-            nxt += 1
-        aborted = []
-        while na < len(aborts) and aborts[na][0] <= step:
-            rid = aborts[na][2]
-            aborted += [
-                r.request_id for r in sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
-            ]
-            na += 1
-        if nxt == len(pending) and not sched.has_requests():
+        aborted = feed.at_step(step)
+        if feed.drained and not sched.has_requests():
             break
         if step > 20000:
             raise RuntimeError("no end after 20000 steps")
@@ -347,35 +348,13 @@ def run_steps_async(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list
     engine = vd.EngineShell(sched, executor)
     pool = sched.kv_cache_manager.block_pool
     sched.finished_req_ids = SortedIterSet()
-    lines: list[dict[str, Any]] = [
-        {
-            "type": "header",
-            "vllm_version": vllm.__version__,
-            "num_cpu_chunks": manager._num_chunks,
-            "max_model_len": max_model_len,
-        }
-    ]
-    pending = vd.ordered_trace(trace)
-    aborts = sorted(
-        (int(s["abort_step"]), i, str(s["request_id"]))
-        for i, (_, s) in enumerate(pending)
-        if s.get("abort_step") is not None
-    )
+    lines: list[dict[str, Any]] = [_header(manager, max_model_len)]
+    feed = _feed(trace, sched, hasher)
     batch_steps: dict[int, int] = {}  # id(scheduler output) -> engine iteration
-    nxt = na = step = 0
+    step = 0
     while True:
-        while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
-            arrival, spec = pending[nxt]
-            sched.add_request(vd.make_request(spec, arrival, hasher, int(spec["max_tokens"])))
-            nxt += 1
-        aborted = []
-        while na < len(aborts) and aborts[na][0] <= step:
-            rid = aborts[na][2]
-            aborted += [
-                r.request_id for r in sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
-            ]
-            na += 1
-        if nxt == len(pending) and not engine.has_work():
+        aborted = feed.at_step(step)
+        if feed.drained and not engine.has_work():
             break
         if step > 20000:
             raise RuntimeError("no end after 20000 steps")

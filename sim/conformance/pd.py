@@ -38,6 +38,7 @@ from sim.conformance.compare import compare_case as compare  # noqa: F401 (re-ex
 from sim.conformance.oracle_jobs import read_jsonl, run_oracle_jobs
 from sim.conformance.pd_case import DEFAULTS, kv_role, params_json
 from sim.conformance.pd_worker import FakeNixlWorker
+from sim.conformance.trace_feed import TraceFeed, summary_line
 
 DRIVER = Path(__file__).resolve().parent / "pd_driver.py"
 
@@ -220,41 +221,20 @@ class KvcoreReplay:
         lines: list[dict[str, Any]] = [
             {"type": "header", "vllm_version": "0.33.0", "max_model_len": self.max_model_len}
         ]
-        order = sorted(range(len(self.trace)), key=lambda i: int(self.trace[i]["arrival_step"]))
-        pending = [
-            (int(self.trace[i]["arrival_step"]) + k * 1e-9, self.trace[i])
-            for k, i in enumerate(order)
-        ]
-        aborts = sorted(
-            (int(s["abort_step"]), i, str(s["request_id"]))
-            for i, (_, s) in enumerate(pending)
-            if s.get("abort_step") is not None
+        feed = TraceFeed(
+            self.trace, lambda spec, t: self.sched.add_request(self._request(spec, t)), self.abort
         )
-        nxt = na = 0
         while True:
             step = self.step_index
-            while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
-                arrival, spec = pending[nxt]
-                self.sched.add_request(self._request(spec, arrival))
-                nxt += 1
-            aborted: list[str] = []
-            while na < len(aborts) and aborts[na][0] <= step:
-                aborted += self.abort(aborts[na][2])
-                na += 1
-            if nxt == len(pending) and not self.has_work():
+            aborted = feed.at_step(step)
+            if feed.drained and not self.has_work():
                 break
             if step > 5000:
                 raise RuntimeError("no end after 5000 steps")
             body = self.async_step() if self.queue is not None else self.sync_step()
             lines.append(self.common({"type": "step", "step": step, "aborted": aborted, **body}))
             self.step_index += 1
-        lines.append(
-            {
-                "type": "summary",
-                "steps": self.step_index,
-                "free_blocks_end": self.pool.get_num_free_blocks(),
-            }
-        )
+        lines.append(summary_line(self.step_index, self.pool.get_num_free_blocks()))
         return lines
 
     def _request(self, spec: dict[str, Any], arrival: float) -> Request:

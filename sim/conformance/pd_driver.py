@@ -45,6 +45,8 @@ def _sibling(name: str) -> Any:
 vd = _sibling("vllm_driver")
 FakeNixlWorker = _sibling("pd_worker").FakeNixlWorker
 pd_case = _sibling("pd_case")
+TraceFeed = _sibling("trace_feed").TraceFeed
+summary_line = _sibling("trace_feed").summary_line
 
 import vllm  # noqa: E402
 from vllm.config import KVTransferConfig  # noqa: E402
@@ -328,24 +330,15 @@ class PDReplay:
                 "max_model_len": self.max_model_len,
             }
         ]
-        pending = vd.ordered_trace(self.trace)
-        aborts = sorted(
-            (int(s["abort_step"]), i, str(s["request_id"]))
-            for i, (_, s) in enumerate(pending)
-            if s.get("abort_step") is not None
+        feed = TraceFeed(
+            self.trace,
+            lambda spec, t: self.sched.add_request(make_request(spec, t, self.hasher)),
+            self.abort,
         )
-        nxt = na = 0
         while True:
             step = self.step_index
-            while nxt < len(pending) and pending[nxt][1]["arrival_step"] <= step:
-                arrival, spec = pending[nxt]
-                self.sched.add_request(make_request(spec, arrival, self.hasher))
-                nxt += 1
-            aborted: list[str] = []
-            while na < len(aborts) and aborts[na][0] <= step:
-                aborted += self.abort(aborts[na][2])
-                na += 1
-            if nxt == len(pending) and not self.has_work():
+            aborted = feed.at_step(step)
+            if feed.drained and not self.has_work():
                 break
             if step > 5000:
                 raise RuntimeError("no end after 5000 steps")
@@ -353,13 +346,7 @@ class PDReplay:
             line = {"type": "step", "step": step, "aborted": aborted, **body}
             lines.append(self.common(line))
             self.step_index += 1
-        lines.append(
-            {
-                "type": "summary",
-                "steps": self.step_index,
-                "free_blocks_end": self.pool.get_num_free_blocks(),
-            }
-        )
+        lines.append(summary_line(self.step_index, self.pool.get_num_free_blocks()))
         return lines
 
 
