@@ -52,6 +52,8 @@ CASES: list[tuple[str, bool, dict[str, Any]]] = [
             }
         },
     ),
+    ("CPU offload 8 GiB", True, {"kv_offloading_size": 8.0}),
+    ("P/D 1:2", True, {"pd": "prefill=1,decode=2"}),
     ("plain", False, {}),
     ("ngram k=3", False, {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}),
     ("CPU offload 8 GiB", False, {"kv_offloading_size": 8.0}),
