@@ -128,11 +128,10 @@ class Cluster:
         dp = engine_cfg.data_parallel_size
         # A MoE model's DP ranks step in lockstep, one time line per DP group.
         groups = (
-            [LockstepForwards(env, dp) for _ in range(num_replicas // dp)]
+            [LockstepForwards(env) for _ in range(num_replicas // dp)]
             if getattr(resolved, "dp_lockstep", False)
             else []
         )
-        self.lockstep_groups = groups
         self.engines = [
             ReplicaEngine(
                 env,

@@ -38,12 +38,11 @@ import simpy
 @dataclass
 class Forward:
     """One forward pass of the group: ``start`` and ``end`` (s), ``done`` fires at
-    ``end``; ``ranks`` the ranks in it (its real batches, not dummy ones)."""
+    ``end``."""
 
     start: float
     end: float
     done: simpy.Event
-    ranks: int = 1
 
     @property
     def duration(self) -> float:
@@ -53,10 +52,8 @@ class Forward:
 class LockstepForwards:
     """The forward time line of one DP group (see the module)."""
 
-    def __init__(self, env: simpy.Environment, size: int) -> None:
-        """``size``: the group's DP ranks (replicas)."""
+    def __init__(self, env: simpy.Environment) -> None:
         self.env = env
-        self.size = size
         self._last: Forward | None = None
         self.num_forwards = 0
         self.num_joined = 0
@@ -68,7 +65,6 @@ class LockstepForwards:
         last = self._last
         if last is not None and last.start >= now:
             last.end = max(last.end, last.start + duration)
-            last.ranks += 1
             self.num_joined += 1
             return last
         start = now if last is None or last.end <= now else last.end

@@ -20,7 +20,7 @@ def _rank(env, clock, plan, log, name):
 
 def _run(plans):
     env = simpy.Environment()
-    clock = LockstepForwards(env, len(plans))
+    clock = LockstepForwards(env)
     log = []
     for name, plan in plans.items():
         env.process(_rank(env, clock, plan, log, name))

@@ -271,7 +271,7 @@ def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[
     return lines
 
 
-class OffloadExecutor:
+class OffloadExecutor(vd.HeldOutputExecutor):
     """The fake model executor of the async replay: at ``execute_model`` (right after
     ``schedule()``) it hands the batch's metadata to the fake worker and fixes the
     batch's output (sampled tokens and the worker's report); ``sample_tokens``
@@ -284,7 +284,6 @@ class OffloadExecutor:
         self.token = token
         self.step_index = 0
         self.executed: list[tuple[Any, dict[str, Any]]] = []
-        self.pending: ModelRunnerOutput | None = None
 
     def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
         out = scheduler_output
@@ -323,15 +322,7 @@ class OffloadExecutor:
             ),
         )
         self.executed.append((out, fields))
-        if out.total_num_scheduled_tokens == 0:
-            return vd._done(output)
-        self.pending = output
-        return vd._done(None)
-
-    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
-        output, self.pending = self.pending, None
-        assert output is not None, "sample_tokens without execute_model"
-        return vd._done(output)
+        return self._hold(out, output, output)
 
 
 def run_steps_async(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:

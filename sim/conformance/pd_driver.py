@@ -200,7 +200,7 @@ def outputs_json(engine_outputs: dict[int, Any] | None) -> tuple[list[str], dict
     return sorted(finished), params
 
 
-class PDExecutor:
+class PDExecutor(vd.HeldOutputExecutor):
     """The fake model executor of the async replay: at ``execute_model`` (right after
     ``schedule()``) it fixes the batch's sampled tokens and asks the fake worker for
     the batch's report; ``sample_tokens`` returns that output."""
@@ -208,7 +208,6 @@ class PDExecutor:
     def __init__(self, replay: PDReplay) -> None:
         self.replay = replay
         self.executed: list[tuple[Any, dict[str, Any], dict[str, Any], int]] = []
-        self.pending: ModelRunnerOutput | None = None
 
     def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
         r = self.replay
@@ -218,15 +217,7 @@ class PDExecutor:
         req_ids = list(scheduler_output.num_scheduled_tokens)
         output = model_output(req_ids, sampled_for(r.sched, scheduler_output, r.token), report)
         self.executed.append((scheduler_output, meta, report, free_after))
-        if scheduler_output.total_num_scheduled_tokens == 0:
-            return vd._done(output)
-        self.pending = output
-        return vd._done(None)
-
-    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
-        output, self.pending = self.pending, None
-        assert output is not None, "sample_tokens without execute_model"
-        return vd._done(output)
+        return self._hold(scheduler_output, output, output)
 
 
 class PDReplay:

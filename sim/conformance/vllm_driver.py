@@ -819,7 +819,29 @@ def _done(value: Any) -> Future:
     return future
 
 
-class FakeExecutor:
+class HeldOutputExecutor:
+    """A fake model executor's hand-over of a batch's output: held from
+    ``execute_model`` until ``sample_tokens`` (a batch without tokens returns its
+    output at once, as vLLM's executor does)."""
+
+    pending: ModelRunnerOutput | None = None
+
+    def _hold(self, scheduler_output: Any, output: Any, empty: Any) -> Future:
+        """``execute_model``'s future: ``empty`` for a batch without tokens, else None
+        (``output`` waits for :meth:`sample_tokens`)."""
+        if scheduler_output.total_num_scheduled_tokens == 0:
+            return _done(empty)
+        self.pending = output
+        return _done(None)
+
+    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Future:
+        """The output of the batch executed last."""
+        output, self.pending = self.pending, None
+        assert output is not None, "sample_tokens without execute_model"
+        return _done(output)
+
+
+class FakeExecutor(HeldOutputExecutor):
     """Stands in for the model executor: every batch executes at once.
 
     ``execute_model`` runs right after ``schedule()``; it decides which requests
@@ -831,7 +853,6 @@ class FakeExecutor:
         self.token = token
         self.free_blocks = free_blocks
         self.executed: list[tuple[Any, ModelRunnerOutput, int]] = []
-        self.pending: ModelRunnerOutput | None = None
 
     def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Future:
         """Fix the batch's sampled tokens; no output yet when any token was scheduled."""
@@ -843,16 +864,7 @@ class FakeExecutor:
             sampled_token_ids=sampled,
         )
         self.executed.append((scheduler_output, output, self.free_blocks()))
-        if scheduler_output.total_num_scheduled_tokens == 0:
-            return _done(EMPTY_MODEL_RUNNER_OUTPUT)
-        self.pending = output
-        return _done(None)
-
-    def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Future:
-        """The output of the batch executed last."""
-        output, self.pending = self.pending, None
-        assert output is not None, "sample_tokens without execute_model"
-        return _done(output)
+        return self._hold(scheduler_output, output, EMPTY_MODEL_RUNNER_OUTPUT)
 
 
 class EngineShell(EngineCoreProc):
