@@ -94,8 +94,9 @@ def make_latency_model(
 ) -> LatencyModel:
     """The latency model of ``kind``.
 
-    ``roofline`` needs ``model`` and ``gpu`` (``efficiency`` overrides the default
-    factors; ``data_parallel_size``: an MoE model's DP group); ``constant`` needs
+    ``roofline`` needs ``model`` and ``gpu`` (``efficiency`` overrides the factors the
+    catalog ships for that GPU, :mod:`calibrate.gpu_efficiency`, else the generic
+    defaults; ``data_parallel_size``: an MoE model's DP group); ``constant`` needs
     ``step_s`` (seconds); ``fitted`` needs ``calibration`` (a file path;
     ``model``/``gpu``, when given, must match it). Bad arguments raise ValueError naming
     the argument.
@@ -103,9 +104,17 @@ def make_latency_model(
     if kind == "roofline":
         if model is None or gpu is None:
             raise ValueError("latency model 'roofline' needs a model and a gpu")
+        source = None
+        if efficiency is None:
+            from calibrate.gpu_efficiency import gpu_efficiency
+
+            shipped = gpu_efficiency(gpu)
+            if shipped is not None:
+                efficiency, source = shipped
         return RooflineLatencyModel(
-            model, gpu, tensor_parallel_size, efficiency, kv_cache_dtype, data_parallel_size
-        )
+            model, gpu, tensor_parallel_size, efficiency, kv_cache_dtype, data_parallel_size,
+            efficiency_source=source,
+        )  # fmt: skip
     if kind == "constant":
         if step_s is None:
             raise ValueError("latency model 'constant' needs step_s (seconds per step)")

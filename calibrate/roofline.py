@@ -204,6 +204,7 @@ class RooflineLatencyModel(LatencyModel):
         efficiency: RooflineEfficiency | None = None,
         kv_cache_dtype: str = "auto",
         data_parallel_size: int = 1,
+        efficiency_source: str | None = None,
     ) -> None:
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size!r}")
@@ -214,6 +215,7 @@ class RooflineLatencyModel(LatencyModel):
         # DP group); a dense model's DP ranks are independent engines
         self.dp = data_parallel_size if model.num_experts else 1
         self.eff = efficiency or RooflineEfficiency()
+        self.efficiency_source = efficiency_source
         tp, eff = self.tp, self.eff
         counts = model.param_counts()
         wdtype = model.weight_dtype or model.dtype
@@ -409,4 +411,5 @@ class RooflineLatencyModel(LatencyModel):
             "tensor_parallel_size": self.tp,
             **({"data_parallel_size": self.dp} if self.dp > 1 else {}),
             **asdict(self.eff),
+            **({"efficiency_source": self.efficiency_source} if self.efficiency_source else {}),
         }

@@ -3,11 +3,13 @@ fitted to other runs of the same GPU; print signed errors per run and their medi
 
     python scripts/validate_serving.py [--json]
 
-Rows: ``default`` (the catalog's roofline factors); ``fit: all`` (one fit on every
-one-replica run of that GPU, the run itself included: in-sample); ``fit: others`` (a
-fit on the GPU's other one-replica runs: the run is held out); fitted rows also print
-the link and custom all-reduce factors the fit learnt. The RTX 4090 has one run only,
-so it has no held-out row.
+Rows: ``default`` (what ``kvsim run`` uses: the factors the catalog ships for the GPU,
+``calibrate/catalog/efficiency/``, fitted on that GPU's one-replica runs here, so
+in-sample for those); ``generic`` (the A100-fitted factors a GPU without a shipped fit
+gets); ``fit: all`` (one fit on every one-replica run of that GPU, the run itself
+included: in-sample); ``fit: others`` (a fit on the GPU's other one-replica runs: the
+run is held out); fitted rows also print the link and custom all-reduce factors the fit
+learnt. The RTX 4090 has one run only, so it has no held-out row.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from calibrate.efficiency_file import write_efficiency  # noqa: E402
+from calibrate.roofline import RooflineEfficiency  # noqa: E402
 from calibrate.trace_fit.cli import fit_efficiency  # noqa: E402
 from calibrate.trace_fit.runs_file import FitRun  # noqa: E402
 from sim.validate.serving import DATA, METRICS, RUNS, ServingRun, replay_run  # noqa: E402
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for run in RUNS:
             rows.append({"run": run.name, "row": "default", **replay_run(run, DATA)})
+            generic = replay_run(run, DATA, efficiency=RooflineEfficiency())
+            rows.append({"run": run.name, "row": "generic", **generic})
             same = [r for r in fittable if r.gpu == run.gpu]
             others = [r for r in same if r is not run]
             fits = [("fit: all", same)] if run in same else []

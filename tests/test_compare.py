@@ -20,7 +20,7 @@ from sim.interop.real import read_real
 from sim.interop.run_dir import read_run
 
 GT = REPO / "tests" / "data" / "llmservingsim" / "RTXPRO6000_Llama-3.1-8B"
-PRO6000 = str(REPO / "scripts" / "ground_truth" / "rtx-pro-6000.yaml")
+PRO6000 = "RTX-PRO-6000"
 
 
 @pytest.fixture(scope="module")

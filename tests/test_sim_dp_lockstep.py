@@ -36,7 +36,7 @@ def _run(
     spec = RunSpec(
         workload=str(write_yaml(tmp_path / "wl.yaml", WORKLOAD)),
         model=model,
-        gpu=str(GROUND_TRUTH / "rtx-pro-6000.yaml"),
+        gpu="RTX-PRO-6000",
         engine=EngineConfig(
             data_parallel_size=2, enable_expert_parallel=True, max_model_len=8192, **engine
         ),

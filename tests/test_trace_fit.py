@@ -23,7 +23,7 @@ from sim.run import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "tests" / "data" / "llmservingsim" / "RTXPRO6000_Llama-3.1-8B"
-PRO6000 = str(REPO / "scripts" / "ground_truth" / "rtx-pro-6000.yaml")
+PRO6000 = "RTX-PRO-6000"
 ENGINE = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.9}
 
 

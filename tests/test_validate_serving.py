@@ -5,26 +5,23 @@ from __future__ import annotations
 
 from sim.validate.serving import DATA, RUNS, validate_serving
 
-# Median |signed error of the mean| over the four runs, default latency model, as
-# measured when these bounds were set: TTFT 28.4%, TPOT 16.3%, E2E 19.6%. They were
-# 18.0%, 12.4% and 14.8% before expert parallelism was modelled: the Qwen3-30B-A3B run
-# (DP 2 with EP) then read every expert on each replica and came out +12% E2E, one
-# error hiding another; with the experts shared it is -22%, the same sign and cause as
-# the Qwen3-32B TP 2 run's -32% (the datasheet's PCIe link is about three times what
-# that machine's GPUs exchange at: docs/calibration.md).
-BOUNDS = {"ttft_mean": 0.29, "tpot_mean": 0.17, "e2e_mean": 0.20}
+# Bounds on each run's signed error of the mean (TTFT 10%, TPOT and E2E 5%), default
+# latency model (the factors the catalog ships for the GPU: calibrate/catalog/efficiency/,
+# fitted on the one-replica runs, so in-sample for three of the four runs; the
+# Qwen3-30B-A3B DP 2 + EP run is held out of its GPU's fit). Measured when set
+# (TTFT/TPOT/E2E): RTX 4090 +0.1/-1.8/-0.3%; RTX PRO 6000 Llama-3.1-8B -3.5/-0.3/-1.2%,
+# Qwen3-32B TP 2 -1.5/-1.3/-1.4%, Qwen3-30B-A3B -7.1/-0.2/-0.4%. With the generic
+# (A100-fitted) factors: +18.8/+12.7/+17.3%, -17.2/-7.2/-9.7%, -37.9/-27.4/-31.7% and
+# -77.6/-16.3/-18.2%.
+BOUNDS = {"ttft_mean": 0.10, "tpot_mean": 0.05, "e2e_mean": 0.05}
 
 
 def test_every_public_run_replays_within_the_bounds() -> None:
     v = validate_serving()
     assert [r["run"] for r in v.rows] == [r.name for r in RUNS]
-    medians = v.medians()
-    for metric, bound in BOUNDS.items():
-        assert medians[metric] <= bound, (metric, medians, v.rows)
-    # The DP 2 + EP run's ranks step in lockstep, as vLLM's do (sim.dp_lockstep):
-    # -16.3% TPOT and -18.2% E2E when set; with independent ranks -19.8% and -21.9%.
-    moe = next(r for r in v.rows if r["run"] == "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507")
-    assert -0.18 < float(moe["tpot_mean"]) < 0 and -0.20 < float(moe["e2e_mean"]) < 0, moe
+    for row in v.rows:
+        for metric, bound in BOUNDS.items():
+            assert abs(float(row[metric])) <= bound, (metric, row)  # type: ignore[arg-type]
 
 
 def test_the_data_is_in_the_checkout() -> None:

@@ -72,7 +72,7 @@ def _trace_file(path: str | Path) -> Path:
 
 
 def _tables(fit: TraceFit, runs: list[FitRun]) -> list[Table]:
-    factors = Table(title="roofline efficiency factors (prior: kvsim's defaults)")
+    factors = Table(title="roofline efficiency factors (prior: kvsim's generic defaults)")
     factors.add_column("factor")
     factors.add_column("prior", justify="right")
     factors.add_column("fitted", justify="right")

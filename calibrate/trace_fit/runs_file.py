@@ -15,6 +15,7 @@ Each run's ``engine`` holds vLLM engine arguments as ``kvsim run --engine`` take
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def is_runs_file(path: str) -> bool:
 def _resolve(base: Path, name: str) -> str:
     """A model given as a file path is relative to the runs file; a catalog name stays."""
     candidate = base / name
-    return str(candidate) if candidate.suffix == ".json" else name
+    return os.path.normpath(candidate) if candidate.suffix == ".json" else name
 
 
 def load_runs(path: str) -> list[FitRun]:
@@ -86,6 +87,6 @@ def load_runs(path: str) -> list[FitRun]:
             raise ValueError(
                 validation_message(e, f"--from-trace {path}: runs[{i}].engine")
             ) from None
-        trace = p.parent / run.trace
+        trace = Path(os.path.normpath(p.parent / run.trace))
         out.append(FitRun(trace, _resolve(p.parent, run.model), engine))
     return out

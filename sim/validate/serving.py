@@ -14,12 +14,13 @@ expert parallelism) is replayed as two replicas whose MoE layers share the exper
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel
 from calibrate.trace_fit.cli import measured_requests
 from calibrate.trace_fit.fit import errors
 from sim.engine_config import EngineConfig
@@ -28,7 +29,7 @@ from sim.setup import resolve_run
 
 REPO = Path(__file__).resolve().parents[2]
 GROUND_TRUTH = REPO / "scripts" / "ground_truth"
-PRO6000 = str(GROUND_TRUTH / "rtx-pro-6000.yaml")
+PRO6000 = "RTX-PRO-6000"
 DATA = REPO / "tests" / "data" / "llmservingsim"
 METRICS = ("ttft_mean", "tpot_mean", "e2e_mean")
 
@@ -91,14 +92,28 @@ class ServingValidation:
         }
 
 
-def replay_run(run: ServingRun, data: Path, calibration: str | None = None) -> dict[str, float]:
-    """Replay ``run`` (its request log under ``data``) and return its errors."""
+def replay_run(
+    run: ServingRun,
+    data: Path,
+    calibration: str | None = None,
+    efficiency: RooflineEfficiency | None = None,
+) -> dict[str, float]:
+    """Replay ``run`` (its request log under ``data``) and return its errors; with
+    ``efficiency``, on those roofline factors instead of the GPU's (e.g. the generic
+    ``RooflineEfficiency()``, what a GPU without a shipped fit gets)."""
     log = data / run.name / "requests.jsonl"
     spec = RunSpec(
         workload=str(log), model=run.model, gpu=run.gpu, engine=run.engine,
         num_replicas=run.num_replicas, router=run.router, calibration=calibration,
     )  # fmt: skip
     resolved = resolve_run(spec)
+    if efficiency is not None:
+        rf = resolved.latency_model
+        latency = RooflineLatencyModel(
+            rf.model, rf.gpu, rf.tp, efficiency, run.engine.kv_cache_dtype,
+            run.engine.data_parallel_size,
+        )  # fmt: skip
+        resolved = replace(resolved, latency_model=latency, latency_description=latency.describe())
     with tempfile.TemporaryDirectory(prefix="kvsim-validate-") as tmp:
         simulate(
             resolved, Path(tmp), num_replicas=run.num_replicas,
