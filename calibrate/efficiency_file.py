@@ -38,6 +38,8 @@ class FittedOn(BaseModel):
     model: str
     tensor_parallel_size: int = Field(ge=1)
     engine: dict[str, Any]
+    num_replicas: int = Field(default=1, ge=1, description="engines the run had")
+    router: str = "round_robin"
     num_requests: int = Field(ge=1)
     errors: dict[str, dict[str, float]] = Field(
         description="'prior' and 'fitted': signed relative errors of a replay's means "

@@ -132,12 +132,15 @@ class Cluster:
             if getattr(resolved, "dp_lockstep", False)
             else []
         )
+        latency = getattr(resolved, "replica_latency_models", None) or (
+            [resolved.latency_model] * num_replicas
+        )
         self.engines = [
             ReplicaEngine(
                 env,
                 i,
                 schedulers[i],
-                resolved.latency_model,
+                latency[i],
                 self.hasher,
                 steps,
                 requests,

@@ -61,6 +61,9 @@ class ResolvedRun:
     """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_cluster`); None: none."""
     is_moe: bool = False
     """A mixture-of-experts model: its DP ranks step in lockstep (:mod:`sim.dp_lockstep`)."""
+    replica_latency_models: tuple[Any, ...] | None = None
+    """One latency model per replica (``kvsim calibrate --from-trace`` records each
+    replica's steps apart); None: ``latency_model`` for every replica."""
 
     @property
     def dp_lockstep(self) -> bool:

@@ -242,3 +242,46 @@ def test_every_run_weighs_alike_whatever_its_length() -> None:
     w = run_weights([600, 150, 50])
     parts = np.split(w**2, [600, 750])
     assert [p.sum() for p in parts] == pytest.approx([800 / 3] * 3)
+
+
+def test_a_lockstep_group_is_one_line_of_forwards_timed_by_its_slowest_rank() -> None:
+    """Two DP ranks: rank 0 steps at 0 and 3, rank 1 at 0 and 5; the forward at 0 ran
+    both (3 s, rank 1's own step the longer), so its terms are rank 1's."""
+    from calibrate.trace_fit.replay import _group_line
+
+    rank0 = (np.array([0.0, 3.0]), np.array([3.0, 1.0]), np.array([2.0, 1.0]), np.eye(2)[[0, 0]])
+    rank1 = (np.array([0.0, 5.0]), np.array([3.0, 2.0]), np.array([3.0, 2.0]), np.eye(2)[[1, 1]])
+    line = _group_line([rank0, rank1])
+    np.testing.assert_array_equal(line.starts, [0.0, 3.0, 5.0])
+    np.testing.assert_array_equal(line.durations, [3.0, 1.0, 2.0])  # the forward at 0: 3 s
+    np.testing.assert_array_equal(line.terms, [[0, 1], [1, 0], [0, 1]])
+    own = _group_line([rank0[:2] + (np.array([3.0, 1.0]), rank0[3])])
+    np.testing.assert_array_equal(own.durations, [3.0, 1.0])
+
+
+def test_fit_recovers_factors_of_a_simulated_dp_ep_run(tmp_path: Path) -> None:
+    """A MoE model served by two DP ranks with expert parallelism, stepping in lockstep:
+    request times made by a replay at known factors (the first 120 requests of the public
+    run's trace) are reproduced by the fit started from the defaults."""
+    moe = REPO / "scripts" / "ground_truth" / "Qwen3-30B-A3B-Instruct-2507.json"
+    log = REPO / "tests" / "data" / "llmservingsim" / "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507"
+    trace = tmp_path / "requests.jsonl"
+    trace.write_text("".join((log / "requests.jsonl").read_text().splitlines(True)[:120]))
+    engine = EngineConfig(**ENGINE, data_parallel_size=2, enable_expert_parallel=True)
+    spec = RunSpec(
+        workload=str(trace), model=str(moe), gpu=PRO6000, engine=engine,
+        num_replicas=2, router="least_outstanding",
+    )  # fmt: skip
+    truth = RooflineEfficiency(memory=0.55, interconnect=0.3, step_overhead_s=1e-3)
+    rep = replay(spec, truth)
+    assert len(rep.lines) == 1 and rep.line_of_replica == [0, 0]  # one DP group
+    req = rep.requests
+    assert set(req["replica"]) == {0, 1}
+    measured = Measured(
+        list(req["request_id"]), req["arrival_s"].to_numpy(), req["first_token_s"].to_numpy(),
+        req["finish_s"].to_numpy(), req["output_tokens"].to_numpy(),
+    )  # fmt: skip
+    fit = fit_trace([(spec, measured)], prior_weight=0.01)
+    assert abs(fit.prior_errors[0]["e2e_mean"]) > 0.1
+    for key in ("tpot_mean", "e2e_mean"):
+        assert abs(fit.errors[0][key]) < 0.03, (key, fit.errors[0])

@@ -29,13 +29,13 @@ def test_the_data_is_in_the_checkout() -> None:
         assert (DATA / run.name / "requests.jsonl").is_file(), run.name
 
 
-def test_a_fit_to_one_real_run_carries_to_another_model_and_tp_size() -> None:
-    """Fitted to the RTX PRO 6000's Qwen3-32B run (TP 2) alone, the factors replay its
-    Llama-3.1-8B run (TP 1, another model), which the fit never saw, within 6% on the E2E
-    mean, 4.5% on TPOT and 11% on TTFT (measured when set: -5.3%, -3.7%, -9.8%). Before
-    the custom all-reduce kernel's latency had a factor of its own this pair came out
-    within 2%, through one latency for every collective, fitted at nine times NCCL's, which
-    the DP + EP run refuted (+31% E2E)."""
+def test_a_fit_to_one_real_run_carries_to_another_model() -> None:
+    """Fitted to the RTX PRO 6000's Qwen3-30B-A3B run (DP 2 + EP, two ranks in lockstep)
+    alone, the factors replay its Llama-3.1-8B run (a dense model on one GPU), which the
+    fit never saw, within 5% on the E2E mean, 4% on TPOT and 8% on TTFT (measured when
+    set: +3.5%, +2.9%, +5.2%). The Qwen3-32B TP 2 run, fitted alone, carries to the
+    Llama-3.1-8B one within -5.3% E2E; neither one-GPU run carries to the TP 2 run, whose
+    all-reduce over PCIe they never saw (scripts/validate_serving.py prints each pair)."""
     from calibrate.trace_fit.cli import measured_requests
     from calibrate.trace_fit.fit import errors, fit_trace
     from calibrate.trace_fit.replay import replay
@@ -46,13 +46,16 @@ def test_a_fit_to_one_real_run_carries_to_another_model_and_tp_size() -> None:
     def spec(name: str) -> RunSpec:
         r = runs[name]
         log = DATA / name / "requests.jsonl"
-        return RunSpec(workload=str(log), model=r.model, gpu=r.gpu, engine=r.engine)
+        return RunSpec(
+            workload=str(log), model=r.model, gpu=r.gpu, engine=r.engine,
+            num_replicas=r.num_replicas, router=r.router,
+        )  # fmt: skip
 
-    fit_on, held_out = "RTXPRO6000_Qwen3-32B", "RTXPRO6000_Llama-3.1-8B"
+    fit_on, held_out = "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507", "RTXPRO6000_Llama-3.1-8B"
     fit = fit_trace([(spec(fit_on), measured_requests(str(DATA / fit_on)))])
     err = errors(
         measured_requests(str(DATA / held_out)).frame(),
         replay(spec(held_out), fit.efficiency).requests,
     )
-    assert abs(err["e2e_mean"]) < 0.06 and abs(err["tpot_mean"]) < 0.045, err
-    assert abs(err["ttft_mean"]) < 0.11, err
+    assert abs(err["e2e_mean"]) < 0.05 and abs(err["tpot_mean"]) < 0.04, err
+    assert abs(err["ttft_mean"]) < 0.08, err

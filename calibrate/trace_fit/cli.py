@@ -21,7 +21,7 @@ from calibrate.output_files import write_atomically
 from calibrate.roofline_terms import PARAMETERS
 from calibrate.trace_fit.bench_log import detailed_requests, write_trace
 from calibrate.trace_fit.fit import Measured, TraceFit, fit_trace
-from calibrate.trace_fit.runs_file import FitRun, is_runs_file, load_runs
+from calibrate.trace_fit.runs_file import DP_ROUTER, FitRun, is_runs_file, load_runs
 from sim.engine_config import load_engine_config
 from sim.interop.real import read_real
 from sim.run import RunSpec
@@ -104,7 +104,8 @@ def fit_runs(
     if is_runs_file(trace):
         return load_runs(trace)
     engine = load_engine_config(engine_file, engine_overrides, {"tensor_parallel_size": tp})
-    return [FitRun(_trace_file(trace), model, engine)]
+    dp = engine.data_parallel_size
+    return [FitRun(_trace_file(trace), model, engine, dp, DP_ROUTER if dp > 1 else "round_robin")]
 
 
 def fit_efficiency(
@@ -116,7 +117,10 @@ def fit_efficiency(
         pairs, resolved = [], []
         for run in runs:
             measured, replayed = load_measured(str(run.trace), Path(tmp))
-            spec = RunSpec(workload=str(replayed), model=run.model, gpu=gpu, engine=run.engine)
+            spec = RunSpec(
+                workload=str(replayed), model=run.model, gpu=gpu, engine=run.engine,
+                num_replicas=run.num_replicas, router=run.router,
+            )  # fmt: skip
             resolved.append(resolve_run(spec))
             pairs.append((spec, measured))
         fit = fit_trace(pairs)
@@ -132,6 +136,8 @@ def fit_efficiency(
                 model=res.model_name,
                 tensor_parallel_size=run.engine.tensor_parallel_size,
                 engine=run.engine.model_dump(exclude_none=True),
+                num_replicas=run.num_replicas,
+                router=run.router,
                 num_requests=len(m.request_id),
                 errors={"prior": before, "fitted": after},
             )

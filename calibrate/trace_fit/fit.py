@@ -131,14 +131,19 @@ def _rows(measured: pd.DataFrame, rep: Replay, theta: np.ndarray) -> tuple[np.nd
     """``(rows, measured seconds, idle seconds)``: both intervals of every request (the
     decode interval only where more than one token was generated)."""
     times = ["arrival_s", "first_token_s", "finish_s"]
-    both = measured.merge(rep.requests[["request_id", *times]], on="request_id")
-    arrive, first, finish = (both[c].to_numpy(np.float64) for c in times)
-    args = (rep.starts, rep.durations, rep.terms, theta)
-    r1, i1 = interval_rows(*args, arrive, first)
-    r2, i2 = interval_rows(*args, first, finish)
+    both = measured.merge(rep.requests[["request_id", "replica", *times]], on="request_id")
+    line = np.asarray(rep.line_of_replica)[both["replica"].to_numpy()]
+    ttft_rows, dec_rows = np.zeros((len(both), len(theta))), np.zeros((len(both), len(theta)))
+    ttft_idle, dec_idle = np.zeros(len(both)), np.zeros(len(both))
+    for k, steps in enumerate(rep.lines):  # each request on its replica's time line
+        on = line == k
+        arrive, first, finish = (both[c].to_numpy(np.float64)[on] for c in times)
+        args = (steps.starts, steps.durations, steps.terms, theta)
+        ttft_rows[on], ttft_idle[on] = interval_rows(*args, arrive, first)
+        dec_rows[on], dec_idle[on] = interval_rows(*args, first, finish)
     many = both["output_tokens"].to_numpy() > 1
-    rows = np.vstack([r1, r2[many]])
-    idle = np.concatenate([i1, i2[many]])
+    rows = np.vstack([ttft_rows, dec_rows[many]])
+    idle = np.concatenate([ttft_idle, dec_idle[many]])
     y = np.concatenate([both["ttft_s"].to_numpy(), both["decode_s"].to_numpy()[many]])
     keep = y > 1e-4
     return rows[keep], y[keep], idle[keep]

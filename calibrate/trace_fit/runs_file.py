@@ -11,6 +11,8 @@ and engine, or a YAML file listing several runs of one GPU::
         engine: {max_num_seqs: 128, max_num_batched_tokens: 2048}
 
 Each run's ``engine`` holds vLLM engine arguments as ``kvsim run --engine`` takes them.
+A run of several engines (``data_parallel_size`` in ``engine``, or ``num_replicas``
+engines behind a ``router``) is replayed as that deployment.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from calibrate.calibration_file import validation_message
 from sim.engine_config import EngineConfig
 
+DP_ROUTER = "least_outstanding"
+"""A runs file's default router: vLLM's API server sends each request to the DP rank
+with the fewest waiting and running requests (its DP load balancer), which kvsim's
+``least_outstanding`` router approximates."""
+
 
 class RunEntry(BaseModel):
     """One run of a runs file."""
@@ -36,6 +43,14 @@ class RunEntry(BaseModel):
     model: str = Field(min_length=1, description="catalog model or config.json")
     tensor_parallel_size: int = Field(default=1, ge=1)
     engine: dict[str, Any] = Field(default_factory=dict)
+    num_replicas: int | None = Field(
+        default=None, ge=1, description="engines behind the router; default: the DP size"
+    )
+    router: str | None = Field(
+        default=None,
+        description="how requests reached the engines (kvsim's routers); default: "
+        f"{DP_ROUTER} for several engines",
+    )
 
 
 class RunsFile(BaseModel):
@@ -51,6 +66,9 @@ class FitRun:
     trace: Path
     model: str
     engine: EngineConfig
+    num_replicas: int = 1
+    """Engines the trace ran on (a DP deployment's ranks, or replicas behind a router)."""
+    router: str = "round_robin"
 
 
 def is_runs_file(path: str) -> bool:
@@ -88,5 +106,7 @@ def load_runs(path: str) -> list[FitRun]:
                 validation_message(e, f"--from-trace {path}: runs[{i}].engine")
             ) from None
         trace = Path(os.path.normpath(p.parent / run.trace))
-        out.append(FitRun(trace, _resolve(p.parent, run.model), engine))
+        replicas = run.num_replicas or engine.data_parallel_size
+        router = run.router or (DP_ROUTER if replicas > 1 else "round_robin")
+        out.append(FitRun(trace, _resolve(p.parent, run.model), engine, replicas, router))
     return out
