@@ -19,19 +19,20 @@ from kvcore import native
 HELPER = Path(__file__).with_name("native_digest_helper.py")
 
 
-def _digests(pure: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop(native.PURE_ENV, None)
-    if pure:
-        env[native.PURE_ENV] = "1"
-    out = subprocess.run(
-        [sys.executable, str(HELPER), "60", "120"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out)
+def _digests(*pure: bool) -> list[dict[str, str]]:
+    """The helper's record digests, one run per flag (pure modules or not), the runs
+    side by side (they are independent processes)."""
+    procs = []
+    for flag in pure:
+        env = dict(os.environ)
+        env.pop(native.PURE_ENV, None)
+        if flag:
+            env[native.PURE_ENV] = "1"
+        cmd = [sys.executable, str(HELPER), "60", "120"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    outs = [p.communicate()[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), [p.returncode for p in procs]
+    return [json.loads(out) for out in outs]
 
 
 @pytest.mark.skipif(
@@ -42,8 +43,7 @@ def test_compiled_equals_pure() -> None:
     """60 simulator workloads, 120 conformance traces (40 of them also with async
     scheduling) and 4 runs with a KV connector (the CPU tier, P/D; each loop) give
     identical records."""
-    compiled = _digests(pure=False)
-    pure = _digests(pure=True)
+    compiled, pure = _digests(False, True)
     assert compiled.pop("native_status") == "compiled"
     assert pure.pop("native_status") == "disabled"
     assert len(compiled) == 224
