@@ -91,12 +91,14 @@ def make_latency_model(
     efficiency: RooflineEfficiency | None = None,
     kv_cache_dtype: str = "auto",
     data_parallel_size: int = 1,
+    cudagraph_sizes: tuple[int, ...] = (),
 ) -> LatencyModel:
     """The latency model of ``kind``.
 
     ``roofline`` needs ``model`` and ``gpu`` (``efficiency`` overrides the factors the
     catalog ships for that GPU, :mod:`calibrate.gpu_efficiency`, else the generic
-    defaults; ``data_parallel_size``: an MoE model's DP group); ``constant`` needs
+    defaults; ``data_parallel_size``: an MoE model's DP group; ``cudagraph_sizes``: the
+    token counts with a captured CUDA graph, :mod:`calibrate.cudagraph_sizes`); ``constant`` needs
     ``step_s`` (seconds); ``fitted`` needs ``calibration`` (a file path;
     ``model``/``gpu``, when given, must match it). Bad arguments raise ValueError naming
     the argument.
@@ -113,7 +115,7 @@ def make_latency_model(
                 efficiency, source = shipped
         return RooflineLatencyModel(
             model, gpu, tensor_parallel_size, efficiency, kv_cache_dtype, data_parallel_size,
-            efficiency_source=source,
+            efficiency_source=source, cudagraph_sizes=cudagraph_sizes,
         )  # fmt: skip
     if kind == "constant":
         if step_s is None:

@@ -46,9 +46,10 @@ and the all-reduce costs are fitted on A100-80GB measurements (Vidur's public pr
 data, microsoft/vidur; :mod:`calibrate.roofline_fit`); on other GPUs the same curves
 apply (the same seconds per GEMM kernel at peak bandwidth, tokens per GEMM, weight of the
 causal triangle, all-reduce latencies and link efficiencies), scaled by that GPU's own
-peaks and link. Not
-modelled: CUDA-graph batch padding, activation traffic, kernel launch gaps inside a
-step, DP ranks' lockstep (see above).
+peaks and link. A step that fits a
+captured CUDA graph runs its GEMMs and collectives on its tokens padded to the graph's
+size (:mod:`calibrate.cudagraph_sizes`). Not modelled: activation traffic, kernel launch
+gaps inside a step.
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ class RooflineLatencyModel(LatencyModel):
         kv_cache_dtype: str = "auto",
         data_parallel_size: int = 1,
         efficiency_source: str | None = None,
+        cudagraph_sizes: tuple[int, ...] = (),
     ) -> None:
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size!r}")
@@ -216,6 +218,11 @@ class RooflineLatencyModel(LatencyModel):
         self.dp = data_parallel_size if model.num_experts else 1
         self.eff = efficiency or RooflineEfficiency()
         self.efficiency_source = efficiency_source
+        self.cudagraph_sizes = tuple(cudagraph_sizes)
+        """Token counts with a captured CUDA graph (:mod:`calibrate.cudagraph_sizes`):
+        a step of at most the largest runs its GEMMs and collectives on the tokens
+        padded to the next one; empty: eager, no padding."""
+        self._graph_sizes = np.asarray(self.cudagraph_sizes, dtype=np.float64)
         tp, eff = self.tp, self.eff
         counts = model.param_counts()
         wdtype = model.weight_dtype or model.dtype
@@ -288,10 +295,21 @@ class RooflineLatencyModel(LatencyModel):
         flops = self.gemm_flops(num_tokens, num_requests)
         return np.maximum(weights / self.bytes_per_s, flops / self.gemm_flops_per_s)
 
+    def graph_tokens(self, num_tokens: np.ndarray) -> np.ndarray:
+        """``num_tokens`` as the step's CUDA graph runs them: padded to the next captured
+        size, unchanged above the largest (or without graphs)."""
+        sizes = self._graph_sizes
+        if not sizes.size:
+            return num_tokens
+        n = np.asarray(num_tokens, dtype=np.float64)
+        i = np.minimum(np.searchsorted(sizes, n, side="left"), sizes.size - 1)
+        return np.where(n <= sizes[-1], sizes[i], n)
+
     def gemm_flops(self, num_tokens: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
-        """FLOPs the compute bound charges: each GEMM ``n0`` tokens' worth more."""
+        """FLOPs the compute bound charges: the graph's padded tokens, each GEMM ``n0``
+        tokens' worth more (the LM head runs on the sampled positions only)."""
         n0 = self.eff.gemm_kernel_tokens
-        return (num_tokens + n0) * self.flops_per_token + (
+        return (self.graph_tokens(num_tokens) + n0) * self.flops_per_token + (
             num_requests + n0
         ) * self.lm_head_flops_per_request
 
@@ -302,7 +320,8 @@ class RooflineLatencyModel(LatencyModel):
         its custom-kernel latency in seconds (0 where NCCL does) and its bytes' seconds
         at the link's fitted efficiency."""
         assert self.allreduce is not None
-        size = np.asarray(num_tokens * self.allreduce_bytes_per_token, dtype=np.float64)
+        tokens = self.graph_tokens(num_tokens)
+        size = np.asarray(tokens * self.allreduce_bytes_per_token, dtype=np.float64)
         latency, per_byte = self.allreduce.parts_array(size)
         fast = size < self.allreduce.fast_max
         nccl = np.where(fast, 0.0, latency / NCCL_LATENCY_2_S)
@@ -315,7 +334,7 @@ class RooflineLatencyModel(LatencyModel):
         all-gather or reduce-scatter of ``M`` bytes in all moves ``(w - 1) / w M`` per
         rank, half a ring all-reduce's."""
         assert self.dispatch is not None
-        size = self.dp * np.asarray(num_tokens, dtype=np.float64)
+        size = self.dp * np.asarray(self.graph_tokens(num_tokens), dtype=np.float64)
         latency = np.full_like(size, 2.0 * self.dispatch.nccl_latency / NCCL_LATENCY_2_S)
         return latency, size * self.dispatch_bytes_per_token * self.dispatch.ring / 2.0
 
@@ -412,4 +431,5 @@ class RooflineLatencyModel(LatencyModel):
             **({"data_parallel_size": self.dp} if self.dp > 1 else {}),
             **asdict(self.eff),
             **({"efficiency_source": self.efficiency_source} if self.efficiency_source else {}),
+            "cudagraph_max_tokens": self.cudagraph_sizes[-1] if self.cudagraph_sizes else 0,
         }

@@ -9,6 +9,7 @@ the roofline so that formula and twins change together.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from calibrate.allreduce import NCCL_LATENCY_2_S
@@ -27,6 +28,7 @@ class ScalarRoofline:
         self.lm = float(model.lm_head_flops_per_request)
         eff = model.eff
         self.n0 = float(eff.gemm_kernel_tokens)
+        self.graphs: list[float] = [float(x) for x in model.cudagraph_sizes]
         self.kappa1 = float(eff.prefill_causal_weight) - 1.0
         plan = model.allreduce  # an AllReducePlan, or None at TP 1
         self.has_ar = plan is not None
@@ -67,11 +69,13 @@ class ScalarRoofline:
         """The step's terms that do not depend on context: weights or GEMM flops,
         all-reduce and overheads, for ``t`` tokens of ``r`` requests."""
         weights = self.dense_w / self.bps
-        flops = ((t + self.n0) * self.fpt + (r + self.n0) * self.lm) / self.gfs
+        graphs = self.graphs  # RooflineLatencyModel.graph_tokens
+        g = t if not graphs or t > graphs[-1] else graphs[bisect_left(graphs, t)]
+        flops = ((g + self.n0) * self.fpt + (r + self.n0) * self.lm) / self.gfs
         out = weights if weights >= flops else flops
         if self.has_ar:  # RooflineLatencyModel._allreduce_time, AllReducePlan.parts inlined
             fast_max, one_shot_max, custom_lat, one_shot, ring, nccl_lat = self.ar
-            size = t * self.ar_per_tok
+            size = g * self.ar_per_tok
             if size < fast_max:  # the custom kernel (or symmetric memory): its latency
                 latency = custom_lat * self.custom_scale
             else:  # NCCL: its latency in units of the fitted 2-GPU one

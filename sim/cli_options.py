@@ -49,6 +49,10 @@ ENGINE_FLAGS: dict[str, tuple[str, str]] = {
         "--enable-expert-parallel/--no-enable-expert-parallel",
         "whole experts per GPU instead of each expert split (same modelled bytes)",
     ),
+    "enforce_eager": (
+        "--enforce-eager/--no-enforce-eager",
+        "no CUDA graphs: steps run unpadded (vLLM pads a step to its graph's size)",
+    ),
     "long_prefill_token_threshold": (
         "--long-prefill-token-threshold",
         "prefill at most this many tokens of one request per step; 0: no cap",

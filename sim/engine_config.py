@@ -48,6 +48,7 @@ _DROPPED_AT_DEFAULT: dict[str, object] = {
     "speculative_config": None,
     "data_parallel_size": 1,
     "enable_expert_parallel": False,
+    "enforce_eager": False,
 }
 """Fields a dump leaves out at these defaults (they came after files and hashes were
 written)."""
@@ -82,6 +83,9 @@ class EngineConfig(BaseModel):
     """vLLM's ``--enable-expert-parallel``: whole experts per rank instead of every
     expert split; the step model counts the same expected bytes either way (kept for
     vLLM's command lines)."""
+    enforce_eager: bool = False
+    """vLLM's ``--enforce-eager``: no CUDA graphs, so no step is padded to a captured
+    size (:mod:`calibrate.cudagraph_sizes`)."""
     long_prefill_token_threshold: int = Field(0, ge=0)
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     latency_model: Literal["roofline", "constant"] = "roofline"

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from calibrate.cudagraph_sizes import capture_sizes
 from calibrate.efficiency_file import EfficiencyCalibration
 from calibrate.frontend import FrontendModel
 from calibrate.latency import make_latency_model
@@ -91,6 +92,17 @@ def check_cluster(spec: RunSpec) -> None:
         )
 
 
+def engine_capture_sizes(engine: EngineConfig, budget: Any, gpu: Any) -> tuple[int, ...]:
+    """The CUDA graph sizes vLLM captures for this engine (:mod:`calibrate.cudagraph_sizes`;
+    ``budget``: the resolved KV budget, for ``max_num_seqs`` and ``max_num_batched_tokens``)."""
+    spec = engine.speculative_config
+    drafts = spec.num_speculative_tokens if spec is not None else 0
+    return capture_sizes(
+        budget.max_num_seqs, budget.max_num_batched_tokens, gpu.compute_capability,
+        decode_query_len=1 + drafts, enforce_eager=engine.enforce_eager,
+    )  # fmt: skip
+
+
 def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
     """Load and check everything (the cluster's replica count and router first); raise
     ValueError (naming the field) on bad input, and on work far beyond what one machine
@@ -117,6 +129,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
             kv_cache_dtype=engine.kv_cache_dtype,
             data_parallel_size=engine.data_parallel_size,
             efficiency=cal.factors() if isinstance(cal, EfficiencyCalibration) else None,
+            cudagraph_sizes=engine_capture_sizes(engine, budget, gpu),
         )
     if not engine.enable_chunked_prefill and budget.max_num_batched_tokens < budget.max_model_len:
         raise ValueError(

@@ -111,7 +111,7 @@ def replay_run(
         rf = resolved.latency_model
         latency = RooflineLatencyModel(
             rf.model, rf.gpu, rf.tp, efficiency, run.engine.kv_cache_dtype,
-            run.engine.data_parallel_size,
+            run.engine.data_parallel_size, cudagraph_sizes=rf.cudagraph_sizes,
         )  # fmt: skip
         resolved = replace(resolved, latency_model=latency, latency_description=latency.describe())
     with tempfile.TemporaryDirectory(prefix="kvsim-validate-") as tmp:
