@@ -79,6 +79,7 @@ def render(report: Report, console: Console) -> None:
     table.add_row("steps compared", str(report.steps))
     table.add_row("op sequences / ops compared", f"{report.op_cases} / {report.ops}")
     table.add_row("sizing cases compared", str(report.sizing_cases))
+    table.add_row("CUDA graph size cases compared", str(report.cudagraph_cases))
     table.add_row(
         "mismatches",
         str(len(report.mismatches)),

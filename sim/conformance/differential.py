@@ -1,7 +1,8 @@
 """Randomized differential conformance: kvcore against vLLM's own core.
 
-Step traces (:mod:`sim.conformance.generate`), op sequences (:mod:`sim.conformance.ops`)
-and sizing cases (:mod:`sim.conformance.sizing`) go through vLLM in ONE oracle process
+Step traces (:mod:`sim.conformance.generate`), op sequences (:mod:`sim.conformance.ops`),
+sizing cases (:mod:`sim.conformance.sizing`) and as many CUDA graph capture-size cases
+(:mod:`sim.conformance.cudagraph`) go through vLLM in ONE oracle process
 (``vllm_driver.py batch``, run by the vLLM environment's interpreter) while kvcore
 replays them here, in parallel. Every step / op line must be equal; on a mismatch the
 first differing line of both sides (only the differing fields) is reported and the case
@@ -32,6 +33,7 @@ from sim.conformance import DEFAULT_SEED
 from sim.conformance import ops as ops_mod
 from sim.conformance import sizing as sizing_mod
 from sim.conformance.compare import Diff, first_line_diff, first_sizing_diff
+from sim.conformance.cudagraph import random_cudagraph_case, run_kvsim_cudagraph
 from sim.conformance.generate import random_case
 from sim.conformance.replay_kvcore import replay_command, run_kvcore_steps
 
@@ -76,6 +78,9 @@ class Report:
     op_cases: int = 0
     ops: int = 0
     sizing_cases: int = 0
+    cudagraph_cases: int = 0
+    """CUDA graph capture-size cases (:mod:`sim.conformance.cudagraph`), one per sizing
+    case."""
     mismatches: list[Mismatch] = field(default_factory=list)
     wall_s: float = 0.0
 
@@ -182,6 +187,7 @@ def run(
     step_cases = [random_case(seed, i, async_scheduling, spec_decode) for i in range(num_traces)]
     op_cases = [ops_mod.random_ops_case(seed, i) for i in range(num_op_cases)]
     sizing_cases = [sizing_mod.random_sizing_case(seed, i) for i in range(num_sizing_cases)]
+    graph_cases = [random_cudagraph_case(seed, i) for i in range(num_sizing_cases)]
     with tempfile.TemporaryDirectory(prefix="kvsim-conformance-") as tmp:
         work = Path(tmp)
         jobs: list[dict[str, Any]] = []
@@ -205,6 +211,10 @@ def run(
             )
         for i, config in enumerate(sizing_cases):
             jobs.append({"mode": "sizing", "config": config, "out": str(work / f"sizing{i}.json")})
+        if graph_cases:
+            jobs.append(
+                {"mode": "cudagraph", "cases": graph_cases, "out": str(work / "cudagraph.jsonl")}
+            )
         proc = start_oracle(python, jobs, work)
         if progress:
             progress(f"vLLM oracle started on {len(jobs)} jobs; kvcore replaying")
@@ -247,6 +257,15 @@ def run(
                 files = _write_case(out_dir, name, {"config": config})
                 report.mismatches.append(Mismatch("sizing", i, diff, files))
             job += 1
+        theirs_graphs = _read_lines(work / "cudagraph.jsonl") if graph_cases else []
+        for i, case in enumerate(graph_cases):
+            report.cudagraph_cases += 1
+            theirs_sizes = (theirs_graphs or [{}] * len(graph_cases))[i].get("sizes")
+            ours_sizes = run_kvsim_cudagraph(case)
+            if theirs_sizes != ours_sizes:
+                diff = Diff("sizes", {"sizes": theirs_sizes}, {"sizes": ours_sizes})
+                files = _write_case(out_dir, f"cudagraph_seed{seed}_case{i}", {"case": case})
+                report.mismatches.append(Mismatch("cudagraph", i, diff, files))
     report.wall_s = time.perf_counter() - t0
     return report
 
@@ -293,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         print(m.render())
     print(
         f"seed {report.seed}: {report.traces} traces ({report.steps} steps), "
-        f"{report.op_cases} op cases ({report.ops} ops), {report.sizing_cases} sizing cases; "
+        f"{report.op_cases} op cases ({report.ops} ops), {report.sizing_cases} sizing cases, "
+        f"{report.cudagraph_cases} CUDA graph cases; "
         f"{len(report.mismatches)} mismatches; vLLM {report.vllm_version}; "
         f"{report.wall_s:.1f} s"
     )

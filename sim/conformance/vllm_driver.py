@@ -28,8 +28,9 @@ Modes
     Print vLLM's own KV-cache sizing (number of blocks, groups, tensors) for a
     layer list and an amount of memory per worker.
 ``batch JOBS``
-    Run many jobs (``[{"mode", "trace"|"ops"|"sizing", "config", "out"}]``) in one
-    process so that vLLM is imported only once.
+    Run many jobs (``[{"mode", "trace"|"ops"|"sizing", "config", "out"}]``, or
+    ``{"mode": "cudagraph", "cases", "out"}``: vLLM's CUDA graph capture sizes per case,
+    ``cudagraph_driver.py``) in one process so that vLLM is imported only once.
 
 Request set-up (kvsim must mirror it)
 -------------------------------------
@@ -240,6 +241,16 @@ def _load_replay_spec() -> Any:
 
 
 replay_spec = _load_replay_spec()
+
+
+def _sibling_module(name: str) -> Any:
+    """``name``.py beside this file, loaded by path (the oracle has no kvsim package)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location("kvsim_oracle_" + name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # --------------------------------------------------------------------------- #
@@ -1305,6 +1316,9 @@ def run_job(job: dict[str, Any]) -> None:
         write_lines(run_ops(job["ops"], config), out)
     elif mode == "sizing":
         write_sizing(config, out)
+    elif mode == "cudagraph":  # vLLM's capture sizes (cudagraph_driver.py, beside this)
+        sizes = _sibling_module("cudagraph_driver").sizes_of
+        write_lines(({"sizes": sizes(case)} for case in job["cases"]), out)
     else:
         raise ValueError(f"unknown mode {mode!r}")
 

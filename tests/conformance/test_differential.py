@@ -1,16 +1,17 @@
 """Randomized differential conformance: kvcore makes vLLM 0.33.0's decisions.
 
-``test_kvcore_matches_vllm`` replays >= 200 random step traces, 40 op sequences and 40
-sizing cases through vLLM's own core (one ``.venv-vllm`` process; skipped when that
-environment is absent; create it with ``scripts/setup_vllm_oracle.sh``) and through
-kvcore, and requires every line to match. ``test_kvcore_matches_vllm_async`` replays
-the same >= 200 traces through vLLM's ``AsyncScheduler`` behind its engine core's own
-batch queue (outputs applied a step late) and through kvcore's ``AsyncScheduler`` and
-``BatchQueue``. The seed is fixed unless ``KVSIM_CONFORMANCE_SEED`` is set; a failure
-prints the seed, the first differing step of both sides and the files holding the
-failing case. ``test_async_mutant_is_caught`` checks that a kvcore applying each
-output before the next batch is scheduled fails the comparison with a readable diff.
-The other tests run without vLLM.
+``test_kvcore_matches_vllm`` replays >= 200 random step traces, 40 op sequences, 40
+sizing cases and 40 CUDA graph capture-size cases through vLLM's own core (one
+``.venv-vllm`` process; skipped when that environment is absent; create it with
+``scripts/setup_vllm_oracle.sh``) and through kvcore, and requires every line to
+match. ``test_kvcore_matches_vllm_async`` replays the same >= 200 traces through
+vLLM's ``AsyncScheduler`` behind its engine core's own batch queue (outputs applied a
+step late) and through kvcore's ``AsyncScheduler`` and ``BatchQueue``. The seed is
+fixed unless ``KVSIM_CONFORMANCE_SEED`` is set; a failure prints the seed, the first
+differing step of both sides and the files holding the failing case.
+``test_async_mutant_is_caught`` checks that a kvcore applying each output before the
+next batch is scheduled fails the comparison with a readable diff. The other tests run
+without vLLM.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def test_kvcore_matches_vllm(tmp_path: Path) -> None:
     )
     assert report.vllm_version == "0.33.0"
     assert report.traces >= 200 and report.op_cases >= 40 and report.sizing_cases >= 40
+    assert report.cudagraph_cases >= 40
     assert report.steps > 20 * report.traces
 
 
