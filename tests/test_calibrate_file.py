@@ -151,11 +151,13 @@ def test_calibrate_quick_cpu_end_to_end(tmp_path):
     assert set(cal.latency.holdout_mape) == {"all", "decode", "prefill", "mixed"}
     assert cal.latency.holdout_mape["all"] < 0.30  # 0.107 when last measured (CPU, --quick)
     assert "holdout MAPE" in res.stdout
+    short = ("--num-requests", "100", "--no-report")
     run = _cli("run", "--model", "kvsim-tiny", "--gpu", "cpu", "--calibration", str(out),
-               "--out", str(tmp_path / "run"), cwd=tmp_path)  # fmt: skip
+               "--out", str(tmp_path / "run"), *short, cwd=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr
     # Without --model / --gpu the file's model, GPU and TP are taken.
-    alone = _cli("run", "--calibration", str(out), "--out", str(tmp_path / "r2"), cwd=tmp_path)
+    alone = _cli("run", "--calibration", str(out), "--out", str(tmp_path / "r2"), *short,
+                 cwd=tmp_path)  # fmt: skip
     assert alone.returncode == 0, alone.stderr
     config = yaml.safe_load((tmp_path / "r2" / "config.yaml").read_text())
     assert (config["model"], config["engine"]["tensor_parallel_size"]) == ("kvsim-tiny", 1)

@@ -261,12 +261,12 @@ def test_a_lockstep_group_is_one_line_of_forwards_timed_by_its_slowest_rank() ->
 
 def test_fit_recovers_factors_of_a_simulated_dp_ep_run(tmp_path: Path) -> None:
     """A MoE model served by two DP ranks with expert parallelism, stepping in lockstep:
-    request times made by a replay at known factors (the first 120 requests of the public
+    request times made by a replay at known factors (the first 80 requests of the public
     run's trace) are reproduced by the fit started from the defaults."""
     moe = REPO / "scripts" / "ground_truth" / "Qwen3-30B-A3B-Instruct-2507.json"
     log = REPO / "tests" / "data" / "llmservingsim" / "RTXPRO6000_Qwen3-30B-A3B-Instruct-2507"
     trace = tmp_path / "requests.jsonl"
-    trace.write_text("".join((log / "requests.jsonl").read_text().splitlines(True)[:120]))
+    trace.write_text("".join((log / "requests.jsonl").read_text().splitlines(True)[:80]))
     engine = EngineConfig(**ENGINE, data_parallel_size=2, enable_expert_parallel=True)
     spec = RunSpec(
         workload=str(trace), model=str(moe), gpu=PRO6000, engine=engine,
