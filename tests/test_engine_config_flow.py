@@ -32,6 +32,7 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "tensor_parallel_size": (["--tensor-parallel-size", "2"], 2),
     "data_parallel_size": (["--data-parallel-size", "2"], 2),
     "enable_expert_parallel": (["--enable-expert-parallel"], True),
+    "enforce_eager": (["--enforce-eager"], True),
     "long_prefill_token_threshold": (["--long-prefill-token-threshold", "64"], 64),
     "enable_chunked_prefill": (["--no-enable-chunked-prefill"], False),
     "enable_prefix_caching": (["--no-enable-prefix-caching"], False),
