@@ -123,6 +123,7 @@ def simulate(
     goodput: dict[str, float] | None = None,
     steps_mode: str = "full",
     steps_format: str = "csv",
+    on_cluster: Callable[[Cluster | PDCluster], None] | None = None,
 ) -> dict[str, Any]:
     """Run the simulation, writing ``steps.csv``, ``requests.csv`` (and
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
@@ -133,7 +134,9 @@ def simulate(
     processes (:mod:`sim.offload`; same bytes either way); None: when
     ``sim.offload.allowed()``. ``steps_mode``: ``full``, ``thin`` or ``none``
     (:mod:`sim.step_thin`); ``steps_format``: ``csv`` or ``parquet``
-    (``steps.parquet``, :mod:`sim.step_parquet`).
+    (``steps.parquet``, :mod:`sim.step_parquet`). ``on_cluster``: called with the cluster
+    (its ``engines``) once it is built, before anything runs: how a caller observes the
+    engines of a run.
     """
     wall0 = time.perf_counter()
     if helpers is None:
@@ -181,6 +184,8 @@ def simulate(
                 on_progress=on_progress,
                 fast_forward=fast_forward,
             )
+        if on_cluster is not None:
+            on_cluster(cluster)
         drawn = resolved.workload.draw_ahead(cluster.prompt_hashes) if helpers else None
         ahead = None
         if drawn is not None:

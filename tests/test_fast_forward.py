@@ -227,21 +227,11 @@ def _light_engines(
     engine = EngineConfig(async_scheduling=async_scheduling)
     resolved = resolve_run(RunSpec(workload=str(path), engine=engine))
     engines: list[ReplicaEngine] = []
-    original = ReplicaEngine.__init__
-
-    def spy(self: ReplicaEngine, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        engines.append(self)
-
-    ReplicaEngine.__init__ = spy  # type: ignore[method-assign]
-    try:
-        out = tmp_path / f"light-{fast_forward}-{len(kwargs)}{'-async' * async_scheduling}"
-        out.mkdir()
-        if fast_forward is not None:
-            kwargs["fast_forward"] = fast_forward
-        summary = simulate(resolved, out, **kwargs)
-    finally:
-        ReplicaEngine.__init__ = original  # type: ignore[method-assign]
+    out = tmp_path / f"light-{fast_forward}-{len(kwargs)}{'-async' * async_scheduling}"
+    out.mkdir()
+    if fast_forward is not None:
+        kwargs["fast_forward"] = fast_forward
+    summary = simulate(resolved, out, on_cluster=lambda c: engines.extend(c.engines), **kwargs)
     return engines, summary
 
 
