@@ -5,7 +5,7 @@ In the main process, :func:`install` turns SIGTERM and SIGHUP into :class:`Termi
 a ``KeyboardInterrupt``, so the cleanup that runs on Ctrl-C (temporary directories
 removed, helper processes reaped, one line saying what was kept) runs for them too.
 Worker processes (sweep points) call :func:`worker_init`: they get SIGTERM when their
-parent dies (Linux ``PR_SET_PDEATHSIG``, or a watchdog thread elsewhere), clean up
+parent dies (Linux ``PR_SET_PDEATHSIG``, and a watchdog thread everywhere), clean up
 the point they are running and exit; an idle worker exits at once.
 """
 
@@ -92,14 +92,17 @@ def exit_status(exc: BaseException) -> int:
 
 
 def die_with_parent(sig: int, parent: int) -> None:
-    """Have ``sig`` sent to this process when its parent (pid ``parent``) dies."""
-    armed = False
+    """Have ``sig`` sent to this process when its parent (pid ``parent``) dies: by the
+    kernel on Linux (``PR_SET_PDEATHSIG``) and, everywhere, by a thread that watches
+    the parent every 0.5 s. The kernel's signal alone once left an idle sweep worker
+    orphaned and waiting on its task queue (on a clean-clone CI run whose sweep was
+    killed): it goes with the death of the *thread* that forked the worker, and a pool
+    may fork from a thread of its own."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    if not armed:
-        threading.Thread(target=_watch_parent, args=(sig, parent), daemon=True).start()
+            libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    threading.Thread(target=_watch_parent, args=(sig, parent), daemon=True).start()
     if os.getppid() != parent:  # the parent died before we were armed
         os.kill(os.getpid(), sig)
 
