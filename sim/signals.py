@@ -96,8 +96,9 @@ def die_with_parent(sig: int, parent: int) -> None:
     kernel on Linux (``PR_SET_PDEATHSIG``) and, everywhere, by a thread that watches
     the parent every 0.5 s. The kernel's signal alone once left an idle sweep worker
     orphaned and waiting on its task queue (on a clean-clone CI run whose sweep was
-    killed): it goes with the death of the *thread* that forked the worker, and a pool
-    may fork from a thread of its own."""
+    killed; its SIGTERM handler was still in place, so no signal had come). The cause
+    was not found: the kernel sends it when the *thread* that forked the process ends,
+    which need not be when the parent process does."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
