@@ -14,6 +14,7 @@ summary's measurement window).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +219,7 @@ def render_run_plots(
     requests: pd.DataFrame | None = None,
     summary: dict[str, Any] | None = None,
     note: str = "",
+    parallel: bool = False,
 ) -> list[Path]:
     """Write ``plots/*.png`` for a run directory (removing kvsim's earlier PNGs there);
     return the files written, in report order.
@@ -227,6 +229,9 @@ def render_run_plots(
     rows binned in chunks, :class:`reports.step_stream.StepRows`); None reads
     ``steps.csv`` / ``requests.csv`` as they are. No step rows (``--steps none``): no timeline or
     replica plots. ``note``: appended to the timeline's title (e.g. thinned steps).
+    ``parallel``: draw the plots of the requests (latency, speculative decoding, P/D) in
+    a forked child while this process draws those of the steps (the same files; where
+    the child cannot start or fails, they are drawn here after).
     """
     plots = Path(run_dir) / "plots"
     plots.mkdir(exist_ok=True)
@@ -236,6 +241,14 @@ def render_run_plots(
         steps = pd.read_csv(run_dir / "steps.csv")
     if requests is None:
         requests = pd.read_csv(run_dir / "requests.csv")
+    child = _fork() if parallel else None
+    if child == 0:  # the child: the request plots, then out, whatever happens
+        code = 1
+        try:
+            _request_plots(run_dir, plots, requests, summary)
+            code = 0
+        finally:
+            os._exit(code)
     out = []
     end = float((summary or {}).get("sim_duration_s") or 0.0)
     if isinstance(steps, pd.DataFrame):
@@ -246,7 +259,17 @@ def render_run_plots(
         out.append(plot_timeline(binned, summary, plots / "timeline.png", note))
         if len(binned.replicas) > 1:
             out.append(plot_replicas(binned, summary, plots / "replicas.png"))
-    out.append(plot_latency(requests, plots / "latency.png", summary))
+    if child is not None and _succeeded(child):
+        names = ("latency.png", "spec_acceptance.png", "pd.png")
+        return out + [plots / n for n in names if (plots / n).is_file()]
+    return out + _request_plots(run_dir, plots, requests, summary)
+
+
+def _request_plots(
+    run_dir: Path, plots: Path, requests: pd.DataFrame, summary: dict[str, Any] | None
+) -> list[Path]:
+    """The plots drawn from the requests (and the run's ``spec_decode.csv``), in order."""
+    out = [plot_latency(requests, plots / "latency.png", summary)]
     spec = Path(run_dir) / "spec_decode.csv"
     if spec.is_file():  # a run with speculative decoding
         from reports.spec_plot import plot_spec_acceptance
@@ -261,3 +284,22 @@ def render_run_plots(
         if drawn is not None:
             out.append(drawn)
     return out
+
+
+def _fork() -> int | None:
+    """``os.fork()``'s answer, or None where a process cannot fork."""
+    if not hasattr(os, "fork"):
+        return None
+    try:
+        return os.fork()
+    except OSError:
+        return None
+
+
+def _succeeded(pid: int) -> bool:
+    """Wait for child ``pid``; whether it exited with status 0."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return False
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

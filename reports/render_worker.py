@@ -87,7 +87,7 @@ def main() -> int:
     if not line:
         return 0  # the run ended without a report
     try:
-        render_run(Path(line))
+        render_run(Path(line), parallel=True)  # the run waits for it: both cores draw
     except Exception:  # the run renders again itself, and reports what fails there
         return 1
     print("ok", flush=True)

@@ -33,10 +33,11 @@ def run_title(config: dict[str, Any]) -> str:
     return f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}"
 
 
-def render_run(run_dir: Path) -> RenderedRun:
+def render_run(run_dir: Path, parallel: bool = False) -> RenderedRun:
     """Re-render ``plots/`` and ``report.html`` of ``run_dir``. ValueError (or
     :class:`reports.run_records.RunRecordsError`) when ``summary.json`` is not an
-    object or a records file cannot be read at all."""
+    object or a records file cannot be read at all. ``parallel``: two processes draw
+    the plots (:func:`reports.plots.render_run_plots`)."""
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     if not isinstance(summary, dict):
@@ -53,6 +54,7 @@ def render_run(run_dir: Path) -> RenderedRun:
         records.requests,
         summary=summary,
         note=note,
+        parallel=parallel,
     )
     page = render_report(run_dir, title=run_title(config), notes=records.notes)
     return RenderedRun(page, records.notes)

@@ -46,3 +46,34 @@ def test_an_unused_worker_is_stopped(tmp_path: Path) -> None:
     assert proc is not None
     worker.close()
     assert proc.poll() is not None and worker._proc is None
+
+
+def test_a_failed_child_leaves_its_plots_to_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drawn in parallel, the request plots come from a forked child; when the child
+    fails, this process draws them after the step plots: the same files either way."""
+    import os
+
+    import reports.plots as plots
+
+    spec = RunSpec(workload="chat", workload_overrides=WorkloadOverrides(num_requests=30))
+    run(spec, tmp_path / "run", render=False, helpers=False)
+    here, there = tmp_path / "here", tmp_path / "there"
+    shutil.copytree(tmp_path / "run", here)
+    shutil.copytree(tmp_path / "run", there)
+    render_run(here)
+    parent, real = os.getpid(), plots._request_plots
+
+    def fails_in_the_child(*args: object) -> list[Path]:
+        if os.getpid() != parent:
+            raise RuntimeError("child")
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plots, "_request_plots", fails_in_the_child)
+    render_run(there, parallel=True)
+    names = sorted(p.relative_to(here) for p in here.rglob("*.png"))
+    assert Path("plots/latency.png") in names and Path("plots/timeline.png") in names
+    assert names == sorted(p.relative_to(there) for p in there.rglob("*.png"))
+    for name in names:
+        assert (here / name).read_bytes() == (there / name).read_bytes(), name
