@@ -14,13 +14,19 @@ from sim.run import RunSpec, run
 from workloads.overrides import WorkloadOverrides
 
 
-def test_the_worker_writes_what_the_run_would(tmp_path: Path) -> None:
+def _two_copies(tmp_path: Path) -> tuple[Path, Path]:
+    """A small run, unrendered, twice: the first copy rendered in process."""
     spec = RunSpec(workload="chat", workload_overrides=WorkloadOverrides(num_requests=30))
     run(spec, tmp_path / "run", render=False, helpers=False)
     here, there = tmp_path / "here", tmp_path / "there"
     shutil.copytree(tmp_path / "run", here)
     shutil.copytree(tmp_path / "run", there)
     render_run(here)
+    return here, there
+
+
+def test_the_worker_writes_what_the_run_would(tmp_path: Path) -> None:
+    here, there = _two_copies(tmp_path)
     worker = RenderWorker()
     assert worker._proc is not None  # it started
     assert worker.render(there)  # by the worker, not by the fallback
@@ -57,12 +63,7 @@ def test_a_failed_child_leaves_its_plots_to_the_parent(
 
     import reports.plots as plots
 
-    spec = RunSpec(workload="chat", workload_overrides=WorkloadOverrides(num_requests=30))
-    run(spec, tmp_path / "run", render=False, helpers=False)
-    here, there = tmp_path / "here", tmp_path / "there"
-    shutil.copytree(tmp_path / "run", here)
-    shutil.copytree(tmp_path / "run", there)
-    render_run(here)
+    here, there = _two_copies(tmp_path)
     parent, real = os.getpid(), plots._request_plots
 
     def fails_in_the_child(*args: object) -> list[Path]:
