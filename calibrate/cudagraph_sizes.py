@@ -1,4 +1,5 @@
-"""The batch sizes vLLM 0.33.0 captures CUDA graphs for, and the padding they imply.
+"""The batch sizes vLLM 0.33.0 captures CUDA graphs for (the padding they imply:
+``RooflineLatencyModel.graph_tokens`` and its scalar twin).
 
 vLLM runs a step whose token count fits a captured graph by padding it to the smallest
 captured size at least that large (full graphs for uniform decode batches, piecewise
@@ -18,8 +19,6 @@ when it fits). ``enforce_eager`` captures none.
 """
 
 from __future__ import annotations
-
-from bisect import bisect_left
 
 
 def _request_counts(max_reqs: int, ceiling: int) -> list[int]:
@@ -60,11 +59,3 @@ def capture_sizes(
         sizes.append(max_num_batched_tokens)
     sizes += [s for s in decode if s <= max_num_batched_tokens]
     return tuple(sorted(set(sizes)))
-
-
-def padded_tokens(sizes: tuple[int, ...] | list[float], num_tokens: float) -> float:
-    """``num_tokens`` padded to the smallest captured size at least that large; itself
-    above the largest (or with none captured)."""
-    if not sizes or num_tokens > sizes[-1]:
-        return num_tokens
-    return float(sizes[bisect_left(sizes, num_tokens)])

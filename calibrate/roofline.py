@@ -218,6 +218,7 @@ class RooflineLatencyModel(LatencyModel):
         self.dp = data_parallel_size if model.num_experts else 1
         self.eff = efficiency or RooflineEfficiency()
         self.efficiency_source = efficiency_source
+        self.kv_cache_dtype = kv_cache_dtype
         self.cudagraph_sizes = tuple(cudagraph_sizes)
         """Token counts with a captured CUDA graph (:mod:`calibrate.cudagraph_sizes`):
         a step of at most the largest runs its GEMMs and collectives on the tokens
@@ -257,6 +258,14 @@ class RooflineLatencyModel(LatencyModel):
         self.dispatch = AllReducePlan(gpu, self.dp) if self.dp > 1 else None
         self.dispatch_bytes_per_token = (2 * model.hidden_size + model.num_experts) * abytes
         self.groups = self._attention_groups(model, kv_cache_dtype)
+
+    def with_efficiency(self, efficiency: RooflineEfficiency) -> RooflineLatencyModel:
+        """This model (model, GPU, parallel sizes, KV dtype, CUDA graphs) at other
+        factors."""
+        return RooflineLatencyModel(
+            self.model, self.gpu, self.tp, efficiency, self.kv_cache_dtype, self.dp,
+            cudagraph_sizes=self.cudagraph_sizes,
+        )  # fmt: skip
 
     def _attention_groups(self, model: ModelSpec, kv_cache_dtype: str) -> list[_AttentionGroup]:
         heads = model.num_attention_heads / self.tp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from calibrate.catalog import load_gpu, load_model
-from calibrate.cudagraph_sizes import capture_sizes, padded_tokens
+from calibrate.cudagraph_sizes import capture_sizes
 from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel
 from calibrate.roofline_scalar import ScalarRoofline
 from sim.engine_config import EngineConfig
@@ -17,9 +17,11 @@ from sim.setup import resolve_run
 def test_padding() -> None:
     sizes = capture_sizes(256, 8192, "9.0")
     assert sizes[:5] == (1, 2, 4, 8, 16) and sizes[-2:] == (496, 512)
-    assert [padded_tokens(sizes, n) for n in (1, 3, 33, 256, 257, 512, 513)] == [
-        1, 4, 40, 256, 272, 512, 513,
-    ]  # fmt: skip
+    model = RooflineLatencyModel(
+        load_model("Llama-3.1-8B"), load_gpu("H100-SXM"), cudagraph_sizes=sizes
+    )
+    tokens = np.array([1, 3, 33, 256, 257, 512, 513], dtype=np.float64)
+    assert model.graph_tokens(tokens).tolist() == [1, 4, 40, 256, 272, 512, 513]
     assert capture_sizes(1024, 8192, "10.0")[-1] == 1024  # data-centre Blackwell
     assert capture_sizes(1024, 8192, "9.0")[-1] == 512
     assert capture_sizes(64, 2048, "9.0")[-1] == 128  # 2 x max_num_seqs

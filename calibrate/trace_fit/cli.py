@@ -21,7 +21,7 @@ from calibrate.output_files import write_atomically
 from calibrate.roofline_terms import PARAMETERS
 from calibrate.trace_fit.bench_log import detailed_requests, write_trace
 from calibrate.trace_fit.fit import Measured, TraceFit, fit_trace
-from calibrate.trace_fit.runs_file import DP_ROUTER, FitRun, is_runs_file, load_runs
+from calibrate.trace_fit.runs_file import FitRun, default_router, is_runs_file, load_runs
 from sim.engine_config import load_engine_config
 from sim.interop.real import read_real
 from sim.run import RunSpec
@@ -105,7 +105,7 @@ def fit_runs(
         return load_runs(trace)
     engine = load_engine_config(engine_file, engine_overrides, {"tensor_parallel_size": tp})
     dp = engine.data_parallel_size
-    return [FitRun(_trace_file(trace), model, engine, dp, DP_ROUTER if dp > 1 else "round_robin")]
+    return [FitRun(_trace_file(trace), model, engine, dp, default_router(dp))]
 
 
 def fit_efficiency(

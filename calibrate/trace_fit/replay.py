@@ -58,10 +58,7 @@ def replay(spec: RunSpec, efficiency: RooflineEfficiency) -> Replay:
     base = resolved.latency_model
     if not isinstance(base, RooflineLatencyModel):
         raise ValueError("--from-trace fits the roofline latency model: drop --latency-model")
-    model = RooflineLatencyModel(
-        base.model, base.gpu, base.tp, efficiency, resolved.engine.kv_cache_dtype, base.dp,
-        cudagraph_sizes=base.cudagraph_sizes,
-    )  # fmt: skip
+    model = base.with_efficiency(efficiency)
     recorders = tuple(RecordingLatency(model) for _ in range(spec.num_replicas))
     resolved = dataclasses.replace(
         resolved, latency_model=recorders[0], replica_latency_models=recorders

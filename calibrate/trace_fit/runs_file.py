@@ -34,6 +34,12 @@ with the fewest waiting and running requests (its DP load balancer), which kvsim
 ``least_outstanding`` router approximates."""
 
 
+def default_router(num_replicas: int) -> str:
+    """The router a run of ``num_replicas`` engines was replayed behind when its runs
+    entry (or the command line) names none: :data:`DP_ROUTER` for several engines."""
+    return DP_ROUTER if num_replicas > 1 else "round_robin"
+
+
 class RunEntry(BaseModel):
     """One run of a runs file."""
 
@@ -107,6 +113,6 @@ def load_runs(path: str) -> list[FitRun]:
             ) from None
         trace = Path(os.path.normpath(p.parent / run.trace))
         replicas = run.num_replicas or engine.data_parallel_size
-        router = run.router or (DP_ROUTER if replicas > 1 else "round_robin")
+        router = run.router or default_router(replicas)
         out.append(FitRun(trace, _resolve(p.parent, run.model), engine, replicas, router))
     return out

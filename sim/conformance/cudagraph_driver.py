@@ -7,7 +7,8 @@ decode_query_len]`` is given to ``VllmConfig._set_cudagraph_sizes`` on a stand-i
 configuration holding only what that method reads (graphs on, no sizes given,
 ``performance_mode`` "balanced", the platform reporting the case's capability); the
 sizes it sets are printed as one JSON list per case. Standard library and vLLM only:
-``tests/test_cudagraph_sizes.py`` compares them with :mod:`calibrate.cudagraph_sizes`.
+``vllm_driver.py``'s ``cudagraph`` batch mode calls :func:`sizes_of`, and
+:mod:`sim.conformance.differential` compares them with :mod:`calibrate.cudagraph_sizes`.
 """
 
 from __future__ import annotations

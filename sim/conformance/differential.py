@@ -257,10 +257,10 @@ def run(
                 files = _write_case(out_dir, name, {"config": config})
                 report.mismatches.append(Mismatch("sizing", i, diff, files))
             job += 1
-        theirs_graphs = _read_lines(work / "cudagraph.jsonl") if graph_cases else []
+        theirs_graphs = (_read_lines(work / "cudagraph.jsonl") or []) if graph_cases else []
         for i, case in enumerate(graph_cases):
-            report.cudagraph_cases += 1
-            theirs_sizes = (theirs_graphs or [{}] * len(graph_cases))[i].get("sizes")
+            report.cudagraph_cases += 1  # no line from the oracle: its sizes are None
+            theirs_sizes = theirs_graphs[i]["sizes"] if i < len(theirs_graphs) else None
             ours_sizes = run_kvsim_cudagraph(case)
             if theirs_sizes != ours_sizes:
                 diff = Diff("sizes", {"sizes": theirs_sizes}, {"sizes": ours_sizes})

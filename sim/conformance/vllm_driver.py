@@ -229,28 +229,20 @@ _TINY_LLAMA = {
 _MODEL_DIR: str | None = None
 
 
-def _load_replay_spec() -> Any:
-    """kvcore's fake drafter rules (standard library only), loaded by path."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, os.pardir, os.pardir, "kvcore", "replay_spec.py")
-    spec = importlib.util.spec_from_file_location("kvsim_oracle_replay_spec", path)
+def _load_by_path(*parts: str) -> Any:
+    """A standard-library-only module of kvsim, loaded by its path relative to this
+    file (the oracle's interpreter has no kvsim package)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts)
+    name = "kvsim_oracle_" + os.path.splitext(parts[-1])[0]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-replay_spec = _load_replay_spec()
-
-
-def _sibling_module(name: str) -> Any:
-    """``name``.py beside this file, loaded by path (the oracle has no kvsim package)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    spec = importlib.util.spec_from_file_location("kvsim_oracle_" + name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+replay_spec = _load_by_path(os.pardir, os.pardir, "kvcore", "replay_spec.py")
+"""kvcore's fake drafter rules."""
 
 
 # --------------------------------------------------------------------------- #
@@ -1317,7 +1309,7 @@ def run_job(job: dict[str, Any]) -> None:
     elif mode == "sizing":
         write_sizing(config, out)
     elif mode == "cudagraph":  # vLLM's capture sizes (cudagraph_driver.py, beside this)
-        sizes = _sibling_module("cudagraph_driver").sizes_of
+        sizes = _load_by_path("cudagraph_driver.py").sizes_of
         write_lines(({"sizes": sizes(case)} for case in job["cases"]), out)
     else:
         raise ValueError(f"unknown mode {mode!r}")

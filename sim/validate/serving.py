@@ -7,8 +7,8 @@ block 16, prefix caching and chunked prefill on) and, where the run recorded it,
 measured block count. Errors compare means of engine-side times (TTFT from the engine's
 queued timestamp, TPOT over the decode interval, E2E) as
 ``calibrate.trace_fit.fit.errors`` defines them. The Qwen3-30B-A3B run (DP 2 with
-expert parallelism) is replayed as two replicas whose MoE layers share the experts
-(``calibrate.roofline``), without the DP ranks' lockstep.
+expert parallelism) is replayed as two DP ranks whose MoE layers share the experts
+(``calibrate.roofline``), stepping in lockstep (:mod:`sim.dp_lockstep`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel
+from calibrate.roofline import RooflineEfficiency
 from calibrate.trace_fit.cli import measured_requests
 from calibrate.trace_fit.fit import errors
 from sim.engine_config import EngineConfig
@@ -108,11 +108,7 @@ def replay_run(
     )  # fmt: skip
     resolved = resolve_run(spec)
     if efficiency is not None:
-        rf = resolved.latency_model
-        latency = RooflineLatencyModel(
-            rf.model, rf.gpu, rf.tp, efficiency, run.engine.kv_cache_dtype,
-            run.engine.data_parallel_size, cudagraph_sizes=rf.cudagraph_sizes,
-        )  # fmt: skip
+        latency = resolved.latency_model.with_efficiency(efficiency)
         resolved = replace(resolved, latency_model=latency, latency_description=latency.describe())
     with tempfile.TemporaryDirectory(prefix="kvsim-validate-") as tmp:
         simulate(
