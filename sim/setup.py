@@ -150,6 +150,7 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         max_num_batched_tokens=budget.max_num_batched_tokens,
         gpu=gpu,
         offload=offload is not None,
+        target_latency=latency,
     )
     pd_spec = getattr(spec, "pd", None)
     pd_spec = parse_pd(pd_spec) if isinstance(pd_spec, str) else pd_spec

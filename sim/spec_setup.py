@@ -15,6 +15,7 @@ from typing import Any
 
 from calibrate.budget import draft_model_of
 from calibrate.latency import make_latency_model
+from calibrate.roofline import RooflineLatencyModel
 from kvcore.spec_decode import SpecDecodingStats, SpeculativeConfig
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID
 from sim.spec_acceptance import AcceptanceModel, AcceptanceSampler
@@ -68,9 +69,15 @@ def resolve_spec(
     max_num_batched_tokens: int,
     gpu: Any,
     offload: bool,
+    target_latency: Any = None,
 ) -> SpecSetup | None:
     """The run's speculative decoding (None when off, or ``num_speculative_tokens``
-    0); ``target`` the target model (an EAGLE head is derived from it). ValueError
+    0); ``target`` the target model (an EAGLE head is derived from it);
+    ``target_latency`` the target's latency model: when it is the roofline, the drafter's
+    runs on the same GPU at its factors (the catalog's, or an efficiency file's) and pads
+    to the same CUDA graph sizes, as vLLM's drafter dispatches its forwards through the
+    engine's captured sizes (``vllm/v1/spec_decode/llm_base_proposer.py``,
+    ``_determine_batch_execution_and_padding``). ValueError
     naming ``--speculative-config`` when it cannot run: ``1 + k`` beyond the limits
     (:func:`sim.spec_config.check_speculative`), or with the CPU offload tier."""
     settings: SpeculativeSettings | None = engine.speculative_config
@@ -88,12 +95,15 @@ def resolve_spec(
     if engine.latency_model != "constant":
         draft = draft_model_of(engine, target)
     if draft is not None:
+        same = target_latency if isinstance(target_latency, RooflineLatencyModel) else None
         draft_latency = make_latency_model(
             "roofline",
             model=draft,
             gpu=gpu,
             tensor_parallel_size=engine.tensor_parallel_size,
             kv_cache_dtype=engine.kv_cache_dtype,
+            efficiency=same.eff if same is not None else None,
+            cudagraph_sizes=same.cudagraph_sizes if same is not None else (),
         )
     return SpecSetup(
         settings,

@@ -276,3 +276,36 @@ def test_budget_command_counts_the_draft_model():
     a, b = json.loads(plain.stdout), json.loads(with_draft.stdout)
     assert "draft_model" not in a and b["draft_model"] == "Llama-3.2-1B"
     assert b["num_gpu_blocks"] < a["num_gpu_blocks"]
+
+
+def test_the_drafter_runs_at_the_targets_factors_and_cuda_graphs(tmp_path):
+    """vLLM's drafter dispatches its forwards through the engine's captured sizes: a
+    draft model's passes pad as the target's steps do (none with --enforce-eager), and
+    it runs at the target's factors (here an efficiency file's, not the catalog's)."""
+    from calibrate.efficiency_file import load_efficiency, write_efficiency
+    from sim.run import RunSpec
+    from sim.setup import resolve_run
+
+    spec = {"method": "draft_model", "model": "Llama-3.2-1B", "num_speculative_tokens": 3}
+
+    def resolved(calibration: str | None = None, **engine: object):
+        cfg = EngineConfig(max_model_len=4096, max_num_seqs=64, speculative_config=spec, **engine)
+        run = RunSpec(workload="chat", gpu="RTX-4090", engine=cfg, calibration=calibration)
+        out = resolve_run(run)
+        assert out.spec is not None
+        return out.latency_model, out.spec.drafter.draft_latency
+
+    target, draft = resolved()
+    assert draft.cudagraph_sizes == target.cudagraph_sizes != ()
+    def flops(model, tokens: float, requests: float = 30) -> float:
+        return float(model.gemm_flops(np.array([tokens]), np.array([requests]))[0])
+
+    _, eager = resolved(enforce_eager=True)
+    assert eager.cudagraph_sizes == ()
+    assert flops(draft, 30) == flops(eager, 32) > flops(eager, 30)  # the 32-token graph
+
+    shipped = load_efficiency("calibrate/catalog/efficiency/rtx-4090.yaml")
+    edited = shipped.model_copy(update={"efficiency": shipped.efficiency | {"memory": 0.5}})
+    write_efficiency(edited, tmp_path / "fit.yaml")
+    target, draft = resolved(calibration=str(tmp_path / "fit.yaml"))
+    assert draft.eff == target.eff and draft.eff.memory == 0.5 != shipped.factors().memory
