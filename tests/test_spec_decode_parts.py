@@ -297,6 +297,7 @@ def test_the_drafter_runs_at_the_targets_factors_and_cuda_graphs(tmp_path):
 
     target, draft = resolved()
     assert draft.cudagraph_sizes == target.cudagraph_sizes != ()
+
     def flops(model, tokens: float, requests: float = 30) -> float:
         return float(model.gemm_flops(np.array([tokens]), np.array([requests]))[0])
 
