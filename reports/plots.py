@@ -199,9 +199,11 @@ def plot_latency(requests: pd.DataFrame, path: Path, summary: dict[str, Any] | N
         hi = max(hi, marks["p99"])
         beyond = int((values > hi).sum())
         if hi - lo > 1e-9 * max(abs(hi), 1e-12):
-            ax.hist(values, bins=50, range=(lo, hi), color="tab:blue", alpha=0.75)
+            ax.hist(
+                values, bins=50, range=(lo, hi), histtype="stepfilled", color="tab:blue", alpha=0.75
+            )
         else:  # equal values (a constant step time): one bar
-            ax.hist(values, bins=1, color="tab:blue", alpha=0.75)
+            ax.hist(values, bins=1, histtype="stepfilled", color="tab:blue", alpha=0.75)
         for q, ls, color in _PERCENTILES:
             ax.axvline(marks[q], color=color, ls=ls, lw=1.2, label=f"{q} {marks[q]:,.1f} ms")
         more = f"\n({beyond:,} beyond the axis)" if beyond else ""

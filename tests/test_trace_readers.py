@@ -171,6 +171,9 @@ BAD_TRACES = [
         "need 2",
     ),
     ("json.jsonl", "{not json}\n", "line 1: not valid JSON"),
+    # two records on one line would be two in one JSON array: still refused
+    ("two.jsonl", KV % ("a", "0") + (KV % ("b", "1")).strip() + ", " + KV % ("c", "2"), "line 2"),
+    ("late.jsonl", KV % ("a", "0") + "\n" + KV % ("b", "1") + '{"request_id": "c"}\n', "line 4"),
     (
         "mc.jsonl",
         '{"timestamp": 0, "input_length": 10, "hash_ids": [1]}\n',
@@ -203,6 +206,21 @@ def test_bad_traces_name_file_line_and_field(tmp_path, name, text, words):
     message = str(info.value)
     assert message.startswith(f"{path}: ") and words in message, message
     assert "\n" not in message
+
+
+def test_one_pass_and_line_by_line_reads_agree(tmp_path):
+    """Blank lines, CRLF endings, an unterminated last line and a non-ASCII id: the
+    one-pass read gives the rows, labels and line numbers of the line-by-line one."""
+    from workloads.traces.jsonl import _bulk, _line_by_line, read_records
+    from workloads.traces.kvsim_jsonl import KvsimLine
+
+    text = KV % ("a", "0") + "\n  \n" + (KV % ("b\u00e9", "0.5")).replace("\n", "\r\n")
+    text += '{"request_id": "c", "arrival_s": 2, "prompt_token_ids": [7, 8], "output_tokens": 1}'
+    path = Path(write(tmp_path, "ok.jsonl", text))
+    assert _bulk(path, KvsimLine) is not None
+    rows, labels, numbers = read_records(path, str(path), KvsimLine)
+    assert (rows, numbers) == _line_by_line(path, str(path), KvsimLine)
+    assert labels == ["line 1", "line 4", "line 5"] and rows[1].request_id == "b\u00e9"
 
 
 def test_all_rows_failed_is_empty(tmp_path):

@@ -1,13 +1,15 @@
-"""Reading JSON Lines traces one validated record at a time."""
+"""Reading JSON Lines traces: validated in one pass over the file where every line is
+valid, else line by line, so that the first bad line is named."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from workloads.errors import WorkloadError, from_validation_error
 
@@ -56,27 +58,58 @@ def validate_record(model: type[M], obj: dict, file: str, number: int) -> M:
         raise from_validation_error(exc, file, model, prefix=f"line {number}") from None
 
 
+@cache
+def _list_of(model: type[BaseModel]) -> TypeAdapter[Any]:
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
+
+
+def _bulk(path: Path, model: type[M]) -> tuple[list[M], list[int]] | None:
+    """Every non-blank line of ``path`` validated as ``model`` in one call (pydantic's
+    JSON parser over the lines joined as one array), with the lines' numbers; None when
+    the file cannot be read or any line is not one valid record (the line-by-line read
+    then names it). A line must give exactly one record: the counts must agree."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    numbers, lines = [], []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if raw.strip():
+            numbers.append(number)
+            lines.append(raw)
+    try:
+        rows = _list_of(model).validate_json(b"[" + b",".join(lines) + b"]")
+    except ValidationError:
+        return None
+    return (rows, numbers) if len(rows) == len(numbers) else None
+
+
+def _line_by_line(path: Path, file: str, model: type[M]) -> tuple[list[M], list[int]]:
+    rows: list[M] = []
+    numbers: list[int] = []
+    for number, obj in iter_json_lines(path, file):
+        rows.append(validate_record(model, obj, file, number))
+        numbers.append(number)
+    return rows, numbers
+
+
 def read_records(path: Path, file: str, model: type[M]) -> tuple[list[M], list[str], list[int]]:
     """Every line of a JSONL trace validated as ``model`` (which has a ``request_id``),
     with each row's ``"line N"`` label and line number; a request id used twice is
-    refused naming both lines, an empty file too."""
+    refused naming both lines, an empty file too. The rows are what validating each
+    line's ``json.loads`` object gives; any line that is not one valid record is read
+    again that way, so its error names the line and field."""
     from workloads.errors import WorkloadError
     from workloads.traces.table import require_nonempty
 
-    rows: list[M] = []
-    lines: list[str] = []
-    numbers: list[int] = []
+    rows, numbers = _bulk(path, model) or _line_by_line(path, file, model)
     seen: dict[str, int] = {}
-    for number, obj in iter_json_lines(path, file):
-        row = validate_record(model, obj, file, number)
+    for row, number in zip(rows, numbers):
         rid = row.request_id  # type: ignore[attr-defined]
         if rid in seen:
             raise WorkloadError(
                 file, f"line {number}: request_id", f"{rid!r} already used on line {seen[rid]}"
             )
         seen[rid] = number
-        rows.append(row)
-        lines.append(f"line {number}")
-        numbers.append(number)
     require_nonempty(file, len(rows))
-    return rows, lines, numbers
+    return rows, [f"line {n}" for n in numbers], numbers
