@@ -2,10 +2,13 @@
 ``OffloadingConnector`` (scheduler role), run on a CPU.
 
 Executed by the oracle environment's interpreter (``.venv-vllm/bin/python``); kvsim
-never imports it. Uses the standard library, vLLM, and three sibling files loaded by
-path: ``vllm_driver.py`` (model directory, request set-up, NONE_HASH),
-``offload_worker.py`` (the fake worker both replays share) and ``offload_case.py``
-(a case's knobs and their defaults, also kvsim's).
+never imports it. Uses the standard library, vLLM, and sibling files loaded by path
+(``oracle_load.py``): the oracle driver's ``oracle_config.py`` (model directory,
+NONE_HASH), ``oracle_common.py`` (request set-up), ``oracle_scheduler.py`` (the
+recording async scheduler, sampled tokens, a step's counters) and ``oracle_async.py``
+(the held-output executor, the engine shell), ``offload_worker.py`` (the fake worker
+both replays share), ``offload_case.py`` (a case's knobs and their defaults, also
+kvsim's) and ``trace_feed.py`` (a trace's arrivals and aborts).
 
 The engine is configured as ``--kv-offloading-size`` does it: ``CacheConfig.
 kv_offloading_size`` (GiB) makes ``VllmConfig`` pick the ``OffloadingConnector``
@@ -23,30 +26,13 @@ each job writes JSON lines to its ``out``.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
 from typing import Any
 
-
-def _sibling(name: str) -> Any:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    spec = importlib.util.spec_from_file_location("kvsim_oracle_" + name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-vd = _sibling("vllm_driver")
-FakeOffloadWorker = _sibling("offload_worker").FakeOffloadWorker
-OFFLOAD_DEFAULTS = _sibling("offload_case").DEFAULTS
-TraceFeed = _sibling("trace_feed").TraceFeed
-
-import vllm  # noqa: E402
-from vllm.config import (  # noqa: E402
+import vllm
+from oracle_load import load_by_path
+from vllm.config import (
     CacheConfig,
     DeviceConfig,
     KVTransferConfig,
@@ -54,14 +40,23 @@ from vllm.config import (  # noqa: E402
     SchedulerConfig,
     VllmConfig,
 )
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
     OffloadingWorkerMetadata,
 )
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs  # noqa: E402
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import RequestStatus  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+from vllm.v1.core import kv_cache_utils
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import RequestStatus
+from vllm.v1.structured_output import StructuredOutputManager
+
+oracle_config = load_by_path("oracle_config.py")
+oracle_common = load_by_path("oracle_common.py")
+oracle_scheduler = load_by_path("oracle_scheduler.py")
+oracle_async = load_by_path("oracle_async.py")
+FakeOffloadWorker = load_by_path("offload_worker.py").FakeOffloadWorker
+OFFLOAD_DEFAULTS = load_by_path("offload_case.py").DEFAULTS
+TraceFeed = load_by_path("trace_feed.py").TraceFeed
 
 PAGE = 4096
 
@@ -77,7 +72,7 @@ class SortedIterSet(set):
 
 
 def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
-    path = vd.model_dir()
+    path = oracle_config.model_dir()
     model = ModelConfig(
         model=path,
         tokenizer=path,
@@ -122,12 +117,14 @@ def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
     if bool(cfg["async_scheduling"]) != bool(vllm_config.scheduler_config.async_scheduling):
         raise ValueError("vLLM changed async scheduling for this configuration")
     register_all_kvcache_specs(vllm_config)
-    steps_cfg = vd.merged(vd.STEPS_DEFAULTS, {"num_gpu_blocks": cfg["num_gpu_blocks"]})
+    steps_cfg = oracle_config.merged(
+        oracle_config.STEPS_DEFAULTS, {"num_gpu_blocks": cfg["num_gpu_blocks"]}
+    )
     steps_cfg.update(block_size=cfg["block_size"], kv_groups=cfg["kv_groups"])
-    cls = vd.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
+    cls = oracle_scheduler.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
     return cls(
         vllm_config=vllm_config,
-        kv_cache_config=vd.kv_cache_config_for(steps_cfg),
+        kv_cache_config=oracle_config.kv_cache_config_for(steps_cfg),
         structured_output_manager=StructuredOutputManager(vllm_config),
         block_size=int(cfg["block_size"]),
         log_stats=True,
@@ -173,7 +170,9 @@ def _feed(trace: list[dict[str, Any]], sched: Any, hasher: Any) -> Any:
     """The trace's arrivals and aborts for vLLM's scheduler ``sched``."""
 
     def add(spec: dict[str, Any], arrival: float) -> None:
-        sched.add_request(vd.make_request(spec, arrival, hasher, int(spec["max_tokens"])))
+        sched.add_request(
+            oracle_common.make_request(spec, arrival, hasher, int(spec["max_tokens"]))
+        )
 
     def abort(rid: str) -> list[str]:
         return [r.request_id for r in sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)]
@@ -182,10 +181,12 @@ def _feed(trace: list[dict[str, Any]], sched: Any, hasher: Any) -> Any:
 
 
 def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    cfg = vd.merged(OFFLOAD_DEFAULTS, cfg_in)
-    max_model_len = vd.resolve_max_model_len(cfg, trace)
-    hash_fn, _ = vd.init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
-    hasher = vd.kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
+    cfg = oracle_config.merged(OFFLOAD_DEFAULTS, cfg_in)
+    max_model_len = oracle_config.resolve_max_model_len(cfg, trace)
+    hash_fn, _ = oracle_config.init_none_hash(
+        cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"]
+    )
+    hasher = kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
     sched = build(cfg, max_model_len)
     conn = sched.connector.scheduler
     manager = conn.manager
@@ -245,7 +246,7 @@ def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[
             "step": step,
             "scheduled": [{"id": rid, "n": n} for rid, n in out.num_scheduled_tokens.items()],
             "preempted": sorted(out.preempted_req_ids or ()),
-            "finished": vd.finished_ids(engine_outputs),
+            "finished": oracle_scheduler.finished_ids(engine_outputs),
             "aborted": aborted,
             "free_blocks_after_schedule": free_after_schedule,
             "free_blocks": pool.get_num_free_blocks(),
@@ -262,7 +263,7 @@ def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[
             "completed": sorted(completed),
             "recving": recving,
             "cpu": cpu_state(manager),
-            "prefix_cache": vd.prefix_stats_json(engine_outputs),
+            "prefix_cache": oracle_scheduler.prefix_stats_json(engine_outputs),
             "connector_cache": _connector_stats(stats),
         }
         lines.append(line)
@@ -271,7 +272,7 @@ def run_steps(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[
     return lines
 
 
-class OffloadExecutor(vd.HeldOutputExecutor):
+class OffloadExecutor(oracle_async.HeldOutputExecutor):
     """The fake model executor of the async replay: at ``execute_model`` (right after
     ``schedule()``) it hands the batch's metadata to the fake worker and fixes the
     batch's output (sampled tokens and the worker's report); ``sample_tokens``
@@ -315,7 +316,7 @@ class OffloadExecutor(vd.HeldOutputExecutor):
         output = ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=vd.sampled_tokens(self.sched, out, self.token),
+            sampled_token_ids=oracle_scheduler.sampled_tokens(self.sched, out, self.token),
             kv_connector_output=KVConnectorOutput(
                 finished_recving=recving,
                 kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=completed),
@@ -328,15 +329,17 @@ class OffloadExecutor(vd.HeldOutputExecutor):
 def run_steps_async(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:func:`run_steps` with vLLM's async engine loop (``AsyncScheduler`` behind the
     engine core's ``step_with_batch_queue``): one line per engine iteration."""
-    cfg = vd.merged(OFFLOAD_DEFAULTS, cfg_in)
-    max_model_len = vd.resolve_max_model_len(cfg, trace)
-    hash_fn, _ = vd.init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
-    hasher = vd.kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
+    cfg = oracle_config.merged(OFFLOAD_DEFAULTS, cfg_in)
+    max_model_len = oracle_config.resolve_max_model_len(cfg, trace)
+    hash_fn, _ = oracle_config.init_none_hash(
+        cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"]
+    )
+    hasher = kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
     sched = build(cfg, max_model_len)
     manager = sched.connector.scheduler.manager
     worker = FakeOffloadWorker(int(cfg["load_latency"]), int(cfg["store_latency"]))
     executor = OffloadExecutor(sched, worker, int(cfg["sample_token_id"]))
-    engine = vd.EngineShell(sched, executor)
+    engine = oracle_async.EngineShell(sched, executor)
     pool = sched.kv_cache_manager.block_pool
     sched.finished_req_ids = SortedIterSet()
     lines: list[dict[str, Any]] = [_header(manager, max_model_len)]
@@ -369,8 +372,8 @@ def run_steps_async(cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> list
                 if eco.scheduler_stats is not None:
                     stats = eco.scheduler_stats
             line.update(
-                finished=vd.finished_ids(outputs),
-                prefix_cache=vd.prefix_stats_json(outputs),
+                finished=oracle_scheduler.finished_ids(outputs),
+                prefix_cache=oracle_scheduler.prefix_stats_json(outputs),
                 connector_cache=_connector_stats(stats),
             )
         else:

@@ -3,10 +3,12 @@
 scheduler role, run on a CPU, on a prefill or a decode instance.
 
 Executed by the oracle environment's interpreter (``.venv-vllm/bin/python``); kvsim
-never imports it. Uses the standard library, vLLM, and three sibling files loaded by
-path: ``vllm_driver.py`` (model directory, VllmConfig, engine shell, NONE_HASH),
-``pd_worker.py`` (the fake worker both replays share) and ``pd_case.py`` (a case's
-knobs, also kvsim's).
+never imports it. Uses the standard library, vLLM, and sibling files loaded by path
+(``oracle_load.py``): the oracle driver's ``oracle_config.py`` (model directory,
+VllmConfig, NONE_HASH), ``oracle_scheduler.py`` (the recording async scheduler, the
+prefix-cache counters) and ``oracle_async.py`` (the held-output executor, the engine
+shell), ``pd_worker.py`` (the fake worker both replays share), ``pd_case.py`` (a case's
+knobs, also kvsim's) and ``trace_feed.py`` (a trace's arrivals and aborts).
 
 The connector is built as ``--kv-transfer-config`` does it:
 ``KVTransferConfig(kv_connector="NixlConnector" | "NixlPushConnector",
@@ -25,37 +27,28 @@ Usage: ``pd_driver.py JOBS`` where JOBS is a JSON file holding
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import os
 import sys
 from typing import Any
 
+import vllm
+from oracle_load import load_by_path
+from vllm.config import KVTransferConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.core import kv_cache_utils
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import Request, RequestStatus
+from vllm.v1.structured_output import StructuredOutputManager
 
-def _sibling(name: str) -> Any:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    spec = importlib.util.spec_from_file_location("kvsim_oracle_" + name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-vd = _sibling("vllm_driver")
-FakeNixlWorker = _sibling("pd_worker").FakeNixlWorker
-pd_case = _sibling("pd_case")
-TraceFeed = _sibling("trace_feed").TraceFeed
-summary_line = _sibling("trace_feed").summary_line
-
-import vllm  # noqa: E402
-from vllm.config import KVTransferConfig  # noqa: E402
-from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs  # noqa: E402
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+oracle_config = load_by_path("oracle_config.py")
+oracle_scheduler = load_by_path("oracle_scheduler.py")
+oracle_async = load_by_path("oracle_async.py")
+FakeNixlWorker = load_by_path("pd_worker.py").FakeNixlWorker
+pd_case = load_by_path("pd_case.py")
+TraceFeed = load_by_path("trace_feed.py").TraceFeed
+summary_line = load_by_path("trace_feed.py").summary_line
 
 
 class SortedIterSet(set):
@@ -67,8 +60,8 @@ class SortedIterSet(set):
 
 
 def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
-    steps_cfg = vd.merged(
-        vd.STEPS_DEFAULTS,
+    steps_cfg = oracle_config.merged(
+        oracle_config.STEPS_DEFAULTS,
         {
             k: cfg[k]
             for k in (
@@ -91,14 +84,14 @@ def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
         engine_id="kvsim-" + cfg["role"],
         kv_load_failure_policy=cfg["kv_load_failure_policy"],
     )
-    vllm_config = vd.build_vllm_config(steps_cfg, max_model_len, kv_transfer_config=ktc)
+    vllm_config = oracle_config.build_vllm_config(steps_cfg, max_model_len, kv_transfer_config=ktc)
     if bool(cfg["async_scheduling"]) != bool(vllm_config.scheduler_config.async_scheduling):
         raise ValueError("vLLM changed async scheduling for this configuration")
     register_all_kvcache_specs(vllm_config)
-    cls = vd.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
+    cls = oracle_scheduler.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
     return cls(
         vllm_config=vllm_config,
-        kv_cache_config=vd.kv_cache_config_for(steps_cfg),
+        kv_cache_config=oracle_config.kv_cache_config_for(steps_cfg),
         structured_output_manager=StructuredOutputManager(vllm_config),
         block_size=int(cfg["block_size"]),
         log_stats=True,
@@ -180,7 +173,7 @@ def cache_json(engine_outputs: dict[int, Any] | None) -> dict[str, Any] | None:
             stats = eco.scheduler_stats
     cps = stats.connector_prefix_cache_stats if stats is not None else None
     return {
-        "gpu": vd.prefix_stats_json(engine_outputs),
+        "gpu": oracle_scheduler.prefix_stats_json(engine_outputs),
         "connector": [0, 0, 0]
         if cps is None
         else [int(cps.requests), int(cps.queries), int(cps.hits)],
@@ -200,7 +193,7 @@ def outputs_json(engine_outputs: dict[int, Any] | None) -> tuple[list[str], dict
     return sorted(finished), params
 
 
-class PDExecutor(vd.HeldOutputExecutor):
+class PDExecutor(oracle_async.HeldOutputExecutor):
     """The fake model executor of the async replay: at ``execute_model`` (right after
     ``schedule()``) it fixes the batch's sampled tokens and asks the fake worker for
     the batch's report; ``sample_tokens`` returns that output."""
@@ -224,11 +217,13 @@ class PDReplay:
     """Replays one P/D case and returns its JSON lines."""
 
     def __init__(self, cfg_in: dict[str, Any], trace: list[dict[str, Any]]) -> None:
-        self.cfg = cfg = vd.merged(pd_case.DEFAULTS, cfg_in)
+        self.cfg = cfg = oracle_config.merged(pd_case.DEFAULTS, cfg_in)
         self.trace = trace
-        self.max_model_len = vd.resolve_max_model_len(cfg, trace)
-        hash_fn, _ = vd.init_none_hash(cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"])
-        self.hasher = vd.kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
+        self.max_model_len = oracle_config.resolve_max_model_len(cfg, trace)
+        hash_fn, _ = oracle_config.init_none_hash(
+            cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"]
+        )
+        self.hasher = kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
         self.sched = build(cfg, self.max_model_len)
         self.sched.finished_req_ids = SortedIterSet()
         self.pool = self.sched.kv_cache_manager.block_pool
@@ -238,7 +233,7 @@ class PDReplay:
         self.async_mode = bool(cfg["async_scheduling"])
         if self.async_mode:
             self.executor = PDExecutor(self)
-            self.engine = vd.EngineShell(self.sched, self.executor)
+            self.engine = oracle_async.EngineShell(self.sched, self.executor)
             self.batch_steps: dict[int, int] = {}
 
     def has_work(self) -> bool:
