@@ -22,7 +22,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -188,7 +187,7 @@ class SourceFinder:
 
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
-    ) -> ModuleSpec | None:
+    ) -> importlib.machinery.ModuleSpec | None:
         source = self.fullnames.get(fullname)
         if source is None:
             return None
