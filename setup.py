@@ -1,6 +1,6 @@
-"""kvsim's build step: compiles the hot modules (``kvcore.native.NATIVE_MODULES``) with
+"""kvsim's build step: compiles the hot modules (``kvsim_native.NATIVE_MODULES``) with
 mypyc, for ``pip install .`` (into the wheel) and ``pip install -e .`` (in place, beside
-the sources, where ``kvcore``'s import-time guard looks for them), and writes the
+the sources, where ``kvsim_native``'s import-time guard looks for them), and writes the
 manifest of source digests the guard checks.
 
 Everything else about the package is in ``pyproject.toml``. Without a working C
@@ -12,6 +12,7 @@ compile again.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -24,14 +25,25 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 
 
-def _native() -> ModuleType:
-    """``kvcore/native.py`` loaded on its own (not the ``kvcore`` package, whose
-    dependencies need not be installed in the build environment)."""
-    spec = importlib.util.spec_from_file_location("_kvsim_build_native", HERE / "kvcore/native.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@functools.cache
+def _native() -> tuple[ModuleType, ModuleType]:
+    """``kvsim_native``'s guard and build modules, loaded by path from this tree (not an
+    installed copy, nor through ``kvsim_native/__init__.py``, which would install the
+    guard in this process); they need only the standard library, all that the build
+    environment is sure to have."""
+    package = ModuleType("kvsim_native")
+    package.__path__ = [str(HERE / "kvsim_native")]
+    sys.modules["kvsim_native"] = package
+    for name in ("guard", "depends", "build"):  # each imports only those before it
+        spec = importlib.util.spec_from_file_location(
+            f"kvsim_native.{name}", HERE / "kvsim_native" / f"{name}.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        setattr(package, name, module)
+        spec.loader.exec_module(module)
+    return package.guard, package.build
 
 
 class CompiledDistribution(Distribution):
@@ -47,21 +59,21 @@ class build_native(build_ext):
 
     mypyc runs in :meth:`run` only: setuptools finalizes this command for the package's
     metadata too (``egg_info`` lists the extensions' sources), so the extensions are
-    named there (``kvcore.native.extension_names``) and mypyc's code fills them in when
-    the build runs."""
+    named there (``kvsim_native.build.extension_names``) and mypyc's code fills them
+    in when the build runs."""
 
     def finalize_options(self) -> None:
-        self._kvsim = _native()
+        self._guard, self._build = _native()
         self._up_to_date = False
         self._fallback: str | None = None
         self._manifest: Path | None = None
         extensions: list[Extension] = []
-        if (self.inplace or self.editable_mode) and self._kvsim.is_current():
+        if (self.inplace or self.editable_mode) and self._guard.is_current():
             self._up_to_date = True
-        elif os.environ.get(self._kvsim.PURE_ENV, "") not in ("", "0"):
-            self._fallback = f"{self._kvsim.PURE_ENV} is set"
+        elif os.environ.get(self._guard.PURE_ENV, "") not in ("", "0"):
+            self._fallback = f"{self._guard.PURE_ENV} is set"
         else:
-            extensions = [Extension(n, sources=[]) for n in self._kvsim.extension_names()]
+            extensions = [Extension(n, sources=[]) for n in self._build.extension_names()]
         self.distribution.ext_modules = extensions
         if self.parallel is None:  # the modules' small extensions beside the big one
             self.parallel = os.cpu_count() or 1
@@ -73,26 +85,25 @@ class build_native(build_ext):
             return
         inplace = bool(self.inplace)
         if inplace:
-            self._kvsim.clean()  # an old build must not outlive a failed one
+            self._guard.clean()  # an old build must not outlive a failed one
         if self._fallback is None:
-            digests = self._kvsim.source_digests()
+            digests = self._build.source_digests()
             try:
                 # type-checks and generates C (mypy's errors end in SystemExit)
-                self._fill(self._kvsim.mypyc_extensions(Path(self.build_temp).resolve() / "mypyc"))
+                self._fill(self._build.mypyc_extensions(Path(self.build_temp).resolve() / "mypyc"))
                 super().run()  # into build_lib; then beside the sources if inplace
             except (Exception, SystemExit) as exc:
                 self._fallback = f"{type(exc).__name__}: {exc}"
             self.inplace = inplace  # setuptools clears it while compiling
         if self._fallback is not None:
             self._remove_built()
-            print(self._kvsim.fallback_notice(self._fallback), file=sys.stderr, flush=True)
+            print(self._build.fallback_notice(self._fallback), file=sys.stderr, flush=True)
             return
-        self._manifest = (
-            self._kvsim.MANIFEST
-            if self.inplace
-            else Path(self.build_lib) / "kvcore" / self._kvsim.MANIFEST.name
-        )
-        self._kvsim.write_manifest(self._manifest, digests)
+        manifest = self._guard.MANIFEST
+        if not self.inplace:  # the same place in the wheel
+            manifest = Path(self.build_lib) / manifest.relative_to(self._guard.ROOT)
+        self._manifest = manifest
+        self._build.write_manifest(self._manifest, digests)
 
     def _fill(self, generated: list[Extension]) -> None:
         """Give the named extensions mypyc's sources and flags."""
@@ -106,7 +117,7 @@ class build_native(build_ext):
     def _remove_built(self) -> None:
         """Remove what a failed build left, so no partial build is installed."""
         if self.inplace:
-            self._kvsim.clean()
+            self._guard.clean()
         for ext in self.extensions:
             built = Path(self.build_lib, self.get_ext_filename(self.get_ext_fullname(ext.name)))
             built.unlink(missing_ok=True)

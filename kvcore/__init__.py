@@ -1,12 +1,10 @@
-"""kvcore: a clock-free Python port of vLLM 0.33.0 V1 KV-cache core and scheduler."""
+"""kvcore: a clock-free Python port of vLLM 0.33.0 V1 KV-cache core and scheduler.
 
-from kvcore.native import install_guard as _install_guard
+``kvcore.NATIVE_STATUS`` is :data:`kvsim_native.NATIVE_STATUS`: which build of the hot
+modules runs ("compiled", "pure", "stale" or "disabled")."""
+
+# First: importing kvsim_native installs the guard that decides whether compiled modules load.
+from kvsim_native import NATIVE_STATUS as NATIVE_STATUS
 
 __version__ = "0.1.0"
 VLLM_VERSION = "0.33.0"
-
-NATIVE_STATUS = _install_guard()
-"""Which build of the hot modules (kvcore's and the simulator's, listed in
-``kvcore.native.NATIVE_MODULES``) runs: "compiled" (mypyc, see
-:mod:`kvcore.native`), "pure", or "stale" / "disabled" (compiled files present but
-not used: they do not match their sources, or ``KVSIM_PURE_PYTHON=1``)."""

@@ -1,3 +1,3 @@
 """Engine loop, runs, sweeps, planning and the kvsim CLI."""
 
-import kvcore  # noqa: F401  # first: its guard decides whether compiled modules load
+import kvsim_native  # noqa: F401  # first: its guard decides whether compiled modules load

@@ -892,8 +892,7 @@ def list_catalog() -> None:
 def version() -> None:
     """Print kvsim's version, the vLLM version kvcore mirrors, and which build of the
     hot modules runs (compiled or pure Python)."""
-    from kvcore import NATIVE_STATUS
-    from kvcore.native import BUILD_LABELS
+    from kvsim_native import BUILD_LABELS, NATIVE_STATUS
 
     typer.echo(f"kvsim {__version__} (kvcore mirrors vLLM {VLLM_VERSION})")
     typer.echo(f"hot modules: {BUILD_LABELS[NATIVE_STATUS]}")

@@ -1,17 +1,20 @@
-"""The project's import graph: no circles among module-level imports, and kvcore (the
-port of vLLM's core) imports nothing else of the project, anywhere in it."""
+"""The project's import graph: no circles among module-level imports, kvcore (the port
+of vLLM's core) imports nothing else of the project, anywhere in it, but kvsim_native (the
+compiled build's guard, which it imports first), and kvsim_native imports nothing of
+the project."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
-from kvcore.native import imported_names
+from kvsim_native.depends import imported_names
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("kvcore", "workloads", "sim", "calibrate", "reports")
+PACKAGES = ("kvsim_native", "kvcore", "workloads", "sim", "calibrate", "reports")
 
 
 def _modules() -> dict[str, Path]:
@@ -104,9 +107,30 @@ def test_no_module_level_import_circles() -> None:
     assert _cycles(graph) == []
 
 
-@pytest.mark.parametrize("name", [n for n in MODULES if n.split(".")[0] == "kvcore"])
-def test_kvcore_imports_nothing_else_of_the_project(name: str) -> None:
+def _imported_anywhere(name: str) -> set[str]:
     nodes = [n for n in ast.walk(_tree(name)) if isinstance(n, ast.stmt)]
-    imported = _imported(name, nodes, module_level=False)
-    outside = sorted(m for m in imported if m.split(".")[0] != "kvcore")
+    return _imported(name, nodes, module_level=False)
+
+
+def _package(module: str) -> str:
+    return module.split(".")[0]
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if _package(n) == "kvcore"])
+def test_kvcore_imports_nothing_else_of_the_project(name: str) -> None:
+    # The one exception: the package imports the compiled build's guard first.
+    allowed = {"kvcore", "kvsim_native"} if name == "kvcore" else {"kvcore"}
+    outside = sorted(m for m in _imported_anywhere(name) if _package(m) not in allowed)
     assert outside == [], f"{name} imports {outside}"
+
+
+@pytest.mark.parametrize("name", [n for n in MODULES if _package(n) == "kvsim_native"])
+def test_kvsim_native_imports_nothing_of_the_project(name: str) -> None:
+    """The build's guard runs before any other module of the project is imported (and
+    ``setup.py`` loads it where none is installed)."""
+    outside = sorted(m for m in _imported_anywhere(name) if _package(m) != "kvsim_native")
+    assert outside == [], f"{name} imports {outside}"
+    # At import time, the standard library only (mypyc and setuptools where a build runs).
+    nodes = [n for n in _tree(name).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    tops = {_package(m) for node in nodes for m in imported_names(node, name)}
+    assert tops <= {*sys.stdlib_module_names, "kvsim_native"}, f"{name} imports {tops}"

@@ -1,9 +1,10 @@
-"""kvcore's optional mypyc build: same results as the pure-Python modules, and never
-used when it no longer matches its sources."""
+"""The compiled (mypyc) build of the hot modules (``kvsim_native``): same results as the
+pure-Python modules, and never used when it no longer matches its sources."""
 
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import kvcore
-from kvcore import native
+from kvsim_native import build, depends, guard
 
 HELPER = Path(__file__).with_name("native_digest_helper.py")
 
@@ -25,9 +26,9 @@ def _digests(*pure: bool) -> list[dict[str, str]]:
     procs = []
     for flag in pure:
         env = dict(os.environ)
-        env.pop(native.PURE_ENV, None)
+        env.pop(guard.PURE_ENV, None)
         if flag:
-            env[native.PURE_ENV] = "1"
+            env[guard.PURE_ENV] = "1"
         cmd = [sys.executable, str(HELPER), "60", "120"]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
     outs = [p.communicate()[0] for p in procs]
@@ -53,57 +54,61 @@ def test_compiled_equals_pure() -> None:
 
 def _fake_package(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A source tree with the listed modules and (fake) compiled modules."""
-    monkeypatch.setattr(native, "ROOT", tmp)
-    monkeypatch.setattr(native, "MANIFEST", tmp / "_native_manifest.json")
-    monkeypatch.delenv(native.PURE_ENV, raising=False)
-    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
-    for name in native.NATIVE_MODULES:
+    monkeypatch.setattr(guard, "ROOT", tmp)
+    monkeypatch.setattr(guard, "MANIFEST", tmp / "kvsim_native" / "manifest.json")
+    monkeypatch.delenv(guard.PURE_ENV, raising=False)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name in guard.NATIVE_MODULES:
         stem = tmp / name.replace(".", "/")
         stem.parent.mkdir(exist_ok=True)
         stem.with_suffix(".py").write_text(f"X = {name!r}\n")
         stem.with_name(stem.name + suffix).write_bytes(b"")
-    native.write_manifest(native.MANIFEST, native.source_digests())
+    shared = tmp / (guard.SHARED_LIB.replace(".", "/") + suffix)  # the group's library
+    shared.parent.mkdir(exist_ok=True)
+    shared.write_bytes(b"")
+    build.write_manifest(guard.MANIFEST, build.source_digests())
 
 
 def test_status_follows_the_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_package(tmp_path, monkeypatch)
-    assert native.status() == ("compiled", list(native.NATIVE_MODULES))
+    assert guard.status() == ("compiled", list(guard.NATIVE_MODULES))
     # An edited source makes the build stale: that module is named.
     (tmp_path / "kvcore" / "block_pool.py").write_text("X = 'edited'\n")
-    assert native.status() == ("stale", ["kvcore.block_pool"])
+    assert guard.status() == ("stale", ["kvcore.block_pool"])
     (tmp_path / "sim" / "engine.py").write_text("X = 'edited'\n")
-    assert native.status() == ("stale", ["kvcore.block_pool", "sim.engine"])
+    assert guard.status() == ("stale", ["kvcore.block_pool", "sim.engine"])
     # A module compiled but missing from the manifest, or not compiled, is stale too.
-    native.MANIFEST.write_text("{}")
-    assert native.status()[0] == "stale"
-    monkeypatch.setenv(native.PURE_ENV, "1")
-    assert native.status()[0] == "disabled"
+    guard.MANIFEST.write_text("{}")
+    assert guard.status()[0] == "stale"
+    monkeypatch.setenv(guard.PURE_ENV, "1")
+    assert guard.status()[0] == "disabled"
     # Without compiled files the package is pure Python, whatever the manifest says.
-    for p in native.clean():
-        assert not p.exists()
-    monkeypatch.delenv(native.PURE_ENV)
-    assert native.status() == ("pure", [])
+    removed = guard.clean()
+    assert guard.MANIFEST in removed and len(removed) == len(build.extension_names()) + 1
+    assert not any(p.exists() for p in removed)
+    monkeypatch.delenv(guard.PURE_ENV)
+    assert guard.status() == ("pure", [])
 
 
 def test_an_extension_left_from_an_earlier_build_list_is_stale_and_cleaned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_package(tmp_path, monkeypatch)
-    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     (tmp_path / "sim" / "plan").mkdir()
     left = tmp_path / "sim" / "plan" / ("probe" + suffix)  # once compiled, now not
     left.write_bytes(b"")
     (tmp_path / "sim" / "plan" / "probe.py").write_text("X = 1\n")
-    assert native.status() == ("stale", ["sim.plan.probe (no longer built)"])
-    assert not native.is_current()
+    assert guard.status() == ("stale", ["sim.plan.probe (no longer built)"])
+    assert not guard.is_current()
     # The guard imports it from its source, with the listed modules.
-    monkeypatch.setattr(native.sys, "meta_path", list(native.sys.meta_path))
-    assert native.install_guard() == "stale"
-    finder = next(f for f in native.sys.meta_path if isinstance(f, native._SourceFinder))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    assert guard.install_guard() == "stale"
+    finder = next(f for f in sys.meta_path if isinstance(f, guard.SourceFinder))
     assert "sim.plan.probe" in finder.fullnames and "sim.engine" in finder.fullnames
-    removed = native.clean()
+    removed = guard.clean()
     assert left in removed and not left.exists()
-    assert native.status() == ("pure", [])
+    assert guard.status() == ("pure", [])
 
 
 def test_an_edited_module_the_build_imports_makes_it_stale(
@@ -116,34 +121,34 @@ def test_an_edited_module_the_build_imports_makes_it_stale(
     (tmp_path / "kvcore" / "helpers").mkdir()
     (tmp_path / "kvcore" / "helpers" / "__init__.py").write_text("from .deep import X\n")
     (tmp_path / "kvcore" / "helpers" / "deep.py").write_text("X = 1\n")
-    assert native.build_dependencies() == ["kvcore.helpers", "kvcore.helpers.deep"]
-    native.write_manifest(native.MANIFEST, native.source_digests())
-    assert native.status()[0] == "compiled"
+    assert depends.build_dependencies() == ["kvcore.helpers", "kvcore.helpers.deep"]
+    build.write_manifest(guard.MANIFEST, build.source_digests())
+    assert guard.status()[0] == "compiled"
     (tmp_path / "kvcore" / "helpers" / "deep.py").write_text("X = 2.0\n")
-    assert native.status() == ("stale", ["kvcore.helpers.deep (imported by the build)"])
+    assert guard.status() == ("stale", ["kvcore.helpers.deep (imported by the build)"])
     (tmp_path / "kvcore" / "helpers" / "deep.py").unlink()
-    assert native.status() == ("stale", ["kvcore.helpers.deep (imported by the build)"])
+    assert guard.status() == ("stale", ["kvcore.helpers.deep (imported by the build)"])
 
 
 def test_a_manifest_of_an_earlier_format_is_stale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_package(tmp_path, monkeypatch)
-    flat = {n: native._source_digest(n) for n in native.NATIVE_MODULES}
-    native.MANIFEST.write_text(json.dumps(flat))
-    assert native.status() == ("stale", list(native.NATIVE_MODULES))
+    flat = {n: guard.source_digest(n) for n in guard.NATIVE_MODULES}
+    guard.MANIFEST.write_text(json.dumps(flat))
+    assert guard.status() == ("stale", list(guard.NATIVE_MODULES))
 
 
 def test_pure_env_imports_sources() -> None:
     """With KVSIM_PURE_PYTHON=1 every listed module is imported from its ``.py``."""
     code = (
         "import importlib, kvcore\n"
-        "from kvcore.native import NATIVE_MODULES\n"
+        "from kvsim_native import NATIVE_MODULES\n"
         "files = [importlib.import_module(n).__file__ for n in NATIVE_MODULES]\n"
         "assert all(f.endswith('.py') for f in files), files\n"
         "print(kvcore.NATIVE_STATUS)\n"
     )
-    env = dict(os.environ, **{native.PURE_ENV: "1"})
+    env = dict(os.environ, **{guard.PURE_ENV: "1"})
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
@@ -151,7 +156,7 @@ def test_pure_env_imports_sources() -> None:
 
 
 def test_source_finder_only_takes_listed_modules() -> None:
-    finder = native._SourceFinder(["kvcore.block_pool", "sim.engine"])
+    finder = guard.SourceFinder(["kvcore.block_pool", "sim.engine"])
     spec = finder.find_spec("kvcore.block_pool")
     assert spec is not None and spec.origin.endswith("kvcore/block_pool.py")
     spec = finder.find_spec("sim.engine")
@@ -165,23 +170,23 @@ def test_is_current_needs_every_module_compiled_and_unchanged(
 ) -> None:
     """An editable reinstall skips compiling only when nothing would change."""
     _fake_package(tmp_path, monkeypatch)
-    assert native.is_current()
-    monkeypatch.setenv(native.PURE_ENV, "1")  # forcing the pure modules changes no file
-    assert native.is_current()
+    assert guard.is_current()
+    monkeypatch.setenv(guard.PURE_ENV, "1")  # forcing the pure modules changes no file
+    assert guard.is_current()
     (tmp_path / "sim" / "records.py").write_text("X = 'edited'\n")
-    assert not native.is_current()
-    native.write_manifest(native.MANIFEST, native.source_digests())
-    assert native.is_current()
-    next(iter(native._compiled_files("kvcore.request"))).unlink()
-    assert not native.is_current()
+    assert not guard.is_current()
+    build.write_manifest(guard.MANIFEST, build.source_digests())
+    assert guard.is_current()
+    next(iter(guard.compiled_files("kvcore.request"))).unlink()
+    assert not guard.is_current()
 
 
 def test_fallback_notice_is_one_line() -> None:
-    line = native.fallback_notice("CompileError: command '/bin/false'\nfailed with exit code 1")
+    line = build.fallback_notice("CompileError: command '/bin/false'\nfailed with exit code 1")
     assert "\n" not in line and line.startswith("kvsim: ")
     assert "CompileError: command '/bin/false' failed with exit code 1" in line
     compiler = "CompileError: Command '['/bin/false', '-O3', '-c', 'x.c']' returned non-zero"
-    line = native.fallback_notice(compiler + " exit status 1." + " x" * 400)
+    line = build.fallback_notice(compiler + " exit status 1." + " x" * 400)
     assert "CompileError: Command '/bin/false ...' returned non-zero exit status 1." in line
     assert "-O3" not in line and len(line) < 500
 
@@ -190,7 +195,8 @@ def test_fallback_notice_is_one_line() -> None:
 # writes. mypyc is replaced by a stand-in (FAKE_MYPYC) so no test type-checks the whole
 # package; the stand-in's extension is a real C module, compiled by the real compiler.
 
-PACKAGES = ("kvcore", "sim", "calibrate", "workloads", "reports")
+PACKAGES = ("kvsim_native", "kvcore", "sim", "calibrate", "workloads", "reports")
+MANIFEST_PATH = guard.MANIFEST.relative_to(guard.ROOT)
 FAKE_MYPYC = Path(__file__).with_name("native_fake_mypyc.py")
 
 
@@ -199,10 +205,10 @@ def _source_copy(tmp: Path) -> Path:
     tree = tmp / "src"
     tree.mkdir()
     for name in ("setup.py", "pyproject.toml", "README.md"):
-        (tree / name).write_bytes((native.ROOT / name).read_bytes())
-    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", native.MANIFEST.name)
+        (tree / name).write_bytes((guard.ROOT / name).read_bytes())
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", guard.MANIFEST.name)
     for package in PACKAGES:
-        shutil.copytree(native.ROOT / package, tree / package, ignore=skip)
+        shutil.copytree(guard.ROOT / package, tree / package, ignore=skip)
     fake = tmp / "fake" / "mypyc"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
@@ -211,7 +217,7 @@ def _source_copy(tmp: Path) -> Path:
 
 
 def _setup_py(tree: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k not in (native.PURE_ENV, "CC")}
+    environ = {k: v for k, v in os.environ.items() if k not in (guard.PURE_ENV, "CC")}
     environ.update(env, PYTHONPATH=str(tree.parent / "fake"))
     return subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", *args],
@@ -227,7 +233,7 @@ def _built(tree: Path) -> list[str]:
         str(p.relative_to(tree))
         for package in PACKAGES
         for p in (tree / package).rglob("*")
-        if p.name.endswith(tuple(native.importlib.machinery.EXTENSION_SUFFIXES))
+        if p.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
     )
 
 
@@ -238,7 +244,7 @@ def _status_in(tree: Path) -> list[str]:
         "import kvcore, kvcore.block_pool as b\n"
         "print(kvcore.NATIVE_STATUS); print(b.__file__.rpartition('/')[2])\n"
     )
-    environ = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    environ = {k: v for k, v in os.environ.items() if k != guard.PURE_ENV}
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tree,
@@ -257,7 +263,7 @@ needs_cc = pytest.mark.skipif(not HAS_CC, reason="no C compiler (cc) to build th
 @pytest.mark.parametrize(
     ("env", "reason"),
     [
-        ({native.PURE_ENV: "1"}, "KVSIM_PURE_PYTHON is set"),
+        ({guard.PURE_ENV: "1"}, "KVSIM_PURE_PYTHON is set"),
         ({"FAKE_MYPYC_FAILS": "1"}, "SystemExit: error: mypy found 1 error"),
         ({"CC": "/bin/false"}, "CompileError"),
     ],
@@ -270,14 +276,14 @@ def test_install_falls_back_to_pure_python(
     Python: one notice line, no compiled file left, no manifest, and an old build beside
     the sources removed (an editable install builds in place)."""
     tree = _source_copy(tmp_path)
-    stale_so = tree / "sim" / ("engine" + native.importlib.machinery.EXTENSION_SUFFIXES[0])
+    stale_so = tree / "sim" / ("engine" + importlib.machinery.EXTENSION_SUFFIXES[0])
     stale_so.write_bytes(b"")
     done = _setup_py(tree, "--inplace", **env)
     assert done.returncode == 0, done.stderr
     notices = [line for line in done.stderr.splitlines() if line.startswith("kvsim: ")]
     assert len(notices) == 1, done.stderr
     assert "pure Python" in notices[0] and reason in notices[0], notices[0]
-    assert _built(tree) == [] and not (tree / "kvcore" / native.MANIFEST.name).exists()
+    assert _built(tree) == [] and not (tree / MANIFEST_PATH).exists()
     assert _status_in(tree) == ["pure", "block_pool.py"]
 
 
@@ -290,11 +296,11 @@ def test_install_builds_in_place_and_the_guard_checks_it(tmp_path: Path) -> None
     done = _setup_py(tree, "--inplace")
     assert done.returncode == 0, done.stderr
     assert "kvsim: " not in done.stderr
-    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
-    expected = sorted(n.replace(".", "/") + suffix for n in native.extension_names())
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    expected = sorted(n.replace(".", "/") + suffix for n in build.extension_names())
     assert _built(tree) == expected
-    manifest = json.loads((tree / "kvcore" / native.MANIFEST.name).read_text())
-    assert manifest == native.source_digests()
+    manifest = json.loads((tree / MANIFEST_PATH).read_text())
+    assert manifest == build.source_digests()
     assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
     # Nothing changed: the build is left as it is (the stand-in would fail, and the
     # fall-back remove the build, were mypyc run).
@@ -317,11 +323,11 @@ def test_wheel_build_puts_the_manifest_beside_the_modules(tmp_path: Path) -> Non
     done = _setup_py(tree, "--build-lib", str(tmp_path / "lib"))
     assert done.returncode == 0, done.stderr
     assert _built(tree) == []
-    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
-    for name in native.extension_names():
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name in build.extension_names():
         assert (tmp_path / "lib" / (name.replace(".", "/") + suffix)).exists(), name
-    manifest = json.loads((tmp_path / "lib" / "kvcore" / native.MANIFEST.name).read_text())
-    assert manifest == native.source_digests()
+    manifest = json.loads((tmp_path / "lib" / MANIFEST_PATH).read_text())
+    assert manifest == build.source_digests()
 
 
 @pytest.mark.skipif(
@@ -334,7 +340,7 @@ def test_an_edited_source_of_a_real_build_runs_from_source(tmp_path: Path) -> No
     tree = tmp_path / "copy"
     for package in PACKAGES:
         shutil.copytree(
-            native.ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
+            guard.ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     assert _status_in(tree)[0] == "compiled"
     assert _status_in(tree)[1] != "block_pool.py"
@@ -344,7 +350,7 @@ def test_an_edited_source_of_a_real_build_runs_from_source(tmp_path: Path) -> No
 
 
 def _third_party_imports(name: str) -> set[str]:
-    tree = ast.parse(native._source(name).read_text())
+    tree = ast.parse(guard.source_path(name).read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     tops = {n.partition(".")[0] for n in names}
@@ -354,29 +360,29 @@ def _third_party_imports(name: str) -> set[str]:
 def test_build_requires_the_packages_the_compiled_modules_import() -> None:
     """mypyc must see the types of what the compiled modules import: each such package
     is in BUILD_IMPORTS and in pyproject.toml's build requirements."""
-    imported = set().union(*(_third_party_imports(n) for n in native.NATIVE_MODULES))
+    imported = set().union(*(_third_party_imports(n) for n in guard.NATIVE_MODULES))
     assert "simpy" in imported  # sim.engine_fast_forward.StepTimeout derives from it
-    assert imported <= set(native.BUILD_IMPORTS)
-    text = (native.ROOT / "pyproject.toml").read_text()
+    assert imported <= set(build.BUILD_IMPORTS)
+    text = (guard.ROOT / "pyproject.toml").read_text()
     build_system = text[text.index("[build-system]") : text.index("[project]")]
     start = build_system.index("requires = [")
     requires = build_system[start : build_system.index("]", start)]
-    for package in native.BUILD_IMPORTS:
+    for package in build.BUILD_IMPORTS:
         assert f'"{package}>=' in requires, package
     assert '"mypy>=' in requires and "torch" not in requires
 
 
 def test_no_build_without_the_packages_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native, "BUILD_IMPORTS", ("numpy", "no_such_package_here"))
+    monkeypatch.setattr(build, "BUILD_IMPORTS", ("numpy", "no_such_package_here"))
     with pytest.raises(ImportError, match="no_such_package_here not installed"):
-        native.mypyc_extensions(Path("unused"))
+        build.mypyc_extensions(Path("unused"))
 
 
 def test_package_metadata_runs_no_mypyc(tmp_path: Path) -> None:
     """pip asks for the metadata before building (``egg_info``, which lists the
     extensions' sources): mypyc runs once, in the build, not there."""
     tree = _source_copy(tmp_path)
-    environ = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
+    environ = {k: v for k, v in os.environ.items() if k != guard.PURE_ENV}
     done = subprocess.run(
         [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)],
         cwd=tree,
@@ -387,25 +393,25 @@ def test_package_metadata_runs_no_mypyc(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "kvsim: " not in done.stderr and not (tree / "build").exists()
     sources = (tmp_path / "kvsim.egg-info" / "SOURCES.txt").read_text().split()
-    assert "setup.py" in sources and "kvcore/native.py" in sources
+    assert "setup.py" in sources and "kvsim_native/build.py" in sources
 
 
 @needs_cc
-def test_native_cli_build_rebuilds_in_place(tmp_path: Path) -> None:
-    """``python -m kvcore.native_cli build`` (no reinstall) makes the same in-place build."""
+def test_module_build_rebuilds_in_place(tmp_path: Path) -> None:
+    """``python -m kvsim_native build`` (no reinstall) makes the same in-place build."""
     tree = _source_copy(tmp_path)
-    environ = {k: v for k, v in os.environ.items() if k not in (native.PURE_ENV, "CC")}
+    environ = {k: v for k, v in os.environ.items() if k not in (guard.PURE_ENV, "CC")}
     fake = str(tmp_path / "fake")
     subprocess.run(
-        [sys.executable, "-m", "kvcore.native_cli", "build"],
+        [sys.executable, "-m", "kvsim_native", "build"],
         cwd=tree,
         env=dict(environ, PYTHONPATH=os.pathsep.join([fake, str(tree)])),
         capture_output=True,
         text=True,
         check=True,
     )
-    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
-    assert _built(tree) == sorted(n.replace(".", "/") + suffix for n in native.extension_names())
-    manifest = json.loads((tree / "kvcore" / native.MANIFEST.name).read_text())
-    assert manifest == native.source_digests()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    assert _built(tree) == sorted(n.replace(".", "/") + suffix for n in build.extension_names())
+    manifest = json.loads((tree / MANIFEST_PATH).read_text())
+    assert manifest == build.source_digests()
     assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]

@@ -25,7 +25,7 @@ workload in helper processes (:mod:`sim.offload`); their CPU time is printed apa
 ("helpers cpu"); ``KVSIM_HELPERS=0`` (passed to the children) runs all in one process.
 
 The children run whichever build of the hot modules is current (printed first): the
-mypyc build after ``python -m kvcore.native_cli build``, else pure Python
+mypyc build after ``python -m kvsim_native build``, else pure Python
 (``KVSIM_PURE_PYTHON=1`` forces it; the environment passes to the children).
 
 Usage (from the repo root)::
@@ -216,14 +216,14 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     import compileall
 
-    import kvcore
+    import kvsim_native
 
     print(
-        f"build of the hot modules: {kvcore.NATIVE_STATUS} (compiled with "
-        f"`python -m kvcore.native_cli build`, pure Python with {kvcore.native.PURE_ENV}=1)",
+        f"build of the hot modules: {kvsim_native.NATIVE_STATUS} (compiled with "
+        f"`python -m kvsim_native build`, pure Python with {kvsim_native.PURE_ENV}=1)",
         flush=True,
     )
-    for package in ("kvcore", "sim", "calibrate", "workloads"):
+    for package in ("kvsim_native", "kvcore", "sim", "calibrate", "workloads"):
         compileall.compile_dir(REPO / package, quiet=1)
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)

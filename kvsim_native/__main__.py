@@ -1,13 +1,13 @@
-"""``python -m kvcore.native_cli {build,status,clean}``: the compiled build of the hot
-modules (see :mod:`kvcore.native`), which installing kvsim makes; ``build`` makes it again
-in place (after editing a source, without reinstalling; needs the ``native`` extra)."""
+"""``python -m kvsim_native {build,status,clean}``: the compiled build of the hot
+modules, which installing kvsim makes; ``build`` makes it again in place (after editing
+a source, without reinstalling; needs the ``native`` extra)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-from kvcore.native import build, clean, status
+from kvsim_native.guard import clean, status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,6 +15,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args else "status"
     if command == "build":
+        from kvsim_native.build import build
+
         build()
     elif command == "clean":
         for p in clean():
@@ -22,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     elif command != "status":
         print(
-            f"usage: python -m kvcore.native_cli {{build,status,clean}} (got {command!r})",
+            f"usage: python -m kvsim_native {{build,status,clean}} (got {command!r})",
             file=sys.stderr,
         )
         return 2
