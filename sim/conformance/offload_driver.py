@@ -36,7 +36,6 @@ from vllm.config import (
     CacheConfig,
     DeviceConfig,
     KVTransferConfig,
-    ModelConfig,
     SchedulerConfig,
     VllmConfig,
 )
@@ -72,15 +71,7 @@ class SortedIterSet(set):
 
 
 def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
-    path = oracle_config.model_dir()
-    model = ModelConfig(
-        model=path,
-        tokenizer=path,
-        skip_tokenizer_init=True,
-        dtype="float32",
-        seed=0,
-        max_model_len=max_model_len,
-    )
+    model = oracle_config.tiny_model_config(max_model_len)
     sched = SchedulerConfig(
         max_num_seqs=int(cfg["max_num_seqs"]),
         max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),

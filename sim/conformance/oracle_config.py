@@ -227,13 +227,10 @@ def speculative_config_for(cfg: dict[str, Any], model: ModelConfig) -> Speculati
     return None
 
 
-def build_vllm_config(
-    cfg: dict[str, Any], max_model_len: int, kv_transfer_config: Any = None
-) -> VllmConfig:
-    """VllmConfig for a CPU-only scheduler over a tiny offline model directory
-    (``kv_transfer_config``: a KV connector, for ``pd_driver.py``)."""
+def tiny_model_config(max_model_len: int) -> ModelConfig:
+    """The ModelConfig of the tiny offline model directory (:func:`model_dir`)."""
     path = model_dir()
-    model = ModelConfig(
+    return ModelConfig(
         model=path,
         tokenizer=path,
         skip_tokenizer_init=True,
@@ -241,6 +238,14 @@ def build_vllm_config(
         seed=0,
         max_model_len=max_model_len,
     )
+
+
+def build_vllm_config(
+    cfg: dict[str, Any], max_model_len: int, kv_transfer_config: Any = None
+) -> VllmConfig:
+    """VllmConfig for a CPU-only scheduler over a tiny offline model directory
+    (``kv_transfer_config``: a KV connector, for ``pd_driver.py``)."""
+    model = tiny_model_config(max_model_len)
     sched_kwargs = scheduler_kwargs(cfg, max_model_len)
     cache = CacheConfig(
         block_size=int(cfg["block_size"]),

@@ -96,10 +96,10 @@ def _line_by_line(path: Path, file: str, model: type[M]) -> tuple[list[M], list[
 def read_records(path: Path, file: str, model: type[M]) -> tuple[list[M], list[str], list[int]]:
     """Every line of a JSONL trace validated as ``model`` (which has a ``request_id``),
     with each row's ``"line N"`` label and line number; a request id used twice is
-    refused naming both lines, an empty file too. The rows are what validating each
-    line's ``json.loads`` object gives; any line that is not one valid record is read
-    again that way, so its error names the line and field."""
-    from workloads.errors import WorkloadError
+    refused naming both lines, an empty file too. The file is validated in one pass
+    (pydantic's JSON mode, which validates JSON values as its Python mode validates the
+    objects ``json.loads`` gives); when any line is not one valid record it is read line
+    by line instead, so the error names the line and field."""
     from workloads.traces.table import require_nonempty
 
     rows, numbers = _bulk(path, model) or _line_by_line(path, file, model)
