@@ -73,11 +73,12 @@ def resolve_spec(
 ) -> SpecSetup | None:
     """The run's speculative decoding (None when off, or ``num_speculative_tokens``
     0); ``target`` the target model (an EAGLE head is derived from it);
-    ``target_latency`` the target's latency model: when it is the roofline, the drafter's
-    runs on the same GPU at its factors (the catalog's, or an efficiency file's) and pads
-    to the same CUDA graph sizes, as vLLM's drafter dispatches its forwards through the
+    ``target_latency`` the target's latency model: when it is the roofline, the draft
+    model's runs at its factors (the catalog's, or an efficiency file's) and pads to the
+    same CUDA graph sizes, as vLLM's drafter dispatches its forwards through the
     engine's captured sizes (``vllm/v1/spec_decode/llm_base_proposer.py``,
-    ``_determine_batch_execution_and_padding``). ValueError
+    ``_determine_batch_execution_and_padding``); otherwise (a GPU-harness fit) at the
+    catalog's factors, unpadded. ValueError
     naming ``--speculative-config`` when it cannot run: ``1 + k`` beyond the limits
     (:func:`sim.spec_config.check_speculative`), or with the CPU offload tier."""
     settings: SpeculativeSettings | None = engine.speculative_config
