@@ -1,7 +1,9 @@
 """kvsim's build step: compiles the hot modules (``kvsim_native.NATIVE_MODULES``) with
 mypyc, for ``pip install .`` (into the wheel) and ``pip install -e .`` (in place, beside
 the sources, where ``kvsim_native``'s import-time guard looks for them), and writes the
-manifest of source digests the guard checks.
+manifest of source digests the guard checks. An editable install also writes the
+package's bytecode cache, as pip does for a wheel's modules
+(``kvsim_native.build.byte_compile``).
 
 Everything else about the package is in ``pyproject.toml``. Without a working C
 compiler, when mypyc fails, or with ``KVSIM_PURE_PYTHON=1`` set, the install still
@@ -80,6 +82,11 @@ class build_native(build_ext):
         super().finalize_options()
 
     def run(self) -> None:
+        self._build_native()
+        if self.inplace or self.editable_mode:  # a wheel's modules pip compiles itself
+            self._build.byte_compile(HERE)
+
+    def _build_native(self) -> None:
         if self._up_to_date:
             self.announce("kvsim: the compiled hot modules match their sources", level=2)
             return

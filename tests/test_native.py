@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -218,7 +219,8 @@ def _source_copy(tmp: Path) -> Path:
 
 def _setup_py(tree: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in (guard.PURE_ENV, "CC")}
-    environ.update(env, PYTHONPATH=str(tree.parent / "fake"))
+    # no bytecode but what the build step writes itself
+    environ.update(env, PYTHONPATH=str(tree.parent / "fake"), PYTHONDONTWRITEBYTECODE="1")
     return subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", *args],
         cwd=tree,
@@ -235,6 +237,17 @@ def _built(tree: Path) -> list[str]:
         for p in (tree / package).rglob("*")
         if p.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
     )
+
+
+def _uncached(tree: Path) -> list[str]:
+    """The packages' modules in ``tree`` without a current bytecode cache file."""
+    missing = []
+    for package in PACKAGES:
+        for source in sorted((tree / package).rglob("*.py")):
+            cached = Path(importlib.util.cache_from_source(str(source)))
+            if not cached.exists() or cached.stat().st_mtime < source.stat().st_mtime:
+                missing.append(str(source.relative_to(tree)))
+    return missing
 
 
 def _status_in(tree: Path) -> list[str]:
@@ -284,6 +297,7 @@ def test_install_falls_back_to_pure_python(
     assert len(notices) == 1, done.stderr
     assert "pure Python" in notices[0] and reason in notices[0], notices[0]
     assert _built(tree) == [] and not (tree / MANIFEST_PATH).exists()
+    assert _uncached(tree) == []  # pure Python needs its bytecode cache the most
     assert _status_in(tree) == ["pure", "block_pool.py"]
 
 
@@ -301,6 +315,7 @@ def test_install_builds_in_place_and_the_guard_checks_it(tmp_path: Path) -> None
     assert _built(tree) == expected
     manifest = json.loads((tree / MANIFEST_PATH).read_text())
     assert manifest == build.source_digests()
+    assert _uncached(tree) == []  # as pip writes a wheel's at install
     assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
     # Nothing changed: the build is left as it is (the stand-in would fail, and the
     # fall-back remove the build, were mypyc run).
@@ -313,6 +328,7 @@ def test_install_builds_in_place_and_the_guard_checks_it(tmp_path: Path) -> None
     done = _setup_py(tree, "--inplace")
     assert done.returncode == 0, done.stderr
     assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
+    assert _uncached(tree) == []  # the edited module's cache written again
 
 
 @needs_cc
@@ -414,4 +430,5 @@ def test_module_build_rebuilds_in_place(tmp_path: Path) -> None:
     assert _built(tree) == sorted(n.replace(".", "/") + suffix for n in build.extension_names())
     manifest = json.loads((tree / MANIFEST_PATH).read_text())
     assert manifest == build.source_digests()
+    assert _uncached(tree) == []  # as pip writes a wheel's at install
     assert _status_in(tree) == ["compiled", f"block_pool{suffix}"]
