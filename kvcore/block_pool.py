@@ -226,35 +226,40 @@ class BlockPool:
         queue = self.free_block_queue
         if not 0 <= num_blocks <= queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        # popleft_n and the eviction / ref-count loop fused into one pass.
+        # popleft_n and the eviction / ref-count loop fused into one pass. The asserts
+        # narrow the links' type (the tail sentinel ends the queue), which lets the
+        # compiled build read and write the blocks' fields directly.
         queue.num_free_blocks -= num_blocks
         head = self._head
-        block = head.next_free_block
+        link = head.next_free_block
+        assert link is not None
+        block = link
         ret: list[KVCacheBlock] = []
-        append = ret.append
         evicted = 0
         # Popped blocks keep stale queue links: nothing reads them while a block is
         # referenced (touch only unlinks blocks whose ref_cnt is 0, free relinks).
         maps = self._maps
         events = self.enable_kv_cache_events
         for _ in range(num_blocks):
-            append(block)  # type: ignore[arg-type]
-            block.ref_cnt = 1  # type: ignore[union-attr]  # free blocks are unreferenced
-            h = block._hash  # type: ignore[union-attr]
+            ret.append(block)
+            block.ref_cnt = 1  # free blocks are unreferenced
+            h = block._hash
             if h is not None:
                 evicted += 1
                 # _evict_cached_block, inlined for its usual case: the block is the
                 # only one cached under its hash.
-                cache = maps[block._group]  # type: ignore[union-attr]
+                cache = maps[block._group]
                 if not events and cache.get(h) is block:
                     del cache[h]
-                    block._hash = None  # type: ignore[union-attr]
+                    block._hash = None
                     self.num_cached_blocks -= 1
                 else:
-                    self._evict_cached_block(block)  # type: ignore[arg-type]
-            block = block.next_free_block  # type: ignore[union-attr]
+                    self._evict_cached_block(block)
+            link = block.next_free_block
+            assert link is not None
+            block = link
         head.next_free_block = block
-        block.prev_free_block = head  # type: ignore[union-attr]
+        block.prev_free_block = head
         if evicted:
             self.num_cached_free_blocks -= evicted
         return ret
@@ -290,8 +295,9 @@ class BlockPool:
             if block.ref_cnt == 0:  # in the free queue: unlink it (queue.remove, inlined)
                 prev = block.prev_free_block
                 nxt = block.next_free_block
-                prev.next_free_block = nxt  # type: ignore[union-attr]
-                nxt.prev_free_block = prev  # type: ignore[union-attr]
+                assert prev is not None and nxt is not None  # the sentinels bound it
+                prev.next_free_block = nxt
+                nxt.prev_free_block = prev
                 block.prev_free_block = block.next_free_block = None
                 unlinked += 1
                 if block._hash is not None:
@@ -313,7 +319,9 @@ class BlockPool:
         caching = self.enable_caching
         tail = self._tail
         ins = self._head  # unhashed blocks are linked right after ins
-        last = tail.prev_free_block  # hashed blocks are linked after last
+        link = tail.prev_free_block
+        assert link is not None  # the head sentinel, when the queue is empty
+        last = link  # hashed blocks are linked after last
         num_freed = 0
         num_cached = 0
         null = self.null_block
@@ -327,20 +335,21 @@ class BlockPool:
             num_freed += 1
             if block._hash is None or not caching:
                 nxt = ins.next_free_block
+                assert nxt is not None  # the tail sentinel, at the latest
                 ins.next_free_block = block
                 block.prev_free_block = ins
                 block.next_free_block = nxt
-                nxt.prev_free_block = block  # type: ignore[union-attr]
+                nxt.prev_free_block = block
                 if nxt is tail:  # the queue had nothing after ins: block is now last
                     last = block
                 ins = block
             else:
                 num_cached += 1
-                last.next_free_block = block  # type: ignore[union-attr]
+                last.next_free_block = block
                 block.prev_free_block = last
                 last = block
         if num_freed:
-            last.next_free_block = tail  # type: ignore[union-attr]  # close the list after the appended blocks
+            last.next_free_block = tail  # close the list after the appended blocks
             tail.prev_free_block = last
             self.free_block_queue.num_free_blocks += num_freed
             self.num_cached_free_blocks += num_cached

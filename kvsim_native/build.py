@@ -104,7 +104,7 @@ SOURCE_PACKAGES = ("kvsim_native", "kvcore", "workloads", "sim", "calibrate", "r
 def byte_compile(root: Path = guard.ROOT) -> None:
     """Write the bytecode cache (``__pycache__/*.pyc``) of every module of the packages
     under ``root``, as ``pip install .`` does for a wheel; an editable install's build
-    step calls it. Without it, where ``PYTHONDONTWRITEBYTECODE`` is set (common in
+    step and :func:`build` call it. Without it, where ``PYTHONDONTWRITEBYTECODE`` is set (common in
     containers) every ``kvsim`` process, and each of its helper processes, compiles the
     whole project's source again: about two seconds of a 20,000-request run on these
     2-core machines. A module edited afterwards is compiled from its source as usual
@@ -118,7 +118,8 @@ def byte_compile(root: Path = guard.ROOT) -> None:
 
 def build() -> None:
     """Compile the listed modules with mypyc in place (beside their sources, the shared
-    library in ``kvsim_native/``) and write the manifest; an earlier build is removed
+    library in ``kvsim_native/``), write the manifest and the bytecode cache
+    (:func:`byte_compile`, as an editable install does); an earlier build is removed
     first."""
     import shutil
     import tempfile
@@ -150,3 +151,4 @@ def build() -> None:
             if built.is_file():
                 shutil.copyfile(built, guard.ROOT / built.relative_to(lib))
     write_manifest(guard.MANIFEST, digests)
+    byte_compile()

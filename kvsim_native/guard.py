@@ -40,6 +40,7 @@ NATIVE_MODULES = (
     "kvcore.sched_output",
     "kvcore.scheduler",
     "kvcore.async_scheduler",
+    "kvcore.batch_queue",
     "kvcore.fast_forward",
     "kvcore.fast_forward_async",
     "calibrate.roofline_scalar",
@@ -51,9 +52,10 @@ NATIVE_MODULES = (
     "sim.pd_engine",
 )
 """Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
-async one subclasses the sync one, and a compiled class takes only compiled subclasses), and
-the simulator's engine loop with its step timing, typed step rows and records (the
-per-step path), and the P/D instance's loop (a subclass of the engine's).
+async one subclasses the sync one, and a compiled class takes only compiled subclasses)
+with the batch queue that drives the async one, and the simulator's engine loop with its
+step timing, typed step rows and records (the per-step path), and the P/D instance's
+loop (a subclass of the engine's).
 They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
 a subclass of ``collections.deque``). ``kvcore``, ``sim`` and ``calibrate`` import
 ``kvsim_native`` first, so the guard is in place before any listed module is found."""
