@@ -242,5 +242,6 @@ def _shares(
     prior_weight: float | np.ndarray,
     weight: np.ndarray,
 ) -> dict[str, float]:
+    """``data_shares`` by factor name, to 4 decimals (a diagnostic: rounding noise off)."""
     shares = data_shares(rows, y, theta_prior, prior_weight, weight)
-    return dict(zip(PARAMETERS, (float(x) for x in shares)))
+    return dict(zip(PARAMETERS, (round(float(x), 4) for x in shares)))
