@@ -8,7 +8,8 @@ tensor-parallel size on that GPU (the roofline's shapes come from the model; the
 budget from the catalog). It records the GPU's spec as used (so a GPU YAML outside the
 catalog needs no second copy), the fitted factors, the prior they started from, the
 run they were fitted on (trace file with its sha256, model, tensor-parallel size,
-engine arguments) and the errors of a replay before and after the fit.
+engine arguments), the errors of a replay before and after the fit, and how much the
+runs decided each factor (``data_share``, 0 to 1: what is near 0 the prior set).
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class EfficiencyCalibration(BaseModel):
     fitted_on: list[FittedOn] = Field(min_length=1)
     iterations: list[dict[str, float]] = Field(
         default_factory=list, description="each round's factors and objective"
+    )
+    data_share: dict[str, float] = Field(
+        default_factory=dict,
+        description="per factor, how much the runs decided it rather than the prior "
+        "(0 to 1; calibrate.trace_fit.solve.data_shares)",
     )
 
     def factors(self) -> RooflineEfficiency:

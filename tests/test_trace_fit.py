@@ -17,7 +17,7 @@ from calibrate.roofline_terms import RooflineTerms, efficiency_of, theta_of
 from calibrate.trace_fit.cli import measured_requests
 from calibrate.trace_fit.fit import Measured, fit_trace
 from calibrate.trace_fit.replay import replay
-from calibrate.trace_fit.solve import busy_terms, solve
+from calibrate.trace_fit.solve import busy_terms, data_shares, solve
 from sim.engine_config import EngineConfig
 from sim.run import RunSpec
 
@@ -84,6 +84,23 @@ def test_solve_recovers_identified_and_keeps_unidentified_at_prior() -> None:
     assert bounded[:2].min() >= 1.0 - 1e-12  # an efficiency is at most 1
 
 
+def test_data_shares_say_what_the_rows_decide_and_what_the_prior_does() -> None:
+    """An independent term the rows hold: decided by them; a term no row holds: the
+    prior's; two terms of the same shape in every row: the rows fix only their sum, and
+    the one held more loosely takes it (its prior gives way)."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.1, 1.0, (400, 2))
+    rows = np.hstack([x, x[:, 1:2], np.zeros((400, 1))])  # column 2 is column 1 again
+    measured = rows @ np.array([2.0, 3.0, 3.0, 1.0]) + 0.1
+    prior = np.ones(4)
+    weight = np.array([0.001, 0.001, 0.01, 0.001])
+    share = data_shares(rows, measured, prior, weight)
+    assert share[0] > 0.99 and share[3] == pytest.approx(0.0)
+    assert share[1] > 0.95 and share[2] < 0.05  # the firmer twin is left to its prior
+    alone = data_shares(rows[:, [0, 2, 3]], measured, prior[:3], weight[[0, 2, 3]])
+    assert alone[1] > 0.9  # without its loose twin the same term, as firmly held, is decided
+
+
 def _spec(trace: Path) -> RunSpec:
     return RunSpec(
         workload=str(trace), model="Llama-3.1-8B", gpu=PRO6000, engine=EngineConfig(**ENGINE)
@@ -147,6 +164,12 @@ def test_cli_fits_writes_and_applies_to_another_model(tmp_path: Path) -> None:
     run = cal["fitted_on"][0]
     assert run["model"] == "Llama-3.1-8B" and run["num_requests"] == 300
     assert abs(run["errors"]["fitted"]["e2e_mean"]) < abs(run["errors"]["prior"]["e2e_mean"])
+    # a one-GPU run: what it decides is said, the collectives it never ran are the prior's
+    assert set(cal["data_share"]) == set(cal["efficiency"])
+    assert cal["data_share"]["custom_allreduce_scale"] == pytest.approx(0.0, abs=1e-9)
+    assert cal["data_share"]["compute"] > 0.3
+    assert "set by the prior, not by these runs:" in res.stdout
+    assert "custom_allreduce_scale" in res.stdout.split("set by the prior")[1]
     # another model and TP size on the same GPU
     res = _kvsim(
         "run", "chat", "--num-requests", "20", "--model", "Qwen2.5-7B",

@@ -76,9 +76,14 @@ def _tables(fit: TraceFit, runs: list[FitRun]) -> list[Table]:
     factors.add_column("factor")
     factors.add_column("prior", justify="right")
     factors.add_column("fitted", justify="right")
+    factors.add_column("set by the runs", justify="right")
     for name in PARAMETERS:
+        share = fit.data_share.get(name)
         factors.add_row(
-            name, f"{getattr(fit.prior, name):.4g}", f"{getattr(fit.efficiency, name):.4g}"
+            name,
+            f"{getattr(fit.prior, name):.4g}",
+            f"{getattr(fit.efficiency, name):.4g}",
+            "" if share is None else f"{100 * share:.0f}%",
         )
     err = Table(title="replay against each measured run (signed error of the mean)")
     err.add_column("run")
@@ -94,6 +99,24 @@ def _tables(fit: TraceFit, runs: list[FitRun]) -> list[Table]:
                 f"{100 * after[key]:+.1f}%",
             )
     return [factors, err]
+
+
+UNDECIDED = 0.1
+"""A factor whose data share is below this (the prior holds over 90% of what is known of
+it) is reported as set by the prior."""
+
+
+def undecided_note(fit: TraceFit) -> str | None:
+    """A line naming the factors the runs left mostly to the prior (data share below
+    :data:`UNDECIDED`), or None when the runs decided every factor."""
+    names = [n for n in PARAMETERS if fit.data_share.get(n, 1.0) < UNDECIDED]
+    if not names:
+        return None
+    return (
+        f"set by the prior, not by these runs: {', '.join(names)} (no run exercises "
+        "them, or a factor held more loosely has a term of the same shape in every step; "
+        "a run of another model or parallel layout on this GPU tells them apart)"
+    )
 
 
 def fit_runs(
@@ -149,6 +172,7 @@ def fit_efficiency(
             {**{n: float(getattr(it.efficiency, n)) for n in PARAMETERS}, "objective": it.objective}
             for it in fit.iterations
         ],
+        data_share=fit.data_share,
     )
     return fit, cal
 
@@ -183,5 +207,8 @@ def from_trace_command(
     console = Console()
     for table in _tables(fit, runs):
         console.print(table)
+    note = undecided_note(fit)
+    if note:
+        console.print(note)
     console.print(f"wrote {out_path}")
     return 0

@@ -24,7 +24,7 @@ import pandas as pd
 from calibrate.roofline import RooflineEfficiency
 from calibrate.roofline_terms import PARAMETERS, efficiency_of, theta_lower, theta_of
 from calibrate.trace_fit.replay import Replay, replay
-from calibrate.trace_fit.solve import interval_rows, solve
+from calibrate.trace_fit.solve import data_shares, interval_rows, solve
 from sim.run import RunSpec
 
 PRIOR_WEIGHTS = {
@@ -109,6 +109,9 @@ class Iteration:
 
     efficiency: RooflineEfficiency
     errors: list[dict[str, float]]
+    data_share: dict[str, float] = field(default_factory=dict)
+    """Per factor, how much the runs' equations at this round decide it rather than the
+    prior (:func:`calibrate.trace_fit.solve.data_shares`): 0 to 1."""
 
     @property
     def objective(self) -> float:
@@ -118,13 +121,17 @@ class Iteration:
 
 @dataclass
 class TraceFit:
-    """The answer (``efficiency``, per-run ``errors``), the prior's and every round."""
+    """The answer (``efficiency``, per-run ``errors``), the prior's, every round, and how
+    much the runs decided each factor."""
 
     efficiency: RooflineEfficiency
     errors: list[dict[str, float]]
     prior: RooflineEfficiency
     prior_errors: list[dict[str, float]]
     iterations: list[Iteration] = field(default_factory=list)
+    data_share: dict[str, float] = field(default_factory=dict)
+    """The answer's round's ``Iteration.data_share``: per factor, how much the runs
+    decided it (0: the prior alone, 1: the runs alone)."""
 
 
 def _rows(measured: pd.DataFrame, rep: Replay, theta: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -201,16 +208,40 @@ def fit_trace(
     for _ in range(max_iterations):
         it, systems = _round(frames, theta)
         history.append(it)
-        weight = run_weights([len(y) for _, y, _ in systems])
-        rows = np.vstack([r for r, _, _ in systems])
-        y = np.concatenate([y for _, y, _ in systems])
-        idle = np.concatenate([i for _, _, i in systems])
+        rows, y, idle, weight = _stacked(systems)
+        it.data_share = _shares(rows, y, theta_prior, prior_weight, weight)
         solved = solve(rows, y, idle, theta_prior, lower, prior_weight, weight)
         new = theta + damping * (solved - theta)
         moved = np.max(np.abs(new - theta) / np.maximum(np.abs(theta), 1e-12))
         theta = new
         if moved < tolerance:
-            history.append(_round(frames, theta)[0])
+            last, systems = _round(frames, theta)
+            rows, y, _, weight = _stacked(systems)
+            last.data_share = _shares(rows, y, theta_prior, prior_weight, weight)
+            history.append(last)
             break
     best = min(history[1:] or history, key=lambda it: it.objective)
-    return TraceFit(best.efficiency, best.errors, prior, history[0].errors, history)
+    return TraceFit(
+        best.efficiency, best.errors, prior, history[0].errors, history, best.data_share
+    )
+
+
+def _stacked(systems: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """Every run's equations as one system: ``(rows, measured, idle, row weights)``."""
+    weight = run_weights([len(y) for _, y, _ in systems])
+    rows = np.vstack([r for r, _, _ in systems])
+    y = np.concatenate([y for _, y, _ in systems])
+    idle = np.concatenate([i for _, _, i in systems])
+    return rows, y, idle, weight
+
+
+def _shares(
+    rows: np.ndarray,
+    y: np.ndarray,
+    theta_prior: np.ndarray,
+    prior_weight: float | np.ndarray,
+    weight: np.ndarray,
+) -> dict[str, float]:
+    """``data_shares`` by factor name, to 4 decimals (a diagnostic: rounding noise off)."""
+    shares = data_shares(rows, y, theta_prior, prior_weight, weight)
+    return dict(zip(PARAMETERS, (round(float(x), 4) for x in shares)))

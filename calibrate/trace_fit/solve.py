@@ -12,7 +12,8 @@ The fit solves those equations in relative terms (each row divided by its ``y``)
 weak pull towards the prior coefficients (ridge in ``theta / theta_prior``, so terms a
 trace cannot tell apart, such as the all-reduce of a one-GPU run, stay at the prior),
 under the bounds: efficiencies at most 1, times at least 0. Solved as non-negative least
-squares (``calibrate.fit.nnls``) in the shifted variable.
+squares (``calibrate.fit.nnls``) in the shifted variable. :func:`data_shares` says, for
+the same equations, how much of each coefficient they decide and how much the prior does.
 """
 
 from __future__ import annotations
@@ -52,6 +53,21 @@ def interval_rows(
     return rows, idle
 
 
+def _scaled(
+    rows: np.ndarray,
+    measured: np.ndarray,
+    prior: np.ndarray,
+    prior_weight: float | np.ndarray,
+    row_weights: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(a, w, v)``: the rows in relative terms and in ``psi = theta / prior``, each
+    times its row weight ``v``; the ridge weight of each coefficient (see :func:`solve`)."""
+    v = np.ones(len(measured)) if row_weights is None else np.asarray(row_weights, float)
+    a = rows / measured[:, None] * prior[None, :] * v[:, None]
+    w = prior_weight * np.sqrt(float(np.sum(v**2)))
+    return a, np.broadcast_to(np.asarray(w, dtype=np.float64), (len(prior),)), v
+
+
 def solve(
     rows: np.ndarray,
     measured: np.ndarray,
@@ -66,13 +82,28 @@ def solve(
     ``row_weights`` (default 1) and ``w = prior_weight * sqrt(sum v^2)`` (one weight, or
     one per coefficient: the prior's confidence in each)
     (``measured``, ``idle``: seconds per row; ``measured > 0``)."""
-    v = np.ones(len(measured)) if row_weights is None else np.asarray(row_weights, float)
-    a = rows / measured[:, None] * prior[None, :] * v[:, None]  # in psi = theta / prior
+    a, w, v = _scaled(rows, measured, prior, prior_weight, row_weights)
     lo = lower / prior
-    w = prior_weight * np.sqrt(float(np.sum(v**2)))
-    k = len(prior)
-    w = np.broadcast_to(np.asarray(w, dtype=np.float64), (k,))
     stacked = np.vstack([a, np.diag(w)])
     rhs = np.concatenate([(1.0 - idle / measured) * v - a @ lo, w * (1.0 - lo)])
     phi = nnls(stacked, rhs)
     return (lo + phi) * prior
+
+
+def data_shares(
+    rows: np.ndarray,
+    measured: np.ndarray,
+    prior: np.ndarray,
+    prior_weight: float | np.ndarray,
+    row_weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """How much of each coefficient the measured rows decide, in [0, 1]: the share of its
+    prior variance that :func:`solve`'s equations remove, ``1 - w_k^2 [(A^T A +
+    W^2)^-1]_kk`` in ``psi = theta / prior`` (the linearised problem, bounds ignored;
+    the noise scale cancels). Near 1: the runs set it; near 0: the prior does, because no
+    row holds its term or because another coefficient's term has the same shape across
+    the rows and is held more loosely (then the runs fix only their sum)."""
+    a, w, _ = _scaled(rows, measured, prior, prior_weight, row_weights)
+    w2 = w**2
+    cov = np.linalg.inv(a.T @ a + np.diag(w2))
+    return np.clip(1.0 - w2 * np.diag(cov), 0.0, 1.0)
