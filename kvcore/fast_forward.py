@@ -12,6 +12,12 @@ newly full block registered with its hash at the step whose scheduled token fill
 and, when step ``k`` is the finishing step, the finished requests freed in running
 order after that step's allocations, as ``update_from_output`` frees them.
 
+It changes the scheduler's state only through kvcore's own operations, as the steps
+would: ``Request.append_output_token_ids`` (tokens and block hashes), the managers'
+``allocate_new_blocks`` and ``cache_blocks``, and ``Scheduler.finish_requests`` for the
+length cap's frees; the stretch's own part is the order of those events and the block
+counts between them.
+
 Scope: full-attention groups only, KV events off, no speculative drafts. Everything
 else returns ``None`` (the caller steps normally). Mirrors nothing in vLLM: it is a
 shortcut whose results equal vLLM's step-by-step behaviour (see the tests).
@@ -129,18 +135,19 @@ class DecodeStretch:
         mml = sched.max_model_len
         running = sched.running
         caching = kvm.enable_caching
-        # Allocation and caching events, keyed by step, in running order.
-        alloc: dict[int, list[tuple[str, int]]] = {}
+        # Allocation and caching events, keyed by step, in running order: allocations
+        # (request, slots) and prefix-cache registrations (request, tokens).
+        alloc: dict[int, list[tuple[Request, int]]] = {}
         cache: dict[int, list[tuple[Request, int]]] = {}
         for req, c0 in zip(running, self.computed0):
-            rid = req.request_id
-            held = len(req_to_blocks.get(rid) or ())
+            held = len(req_to_blocks.get(req.request_id) or ())
             # Step j (1-based) schedules token c0 + j - 1 and needs slots for c0 + j + la.
             j = 1
             while j <= k:
-                required = -(-min(c0 + j + la, mml) // bs)
+                slots = min(c0 + j + la, mml)
+                required = -(-slots // bs)
                 if required > held:
-                    alloc.setdefault(j, []).append((rid, required))
+                    alloc.setdefault(j, []).append((req, slots))
                     held = required
                     j += 1
                     continue
@@ -155,13 +162,12 @@ class DecodeStretch:
                     if 1 <= j <= k:
                         cache.setdefault(j, []).append((req, (b + 1) * bs))
         # Tokens first (hashes must exist before caching); then allocations and caching
-        # in step order. Caching touches only held blocks, allocation only free ones.
+        # in step order, through the managers (running order, then group order; caching
+        # touches only held blocks, allocation only free ones).
         tokens = [sample_token_id] * k
         for req in running:
-            req._output_token_ids.extend(tokens)
-            req._all_token_ids.extend(tokens)
+            req.append_output_token_ids(tokens)
             req.num_computed_tokens += k
-            req.update_block_hashes()
         finished: list[Request] = []
         if self.finishes and k == self.max_steps:
             finished = [r for r, left in zip(running, self.steps_left) if left == k]
@@ -169,61 +175,20 @@ class DecodeStretch:
         event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
 
         def run_step(j: int) -> None:
-            self._step_events(alloc.get(j), cache.get(j))
-            if j == k and finished:
-                self._free_finished(finished)
+            for req, slots in alloc.get(j, ()):
+                for m in managers:
+                    m.allocate_new_blocks(req.request_id, slots)
+            for req, num_tokens in cache.get(j, ()):
+                for m in managers:
+                    m.cache_blocks(req, num_tokens)
+            if j == k and finished:  # the length cap's frees, in running order
+                ids = [r.request_id for r in finished]
+                sched.finish_requests(ids, RequestStatus.FINISHED_LENGTH_CAPPED)
 
         records = record_event_steps(pool, k, event_steps, run_step)
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
         return records, finished
-
-    def _step_events(
-        self,
-        allocs: list[tuple[str, int]] | None,
-        caches: list[tuple[Request, int]] | None,
-    ) -> None:
-        """One step's block allocations (running order, then group order) and prefix-cache
-        registrations, as ``allocate_slots`` makes them for a decode (what
-        ``FullAttentionManager.allocate_new_blocks`` / ``cache_blocks`` do, inlined)."""
-        kvm = self.scheduler.kv_cache_manager
-        pool = kvm.block_pool
-        managers = kvm.coordinator.single_type_managers
-        if allocs:
-            for rid, required in allocs:
-                for m in managers:
-                    blocks = m.req_to_blocks.get(rid)
-                    if blocks is None:
-                        blocks = m.req_to_blocks[rid] = []
-                    if required > len(blocks):
-                        blocks += pool.get_new_blocks(required - len(blocks))
-        if caches:
-            bs = kvm.coordinator.block_size
-            for req, num_tokens in caches:
-                rid = req.request_id
-                num_full = min(num_tokens, len(req.block_hashes) * bs) // bs
-                for m in managers:
-                    num_cached = m.num_cached_block.get(rid, 0)
-                    if num_cached < num_full:
-                        pool.cache_full_blocks(
-                            req,
-                            m.req_to_blocks[rid],
-                            num_cached,
-                            num_full,
-                            bs,
-                            m.kv_cache_group_id,
-                        )
-                        m.num_cached_block[rid] = num_full
-
-    def _free_finished(self, finished: list[Request]) -> None:
-        """After the finishing step's allocations: the frees in running order
-        (``check_stop``'s length cap, ``_free_request``), then ``running`` pruned."""
-        sched = self.scheduler
-        for req in finished:
-            req.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            sched._free_request(req)
-        gone = set(finished)
-        sched.running = [r for r in sched.running if r not in gone]
 
 
 def stretch_possible(scheduler: Scheduler) -> bool:
@@ -269,7 +234,7 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
     for req in running:
         c = req.num_computed_tokens
         if (
-            c != len(req._all_token_ids) - 1
+            c != req.num_tokens - 1
             or req.spec_token_ids
             or req.num_output_placeholders
             or req.is_prefill_chunk
@@ -279,7 +244,7 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
             return None
         computed0.append(c)
         # Finishes at step f (after sampling): outputs reach max_tokens or length mml.
-        f = min(req.max_tokens - len(req._output_token_ids), mml - c - 1)
+        f = min(req.max_tokens - req.num_output_tokens, mml - c - 1)
         if f < 1:
             return None
         steps_left.append(f)
