@@ -25,13 +25,13 @@ shortcut whose results equal vLLM's step-by-step behaviour (see the tests).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from kvcore.block_pool import BlockPool
 from kvcore.request import Request, RequestStatus
 from kvcore.scheduler import Scheduler
-from kvcore.single_type_kv_cache_manager import FullAttentionManager
+from kvcore.single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager
 
 
 class StretchRecords(NamedTuple):
@@ -175,12 +175,7 @@ class DecodeStretch:
         event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
 
         def run_step(j: int) -> None:
-            for req, slots in alloc.get(j, ()):
-                for m in managers:
-                    m.allocate_new_blocks(req.request_id, slots)
-            for req, num_tokens in cache.get(j, ()):
-                for m in managers:
-                    m.cache_blocks(req, num_tokens)
+            block_events(managers, alloc.get(j, ()), cache.get(j, ()))
             if j == k and finished:  # the length cap's frees, in running order
                 ids = [r.request_id for r in finished]
                 sched.finish_requests(ids, RequestStatus.FINISHED_LENGTH_CAPPED)
@@ -189,6 +184,22 @@ class DecodeStretch:
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
         return records, finished
+
+
+def block_events(
+    managers: Sequence[SingleTypeKVCacheManager],
+    allocs: Iterable[tuple[Request, int]],
+    caches: Iterable[tuple[Request, int]],
+) -> None:
+    """One step's block events through the managers, as ``allocate_slots`` makes them
+    for a decode: the allocations ``(request, slots)``, then the prefix-cache
+    registrations ``(request, tokens)``, each in the order given, then group order."""
+    for req, slots in allocs:
+        for m in managers:
+            m.allocate_new_blocks(req.request_id, slots)
+    for req, num_tokens in caches:
+        for m in managers:
+            m.cache_blocks(req, num_tokens)
 
 
 def stretch_possible(scheduler: Scheduler) -> bool:

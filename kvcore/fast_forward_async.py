@@ -34,7 +34,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvcore.batch_queue import BatchQueue
-from kvcore.fast_forward import StretchRecords, record_event_steps, stretch_possible
+from kvcore.fast_forward import (
+    StretchRecords,
+    block_events,
+    record_event_steps,
+    stretch_possible,
+)
 from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import SchedulerOutput
@@ -156,12 +161,7 @@ class AsyncDecodeStretch:
         event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
 
         def run_step(j: int) -> None:
-            for req, slots in alloc.get(j, ()):
-                for m in managers:
-                    m.allocate_new_blocks(req.request_id, slots)
-            for req, num_tokens in cache.get(j, ()):
-                for m in managers:
-                    m.cache_blocks(req, num_tokens)
+            block_events(managers, alloc.get(j, ()), cache.get(j, ()))
             if j == k and finished:
                 for req, c0, g in zip(running, self.computed0, gone):
                     if g:  # its output's registration, then its free
