@@ -22,6 +22,7 @@ from kvcore.scheduler_config import SchedulerConfig
 from sim.dp_lockstep import LockstepForwards
 from sim.engine import ReplicaEngine, kvcore_request
 from sim.engine_config import uses_async_scheduling
+from sim.engine_regime import decide_regime, stepping_part
 from sim.input_limits import InputLimits
 from sim.kv_offload import build_connector, make_host_link
 from sim.records import RequestRecorder, StepRecorder
@@ -148,7 +149,16 @@ class Cluster:
                 check=check,
                 decisions=decisions,
                 on_progress=on_progress,
-                fast_forward=fast_forward,
+                regime=decide_regime(
+                    fast_forward=fast_forward,
+                    num_replicas=num_replicas,
+                    scheduler=schedulers[i],
+                    latency_model=latency[i],
+                    workload=resolved.workload,
+                    stepped_by=stepping_part(
+                        offload=offload is not None, spec=spec is not None, lockstep=bool(groups)
+                    ),
+                ),
                 host_link=None if offload is None else make_host_link(offload),
                 offload_block_bytes=0 if offload is None else offload.worker_kv_bytes_per_block,
                 spec=None if spec is None else spec.make_run(i, run_seed, loop_async),

@@ -24,7 +24,9 @@ with :mod:`kvcore.fast_forward` (also with several replicas), in the async loop 
 token per running request, with placeholders, and apply the batch in flight). Both
 stop at the first step in which requests finish, before a step whose blocks the pool
 cannot serve, and at the next SimPy event (an arrival, a timer); see
-:mod:`sim.engine_fast_forward`.
+:mod:`sim.engine_fast_forward`. Whether an engine fast-forwards, and how (one writer of
+the records or several), is decided once where the engines are built
+(:mod:`sim.engine_regime`) and passed in.
 
 With the CPU KV offload tier (``--kv-offloading-size``, both loops) the scheduler has
 vLLM's offloading connector and the engine times its copies on the replica's host link
@@ -76,6 +78,7 @@ from kvcore.scheduler import Scheduler
 from sim.decision_line import decision_line
 from sim.dp_lockstep import Forward, LockstepForwards
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
+from sim.engine_regime import EngineRegime, decide_regime, stepping_part
 from sim.errors import SimulationStuck
 from sim.kv_offload import OffloadStats
 from sim.offload_transfers import HostLink, job_bytes
@@ -143,18 +146,21 @@ class ReplicaEngine(FastForwardSteps):
         check: bool = False,
         decisions: IO[str] | None = None,
         on_progress: Callable[[int], None] | None = None,
-        fast_forward: bool = True,
+        regime: EngineRegime | None = None,
         host_link: HostLink | None = None,
         offload_block_bytes: int = 0,
         spec: SpecDecodeRun | None = None,
         lockstep: LockstepForwards | None = None,
     ) -> None:
-        """``host_link``: the CPU KV offload tier's link (with a scheduler that has the
-        offloading connector; either loop); ``offload_block_bytes``: one GPU
-        block's KV bytes on one TP rank (what a transfer moves per block); ``spec``:
-        speculative decoding (with a scheduler that has the same speculative config);
-        ``lockstep``: the forward time line of this replica's DP group, a MoE model's
-        DP ranks stepping together (:mod:`sim.dp_lockstep`; no connector)."""
+        """``regime``: what the engine may do at once, decided where the engines are
+        built (:func:`sim.engine_regime.decide_regime`); None: stepped (no
+        fast-forward), as the only writer. ``host_link``: the CPU KV offload tier's
+        link (with a scheduler that has the offloading connector; either loop);
+        ``offload_block_bytes``: one GPU block's KV bytes on one TP rank (what a
+        transfer moves per block); ``spec``: speculative decoding (with a scheduler
+        that has the same speculative config); ``lockstep``: the forward time line of
+        this replica's DP group, a MoE model's DP ranks stepping together
+        (:mod:`sim.dp_lockstep`; no connector)."""
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
@@ -165,17 +171,28 @@ class ReplicaEngine(FastForwardSteps):
         self.workload = workload
         self.on_finish: Callable[[str, list[int], float], None] = workload.on_finish
         self.arrivals_done: Callable[[], bool] = workload.done
-        # Whether a finish may lead to a submit (unknown workloads: assume it may).
-        self._reacts_to_finish = getattr(workload, "reacts_to_finish", True)
         self.check = check
         self.decisions = decisions
         self.on_progress = on_progress
-        windows = any(getattr(g, "window", None) for g in getattr(latency_model, "groups", ()))
-        # Decode-only steps are timed with the vectorized formula (bit-identical with
-        # fast-forward) where it is exact: no sliding-window attention anywhere.
-        self._vector_decode = (
-            not windows and scheduler.kv_cache_manager.full_attention_managers is not None
+        if regime is None:
+            regime = decide_regime(
+                fast_forward=False,
+                num_replicas=1,
+                scheduler=scheduler,
+                latency_model=latency_model,
+                workload=workload,
+            )
+        stepped_by = stepping_part(
+            offload=host_link is not None, spec=spec is not None, lockstep=lockstep is not None
         )
+        if regime.fast_forward and stepped_by is not None:
+            raise ValueError(f"fast-forward does not run with {stepped_by} (decide_regime)")
+        # The regime's answers, as the engine's own fields (read every step).
+        self.fast_forward: bool = regime.fast_forward
+        self._one_writer: bool = regime.one_writer
+        self._reacts_to_finish: bool = regime.reacts_to_finish
+        self._chained: bool = regime.chained
+        self._vector_decode: bool = regime.vector_decode
         self.spec = spec
         # vLLM 0.33.0's default loop when the scheduler is an AsyncScheduler.
         self.batch_queue: BatchQueue | None = (
@@ -185,7 +202,6 @@ class ReplicaEngine(FastForwardSteps):
             if isinstance(scheduler, AsyncScheduler)
             else None
         )
-        timeouts = getattr(workload, "has_timeouts", False)
         self.link = host_link
         self.offload_block_bytes = offload_block_bytes
         self.offload_stats: OffloadStats | None = None
@@ -195,15 +211,9 @@ class ReplicaEngine(FastForwardSteps):
             if not isinstance(scheduler.connector, OffloadingConnectorScheduler):
                 raise ValueError("KV offload runs with a scheduler with the offloading connector")
             self.offload_stats = OffloadStats()
-            fast_forward = False  # every step is stepped, with its transfers
-        if spec is not None:  # (kvcore refuses it with the offload tier's connector)
-            fast_forward = False  # stretches assume one token per request per step
         self.lockstep = lockstep
-        if lockstep is not None:
-            if scheduler.connector is not None:
-                raise ValueError("DP lockstep runs without a KV connector")
-            fast_forward = False  # a stretch would step one rank without the others
-        self.fast_forward = fast_forward and self._vector_decode and not timeouts
+        if lockstep is not None and scheduler.connector is not None:
+            raise ValueError("DP lockstep runs without a KV connector")
         # A decode computes the last known token; with async scheduling the tokens in
         # flight (output placeholders, the step's own included) count as known.
         self._decode_lag = 2 if self.batch_queue is not None else 1
@@ -842,7 +852,7 @@ class ReplicaEngine(FastForwardSteps):
         env = self.env
         start = env.now
         duration, prefill, decode, sampled = self._step_cost(out)
-        if self.fast_forward and not self._reacts_to_finish and self.steps.num_replicas == 1:
+        if self._chained:
             end = start + duration  # where the step's timeout would land
             until = env.peek()
             if end < until:

@@ -76,6 +76,7 @@ class FastForwardSteps:
     check: bool
     _pending: list[Any]
     _reacts_to_finish: bool
+    _one_writer: bool
     _stretch: StretchTimer
     _in_flight: list[tuple[float, float, int, int]]
     _gpu_free: float
@@ -164,7 +165,7 @@ class FastForwardSteps:
         if until <= env.now:
             return False
         done: list[tuple[Request, float]] = []
-        if self.steps.num_replicas == 1:
+        if self._one_writer:
             end = self._chain_stretches(env.now, until, done)
             if end is None:
                 return False
@@ -239,7 +240,7 @@ class FastForwardSteps:
         reacts to finishes, not after one in which requests finish (the finished are
         recorded at their own finish times)."""
         env = self.env
-        if self._pending or self.steps.num_replicas != 1 or env.now > self._gpu_free:
+        if self._pending or not self._one_writer or env.now > self._gpu_free:
             return False
         until = env.peek()
         if until <= env.now:
@@ -370,6 +371,6 @@ class FastForwardSteps:
         event that is not another replica's step (steps of different replicas do not
         look at each other; arrivals, through the router, do)."""
         env = self.env
-        if self.steps.num_replicas == 1 or self._reacts_to_finish:
+        if self._one_writer or self._reacts_to_finish:
             return env.peek()
         return next_event_time(env, StepTimeout)

@@ -94,8 +94,7 @@ class PDReplicaEngine(ReplicaEngine):
             check=check,
             decisions=decisions,
             on_progress=on_progress,
-            fast_forward=False,
-        )
+        )  # stepped: a P/D instance steps every step with its transfers
         self.role = role
         self.index = index
         self.proxy = proxy

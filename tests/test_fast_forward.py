@@ -27,8 +27,10 @@ from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheG
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
+from sim.cluster import Cluster
 from sim.engine import SAMPLE_TOKEN_ID, ReplicaEngine
 from sim.engine_config import EngineConfig
+from sim.engine_regime import decide_regime, stepping_part
 from sim.run import RunSpec, simulate
 from sim.setup import resolve_run
 
@@ -244,7 +246,7 @@ def _light_engine(tmp_path: Path, fast_forward: bool | None) -> tuple[ReplicaEng
 def test_fast_forward_engages_by_default(tmp_path: Path) -> None:
     """At light load most steps are fast-forwarded, with no switch given."""
     assert inspect.signature(simulate).parameters["fast_forward"].default is True
-    assert inspect.signature(ReplicaEngine).parameters["fast_forward"].default is True
+    assert inspect.signature(Cluster).parameters["fast_forward"].default is True
     engine, summary = _light_engine(tmp_path, None)
     assert engine.fast_forward
     assert engine.num_fast_forwarded > summary["num_steps"] // 2
@@ -451,3 +453,49 @@ def test_plan_apply_equals_stepping() -> None:
             )
         )
     assert states[0] == states[1]
+
+
+def test_the_regime_is_decided_once_from_the_run() -> None:
+    """Which regime an engine runs follows from the run's parts alone: one writer or
+    several, a workload that reacts to finishes or not, client timeouts, a part that
+    needs every step stepped, sliding-window attention."""
+
+    class Workload:
+        def __init__(self, reacts: bool, timeouts: bool = False) -> None:
+            self.reacts_to_finish = reacts
+            self.has_timeouts = timeouts
+
+    class Window:
+        window = 128
+
+    class Latency:
+        def __init__(self, *groups: Any) -> None:
+            self.groups = groups
+
+    sched = _scheduler(64)
+
+    def decide(**kw: Any) -> Any:
+        args: dict[str, Any] = dict(
+            fast_forward=True,
+            num_replicas=1,
+            scheduler=sched,
+            latency_model=Latency(),
+            workload=Workload(False),
+        )
+        return decide_regime(**(args | kw))
+
+    one = decide()
+    assert one.fast_forward and one.one_writer and one.vector_decode and one.chained
+    assert not decide(workload=Workload(True)).chained  # a closed loop: no chaining
+    several = decide(num_replicas=2)
+    assert several.fast_forward and not several.one_writer and not several.chained
+    assert not decide(fast_forward=False).fast_forward
+    assert not decide(workload=Workload(False, timeouts=True)).fast_forward
+    windowed = decide(latency_model=Latency(Window()))
+    assert not windowed.fast_forward and not windowed.vector_decode
+    for part in ("offload", "spec", "lockstep"):
+        flags = dict(offload=False, spec=False, lockstep=False) | {part: True}
+        stepped_by = stepping_part(**flags)
+        assert stepped_by is not None
+        assert not decide(stepped_by=stepped_by).fast_forward
+    assert stepping_part(offload=False, spec=False, lockstep=False) is None
