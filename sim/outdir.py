@@ -102,9 +102,11 @@ class OutputTarget:
 
 
 def command_line() -> str:
-    """The command that is running, as a shell would read it (``kvsim ...``)."""
+    """The command that is running, as a shell would read it (``kvsim ...``; also for
+    ``python -m sim.cli``, whose ``argv[0]`` is ``sim/cli/__main__.py``)."""
     argv = list(sys.argv)
-    if argv and (argv[0].endswith(("kvsim", "cli.py")) or argv[0] == "-m"):
+    ends = ("kvsim", "cli.py", os.path.join("cli", "__main__.py"))
+    if argv and (argv[0].endswith(ends) or argv[0] == "-m"):
         argv[0] = "kvsim"
     return shlex.join(argv)
 

@@ -1,0 +1,55 @@
+"""``kvsim budget``: its options (typer); the work is in :mod:`sim.budget_cli`, imported
+when the command runs."""
+
+from __future__ import annotations
+
+import typer
+
+from sim.cli_options import engine_flags, engine_option, given
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
+
+
+def budget(
+    ctx: typer.Context,
+    model: str = typer.Option(
+        DEFAULT_MODEL,
+        "--model",
+        metavar="NAME|PATH",
+        help="catalog model or config.json path; with --calibration: the file's model",
+    ),
+    gpu: str = typer.Option(
+        DEFAULT_GPU,
+        "--gpu",
+        metavar="NAME|PATH",
+        help="catalog GPU or GPU YAML path; with --calibration: the file's GPU",
+    ),
+    tensor_parallel_size: int = engine_option(
+        "tensor_parallel_size", help_suffix="; with --calibration: the file's"
+    ),
+    data_parallel_size: int = engine_option("data_parallel_size"),
+    gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
+    max_model_len: int = engine_option("max_model_len"),
+    max_num_batched_tokens: int = engine_option("max_num_batched_tokens"),
+    max_num_seqs: int = engine_option("max_num_seqs"),
+    block_size: int = engine_option("block_size"),
+    kv_cache_dtype: str = engine_option("kv_cache_dtype"),
+    num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
+    speculative_config: str = engine_option(
+        "speculative_config", help_suffix="; here: a draft model's weights and KV"
+    ),
+    calibration: str = typer.Option(
+        None,
+        "--calibration",
+        metavar="FILE",
+        help="calibration file from kvsim calibrate: its measured memory terms",
+        show_default="none: catalog figures",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """The KV block budget (num_gpu_blocks) per GPU and each term it was derived from."""
+    from sim.budget_cli import budget_command
+
+    named = given(ctx, {"model": model, "gpu": gpu})
+    raise typer.Exit(
+        budget_command(named["model"], named["gpu"], engine_flags(ctx), calibration, as_json)
+    )
