@@ -19,7 +19,13 @@ import simpy
 
 from workloads.process import AHEAD_CHUNK, Chunks, Workload
 from workloads.request import SimRequest
-from workloads.tokens import TAG_TRACE_ROW, HashBlockTokens, KeyedStreams, random_tokens
+from workloads.tokens import (
+    TAG_TRACE_ROW,
+    HashBlockTokens,
+    KeyedStreams,
+    random_tokens,
+    token_list,
+)
 from workloads.traces.table import TraceTable
 
 
@@ -109,7 +115,7 @@ class TraceWorkload(Workload):
             if tokens is None or isinstance(tokens, int):  # built when first used
                 self._emit(self.request(row, float(env.now)))
             else:  # drawn and hashed by the helper
-                self._emit(self.request(row, float(env.now), tokens.tolist(), hashes))
+                self._emit(self.request(row, float(env.now), token_list(tokens), hashes))
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table
