@@ -138,26 +138,6 @@ class BlockPool:
         null = self.null_block
         events = self.enable_kv_cache_events
         added = 0
-        if block_mask is None and not events:  # the usual case: fewer checks per block
-            for i in range(num_cached_blocks, num_full_blocks):
-                blk = blocks[i]
-                if blk is null:
-                    continue
-                if blk._hash is not None:
-                    raise RuntimeError(f"block {blk.block_id} is already cached")
-                h = block_hashes[i]
-                blk._hash = h
-                blk._group = kv_cache_group_id
-                added += 1
-                existing = cache.get(h)
-                if existing is None:
-                    cache[h] = blk
-                elif type(existing) is dict:
-                    existing[blk.block_id] = blk
-                else:
-                    cache[h] = {existing.block_id: existing, blk.block_id: blk}  # type: ignore[dict-item, union-attr]
-            self.num_cached_blocks += added
-            return
         new_hashes: list[int] = []
         for i in range(num_cached_blocks, num_full_blocks):
             blk = blocks[i]
@@ -172,10 +152,10 @@ class BlockPool:
             existing = cache.get(h)
             if existing is None:
                 cache[h] = blk
-            elif type(existing) is dict:
+            elif isinstance(existing, dict):
                 existing[blk.block_id] = blk
             else:
-                cache[h] = {existing.block_id: existing, blk.block_id: blk}  # type: ignore[dict-item, union-attr]
+                cache[h] = {existing.block_id: existing, blk.block_id: blk}
             if events:
                 new_hashes.append(external_block_hash(h))
         self.num_cached_blocks += added

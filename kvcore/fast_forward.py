@@ -202,6 +202,22 @@ def block_events(
             m.cache_blocks(req, num_tokens)
 
 
+def affordable_steps(needed: Callable[[int], int], max_steps: int, free: int) -> int:
+    """The most steps ``s <= max_steps`` whose new blocks the ``free`` blocks cover:
+    ``needed(s)`` (all groups) grows with ``s`` and ``needed(0)`` is 0. Bisection:
+    a few ``needed`` calls for a stretch of thousands of steps."""
+    if needed(max_steps) <= free:
+        return max_steps
+    lo, hi = 0, max_steps  # needed(lo) <= free < needed(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if needed(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def stretch_possible(scheduler: Scheduler) -> bool:
     """Whether the scheduler's state admits a decode stretch at all (either loop):
     requests run and none waits, every KV cache group is full attention, KV events are
@@ -280,16 +296,9 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
                 total += extra
         return total * ng
 
-    if needed(max_steps) > free:
-        if needed(1) > free:
+    affordable = affordable_steps(needed, max_steps, free)
+    if affordable < max_steps:
+        if not affordable:
             return None
-        lo, hi = 1, max_steps  # needed(lo) <= free < needed(hi); it grows with s
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if needed(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        max_steps = lo
-        finishes = False
+        max_steps, finishes = affordable, False
     return DecodeStretch(scheduler, max_steps, computed0, steps_left, finishes)

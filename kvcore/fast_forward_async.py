@@ -36,6 +36,7 @@ from typing import NamedTuple
 from kvcore.batch_queue import BatchQueue
 from kvcore.fast_forward import (
     StretchRecords,
+    affordable_steps,
     block_events,
     record_event_steps,
     stretch_possible,
@@ -273,16 +274,9 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
                 total += extra
         return total * ng
 
-    if needed(max_steps) > free:
-        lo, hi = 0, max_steps  # needed(lo) <= free < needed(hi); it grows with s
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if needed(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        if lo == 0:
+    affordable = affordable_steps(needed, max_steps, free)
+    if affordable < max_steps:
+        if not affordable:
             return None
-        max_steps = lo
-        finishes = False
+        max_steps, finishes = affordable, False
     return AsyncDecodeStretch(queue, max_steps, computed0, steps_left, finishes)
