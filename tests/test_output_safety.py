@@ -345,7 +345,7 @@ def test_sigkill_of_sweep_leaves_no_worker_and_reruns_cleanly(tmp_path: Path) ->
     proc.communicate(timeout=30)
     _wait_for(lambda: not _alive(workers), "the workers to exit", timeout=30)
     # A worker's cleanup waits for its run's helper processes; on a loaded 2-core
-    # machine that once took just over 30 s (in isolation about 1 s).
+    # machine that once took just over 30 s (the whole test takes about 7 s alone).
     _wait_for(
         lambda: not [n for n in _entries(points) if n.startswith(".")],
         "the workers' temporary directories to go",
