@@ -12,11 +12,12 @@ newly full block registered with its hash at the step whose scheduled token fill
 and, when step ``k`` is the finishing step, the finished requests freed in running
 order after that step's allocations, as ``update_from_output`` frees them.
 
-It changes the scheduler's state only through kvcore's own operations, as the steps
-would: ``Request.append_output_token_ids`` (tokens and block hashes), the managers'
+Tokens, blocks and frees go through kvcore's own operations, as the steps would make
+them: ``Request.append_output_token_ids`` (tokens and block hashes), the managers'
 ``allocate_new_blocks`` and ``cache_blocks``, and ``Scheduler.finish_requests`` for the
-length cap's frees; the stretch's own part is the order of those events and the block
-counts between them.
+length cap's frees. What it sets itself are public counters: each request's
+``num_computed_tokens`` and the scheduler's per-step id sets, as ``schedule()`` and
+``update_from_output`` leave them.
 
 Scope: full-attention groups only, KV events off, no speculative drafts. Everything
 else returns ``None`` (the caller steps normally). Mirrors nothing in vLLM: it is a
