@@ -49,7 +49,7 @@ def test_a_run_is_lengthened_only_while_it_cannot_decide() -> None:
     assert needs_longer(_judged("saturated"), bounds, 0.05) == []
 
 
-def _md1_plan(tmp_path: Path, slo: float, **length: object) -> dict:
+def _md1_plan(tmp_path: Path, slo: float, num_requests: int = 1000, **length: object) -> dict:
     workload = write_yaml(
         tmp_path / "md1.yaml",
         {
@@ -57,7 +57,7 @@ def _md1_plan(tmp_path: Path, slo: float, **length: object) -> dict:
             "arrival": {"type": "poisson", "rate": 1.0},
             "prompt_len": 32,
             "output_len": OUTPUT_LEN,
-            "num_requests": 1000,
+            "num_requests": num_requests,
         },
     )
     plan = load_plan(
@@ -95,7 +95,7 @@ def test_plan_finds_the_md1_rate_for_a_ttft_mean_slo(tmp_path: Path) -> None:
 
 
 def test_fixed_length_runs_once_and_says_when_too_short(tmp_path: Path) -> None:
-    doc = _md1_plan(tmp_path, 0.11, fixed=True)
+    doc = _md1_plan(tmp_path, 0.11, num_requests=300, fixed=True)
     lengths = {tuple(s["length"]["factors"]) for p in doc["probes"] for s in p["seeds"]}
     assert lengths == {(1,)}
     notes = [s["length_note"] for p in doc["probes"] for s in p["seeds"] if s["length_note"]]

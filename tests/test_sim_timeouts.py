@@ -21,7 +21,7 @@ OVERLOAD: dict[str, Any] = {
     "arrival": {"type": "poisson", "rate": 12},
     "prompt_len": 2000,
     "output_len": 400,
-    "num_requests": 120,
+    "num_requests": 70,
     "timeout_s": 5.0,
 }
 
@@ -62,8 +62,9 @@ def test_timed_out_requests_are_aborted_and_kept_out_of_latencies(
     assert (out / "report.html").is_file() == async_scheduling
     finished = _rows(out / "requests.csv")
     aborted = _rows(out / "aborted.csv")
-    assert 0 < len(aborted) < 120 and len(finished) + len(aborted) == 120
-    assert summary["num_requests"] == 120
+    n = OVERLOAD["num_requests"]
+    assert 0 < len(aborted) < n and len(finished) + len(aborted) == n
+    assert summary["num_requests"] == n
     assert summary["num_finished"] == len(finished)
     assert summary["num_aborted"] == len(aborted)
     assert summary["timeouts"] == {
@@ -87,11 +88,12 @@ def test_without_timeouts_nothing_changes(tmp_path: Path) -> None:
     """No timeout: no aborted.csv, no abort fields; a timeout no request reaches gives
     the same requests.csv and steps.csv bytes as no timeout at all."""
     light = {**OVERLOAD, "arrival": {"type": "poisson", "rate": 0.5}, "num_requests": 8}
+    light.update(output_len=100)
     light.pop("timeout_s")
-    plain = _run(tmp_path, light, "plain")
+    plain = _run(tmp_path, light, "plain", check=False)
     assert "num_aborted" not in plain and "timeouts" not in plain
     assert not (tmp_path / "plain" / "aborted.csv").exists()
-    loose = _run(tmp_path, {**light, "timeout_s": 1000.0}, "loose")
+    loose = _run(tmp_path, {**light, "timeout_s": 1000.0}, "loose", check=False)
     assert loose["num_aborted"] == 0 and loose["timeouts"]["file"] is None
     for name in ("requests.csv", "steps.csv"):
         a = (tmp_path / "plain" / name).read_bytes()
@@ -133,8 +135,8 @@ def test_staged_pool_with_timeouts_is_byte_identical(tmp_path: Path) -> None:
         "prompt_pool": {"size": 16, "order": "random"},
         "timeout_s": 3.0,
         "stages": [
-            {"arrival": {"type": "gamma", "rate": 20, "burstiness": 0.5}, "num_requests": 60},
-            {"arrival": {"type": "closed_loop", "concurrency": 8}, "duration_s": 6.0,
+            {"arrival": {"type": "gamma", "rate": 20, "burstiness": 0.5}, "num_requests": 40},
+            {"arrival": {"type": "closed_loop", "concurrency": 8}, "duration_s": 4.0,
              "start": "after_drain", "timeout_s": 2.0},
         ],
     }  # fmt: skip
