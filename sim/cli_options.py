@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
 from sim.engine_config import EngineConfig
 
 ENGINE_FLAGS: dict[str, tuple[str, str]] = {
@@ -156,6 +157,28 @@ def slo_option(field: str) -> Any:
     default."""
     flag, text = SLO_FLAGS[field]
     return typer.Option(None, flag, metavar="BOUND", help="SLO: " + text, show_default="none")
+
+
+def model_option(
+    help: str = "catalog model or config.json path",
+    default: str | None = DEFAULT_MODEL,
+    **extra: Any,
+) -> Any:
+    """The ``--model`` option: a catalog model name or a Hugging Face ``config.json``
+    path; ``help`` says what else the command reads it as."""
+    return typer.Option(default, "--model", metavar="NAME|PATH", help=help, **extra)
+
+
+def gpu_option(
+    help: str = "catalog GPU or GPU YAML path", default: str | None = DEFAULT_GPU, **extra: Any
+) -> Any:
+    """The ``--gpu`` option: a catalog GPU name or a GPU YAML path."""
+    return typer.Option(default, "--gpu", metavar="NAME|PATH", help=help, **extra)
+
+
+def calibration_option(help: str, show_default: str) -> Any:
+    """The ``--calibration`` option: a file ``kvsim calibrate`` wrote, none by default."""
+    return typer.Option(None, "--calibration", metavar="FILE", help=help, show_default=show_default)
 
 
 def given(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:

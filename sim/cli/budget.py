@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import typer
 
-from sim.cli_options import engine_flags, engine_option, given
-from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
+from sim.cli_options import (
+    calibration_option,
+    engine_flags,
+    engine_option,
+    given,
+    gpu_option,
+    model_option,
+)
 
 
 def budget(
     ctx: typer.Context,
-    model: str = typer.Option(
-        DEFAULT_MODEL,
-        "--model",
-        metavar="NAME|PATH",
-        help="catalog model or config.json path; with --calibration: the file's model",
+    model: str = model_option(
+        "catalog model or config.json path; with --calibration: the file's model"
     ),
-    gpu: str = typer.Option(
-        DEFAULT_GPU,
-        "--gpu",
-        metavar="NAME|PATH",
-        help="catalog GPU or GPU YAML path; with --calibration: the file's GPU",
-    ),
+    gpu: str = gpu_option("catalog GPU or GPU YAML path; with --calibration: the file's GPU"),
     tensor_parallel_size: int = engine_option(
         "tensor_parallel_size", help_suffix="; with --calibration: the file's"
     ),
@@ -37,12 +35,9 @@ def budget(
     speculative_config: str = engine_option(
         "speculative_config", help_suffix="; here: a draft model's weights and KV"
     ),
-    calibration: str = typer.Option(
-        None,
-        "--calibration",
-        metavar="FILE",
-        help="calibration file from kvsim calibrate: its measured memory terms",
-        show_default="none: catalog figures",
+    calibration: str = calibration_option(
+        "calibration file from kvsim calibrate: its measured memory terms",
+        "none: catalog figures",
     ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:

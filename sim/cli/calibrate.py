@@ -11,8 +11,8 @@ from __future__ import annotations
 import typer
 
 from kvcore import __version__
-from sim.cli_options import TRACE_FIT_PANEL, engine_flags, engine_option
-from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
+from sim.cli_options import TRACE_FIT_PANEL, engine_flags, engine_option, gpu_option, model_option
+from sim.defaults import DEFAULT_MODEL
 
 CALIBRATE_HELP = (
     "Profile memory (vLLM's profile_run) and step times on this machine; write a "
@@ -32,11 +32,8 @@ def calibrate(
         show_default="off: profile on --device",
         rich_help_panel=TRACE_FIT_PANEL,
     ),
-    gpu: str = typer.Option(
-        DEFAULT_GPU,
-        "--gpu",
-        metavar="NAME|PATH",
-        help="with --from-trace: the GPU the run used (catalog name or GPU YAML)",
+    gpu: str = gpu_option(
+        "with --from-trace: the GPU the run used (catalog name or GPU YAML)",
         rich_help_panel=TRACE_FIT_PANEL,
     ),
     engine: str = typer.Option(
@@ -53,11 +50,9 @@ def calibrate(
     gpu_memory_utilization: float = engine_option("gpu_memory_utilization"),
     num_gpu_blocks_override: int = engine_option("num_gpu_blocks_override"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
-    model: str = typer.Option(
+    model: str = model_option(
+        "catalog name or config.json (with --from-trace: the run's model)",
         None,
-        "--model",
-        metavar="NAME|PATH",
-        help="catalog name or config.json (with --from-trace: the run's model)",
         show_default="kvsim-tiny on cpu, Llama-3.1-8B on cuda and with --from-trace",
     ),
     tp: int = typer.Option(

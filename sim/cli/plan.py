@@ -10,8 +10,8 @@ from __future__ import annotations
 import typer
 
 from sim.cli.help_texts import ROUTER_HELP, STEPS_FORMAT_HELP, STEPS_HELP
-from sim.cli_options import engine_flags, engine_option, given, slo_option
-from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
+from sim.cli_options import engine_flags, engine_option, given, gpu_option, model_option, slo_option
+from sim.defaults import DEFAULT_WORKLOAD
 from sim.outdir import FORCE_HELP
 
 PLAN_PATHS = {
@@ -74,12 +74,8 @@ def plan(
         metavar="WORKLOAD",
         help="preset or workload YAML with a poisson, gamma or constant arrival",
     ),
-    model: str = typer.Option(
-        DEFAULT_MODEL, "--model", metavar="NAME|PATH", help="catalog model or config.json path"
-    ),
-    gpu: str = typer.Option(
-        DEFAULT_GPU, "--gpu", metavar="NAME|PATH", help="catalog GPU or GPU YAML path"
-    ),
+    model: str = model_option(),
+    gpu: str = gpu_option(),
     ttft_mean_s: float = slo_option("ttft_mean_s"),
     ttft_p90_s: float = slo_option("ttft_p90_s"),
     tpot_mean_s: float = slo_option("tpot_mean_s"),

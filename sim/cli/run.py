@@ -13,11 +13,14 @@ from sim.cli.help_texts import ROUTER_HELP, STEPS_FORMAT_HELP, STEPS_HELP
 from sim.cli_options import (
     OUTPUT_PANEL,
     WORKLOAD_PANEL,
+    calibration_option,
     engine_flags,
     engine_option,
     given,
+    gpu_option,
+    model_option,
 )
-from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
+from sim.defaults import DEFAULT_WORKLOAD
 from sim.outdir import FORCE_HELP
 
 WORKLOAD_HELP = (
@@ -73,26 +76,17 @@ def run(
         help="YAML file of engine arguments (vLLM names); flags given win",
         show_default="none: vLLM's defaults",
     ),
-    model: str = typer.Option(
-        DEFAULT_MODEL,
-        "--model",
-        metavar="NAME|PATH",
-        help="catalog model (kvsim list) or a Hugging Face config.json; with "
-        "--calibration: the file's model",
+    model: str = model_option(
+        "catalog model (kvsim list) or a Hugging Face config.json; with "
+        "--calibration: the file's model"
     ),
-    gpu: str = typer.Option(
-        DEFAULT_GPU,
-        "--gpu",
-        metavar="NAME|PATH",
-        help="catalog GPU (kvsim list) or a GPU YAML; with --calibration: the file's GPU",
+    gpu: str = gpu_option(
+        "catalog GPU (kvsim list) or a GPU YAML; with --calibration: the file's GPU"
     ),
-    calibration: str = typer.Option(
-        None,
-        "--calibration",
-        metavar="FILE",
-        help="calibration file from kvsim calibrate: measured memory terms and fitted step "
+    calibration: str = calibration_option(
+        "calibration file from kvsim calibrate: measured memory terms and fitted step "
         "times; gives model, GPU and tensor-parallel size unless those are given",
-        show_default="none: catalog figures, roofline step times",
+        "none: catalog figures, roofline step times",
     ),
     seed: int = typer.Option(
         None,

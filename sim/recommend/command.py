@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from sim.cli_options import given, slo_option
+from sim.cli_options import given, model_option, slo_option
 from sim.outdir import FORCE_HELP
 
 RECOMMEND_PATHS = {
@@ -92,9 +92,7 @@ def recommend(
         help="print every candidate with its analytic bounds and what would be pruned; "
         "simulate and write nothing",
     ),
-    model: str = typer.Option(
-        "Llama-3.1-8B", "--model", metavar="NAME|PATH", help="catalog model or config.json path"
-    ),
+    model: str = model_option(),
     workload: str = typer.Option(
         "chat",
         "--workload",
