@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
+from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.engine_config import EngineConfig
 
 ENGINE_FLAGS: dict[str, tuple[str, str]] = {
@@ -174,6 +174,17 @@ def gpu_option(
 ) -> Any:
     """The ``--gpu`` option: a catalog GPU name or a GPU YAML path."""
     return typer.Option(default, "--gpu", metavar="NAME|PATH", help=help, **extra)
+
+
+def rate_workload_option() -> Any:
+    """The ``--workload`` option of the commands that search over an arrival rate
+    (``plan``, ``recommend``): a preset or a workload YAML whose rate can be set."""
+    return typer.Option(
+        DEFAULT_WORKLOAD,
+        "--workload",
+        metavar="WORKLOAD",
+        help="preset or workload YAML with a poisson, gamma or constant arrival",
+    )
 
 
 def calibration_option(help: str, show_default: str) -> Any:

@@ -10,8 +10,15 @@ from __future__ import annotations
 import typer
 
 from sim.cli.help_texts import ROUTER_HELP, STEPS_FORMAT_HELP, STEPS_HELP
-from sim.cli_options import engine_flags, engine_option, given, gpu_option, model_option, slo_option
-from sim.defaults import DEFAULT_WORKLOAD
+from sim.cli_options import (
+    engine_flags,
+    engine_option,
+    given,
+    gpu_option,
+    model_option,
+    rate_workload_option,
+    slo_option,
+)
 from sim.outdir import FORCE_HELP
 
 PLAN_PATHS = {
@@ -68,12 +75,7 @@ def plan(
         "--rate; min_kv: smallest --knob at --rate",
         show_default="the plan file's; one of the two is required",
     ),
-    workload: str = typer.Option(
-        DEFAULT_WORKLOAD,
-        "--workload",
-        metavar="WORKLOAD",
-        help="preset or workload YAML with a poisson, gamma or constant arrival",
-    ),
+    workload: str = rate_workload_option(),
     model: str = model_option(),
     gpu: str = gpu_option(),
     ttft_mean_s: float = slo_option("ttft_mean_s"),

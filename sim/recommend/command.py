@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from sim.cli_options import given, model_option, slo_option
+from sim.cli_options import given, model_option, rate_workload_option, slo_option
 from sim.outdir import FORCE_HELP
 
 RECOMMEND_PATHS = {
@@ -93,12 +93,7 @@ def recommend(
         "simulate and write nothing",
     ),
     model: str = model_option(),
-    workload: str = typer.Option(
-        "chat",
-        "--workload",
-        metavar="WORKLOAD",
-        help="preset or workload YAML with a poisson, gamma or constant arrival",
-    ),
+    workload: str = rate_workload_option(),
     target_rate: float = typer.Option(
         None,
         "--target-rate",
