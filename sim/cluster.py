@@ -25,6 +25,7 @@ from sim.engine_config import uses_async_scheduling
 from sim.engine_regime import decide_regime, stepping_part
 from sim.input_limits import InputLimits
 from sim.kv_offload import build_connector, make_host_link
+from sim.offload_worker import OffloadWorker
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router
 
@@ -159,8 +160,9 @@ class Cluster:
                         offload=offload is not None, spec=spec is not None, lockstep=bool(groups)
                     ),
                 ),
-                host_link=None if offload is None else make_host_link(offload),
-                offload_block_bytes=0 if offload is None else offload.worker_kv_bytes_per_block,
+                offload=None
+                if offload is None
+                else OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block),
                 spec=None if spec is None else spec.make_run(i, run_seed, loop_async),
                 lockstep=groups[i // dp] if groups else None,
             )

@@ -30,7 +30,7 @@ the records or several), is decided once where the engines are built
 
 With the CPU KV offload tier (``--kv-offloading-size``, both loops) the scheduler has
 vLLM's offloading connector and the engine times its copies on the replica's host link
-(:mod:`sim.offload_transfers`): synchronously in :meth:`ReplicaEngine._run_offload`,
+(:mod:`sim.offload_worker`): synchronously in :meth:`ReplicaEngine._run_offload`,
 with async scheduling in :meth:`ReplicaEngine._run_batch_queue_connector`, the async
 loop with a KV connector (also P/D's, :mod:`sim.pd_engine`). There the worker side of
 each batch's connector metadata runs when the GPU reaches the batch (the end of the
@@ -80,8 +80,7 @@ from sim.dp_lockstep import Forward, LockstepForwards
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.engine_regime import EngineRegime, decide_regime, stepping_part
 from sim.errors import SimulationStuck
-from sim.kv_offload import OffloadStats
-from sim.offload_transfers import HostLink, job_bytes
+from sim.offload_worker import OffloadWorker
 from sim.records import RequestRecorder, StepRecorder
 from sim.spec_engine import SpecDecodeRun
 from sim.step_row import StepRow
@@ -147,17 +146,15 @@ class ReplicaEngine(FastForwardSteps):
         decisions: IO[str] | None = None,
         on_progress: Callable[[int], None] | None = None,
         regime: EngineRegime | None = None,
-        host_link: HostLink | None = None,
-        offload_block_bytes: int = 0,
+        offload: OffloadWorker | None = None,
         spec: SpecDecodeRun | None = None,
         lockstep: LockstepForwards | None = None,
     ) -> None:
         """``regime``: what the engine may do at once, decided where the engines are
         built (:func:`sim.engine_regime.decide_regime`); None: stepped (no
-        fast-forward), as the only writer. ``host_link``: the CPU KV offload tier's
-        link (with a scheduler that has the offloading connector; either loop);
-        ``offload_block_bytes``: one GPU block's KV bytes on one TP rank (what a
-        transfer moves per block); ``spec``: speculative decoding (with a scheduler
+        fast-forward), as the only writer. ``offload``: the CPU KV offload tier's
+        worker side on its host link (with a scheduler that has the offloading
+        connector; either loop); ``spec``: speculative decoding (with a scheduler
         that has the same speculative config); ``lockstep``: the forward time line of
         this replica's DP group, a MoE model's DP ranks stepping together
         (:mod:`sim.dp_lockstep`; no connector)."""
@@ -183,7 +180,7 @@ class ReplicaEngine(FastForwardSteps):
                 workload=workload,
             )
         stepped_by = stepping_part(
-            offload=host_link is not None, spec=spec is not None, lockstep=lockstep is not None
+            offload=offload is not None, spec=spec is not None, lockstep=lockstep is not None
         )
         if regime.fast_forward and stepped_by is not None:
             raise ValueError(f"fast-forward does not run with {stepped_by} (decide_regime)")
@@ -202,15 +199,11 @@ class ReplicaEngine(FastForwardSteps):
             if isinstance(scheduler, AsyncScheduler)
             else None
         )
-        self.link = host_link
-        self.offload_block_bytes = offload_block_bytes
-        self.offload_stats: OffloadStats | None = None
-        self._deferred_stores: list[tuple[int, int]] = []  # (job id, blocks): next step's
-        self._load_reqs: dict[int, str] = {}  # load job id -> its request (vLLM's _load_jobs)
-        if host_link is not None:
-            if not isinstance(scheduler.connector, OffloadingConnectorScheduler):
-                raise ValueError("KV offload runs with a scheduler with the offloading connector")
-            self.offload_stats = OffloadStats()
+        self.offload = offload
+        if offload is not None and not isinstance(
+            scheduler.connector, OffloadingConnectorScheduler
+        ):
+            raise ValueError("KV offload runs with a scheduler with the offloading connector")
         self.lockstep = lockstep
         if lockstep is not None and scheduler.connector is not None:
             raise ValueError("DP lockstep runs without a KV connector")
@@ -341,8 +334,8 @@ class ReplicaEngine(FastForwardSteps):
             else:
                 yield from self._run_batch_queue(self.batch_queue)
             return
-        if self.link is not None:
-            yield from self._run_offload(self.link)
+        if self.offload is not None:
+            yield from self._run_offload(self.offload)
             return
         scheduler = self.scheduler
         while True:
@@ -387,11 +380,11 @@ class ReplicaEngine(FastForwardSteps):
             yield self._idle()
         return True
 
-    def _run_offload(self, link: HostLink) -> Generator[simpy.Event, Any, None]:
+    def _run_offload(self, worker: OffloadWorker) -> Generator[simpy.Event, Any, None]:
         """The synchronous loop with the CPU KV offload tier (vLLM 0.33.0's
         ``EngineCore.step`` with the ``OffloadingConnector``); timing as
         :mod:`sim.offload_transfers` plans it, after vLLM's
-        ``OffloadingConnectorWorker``:
+        ``OffloadingConnectorWorker`` (:class:`sim.offload_worker.OffloadWorker`):
 
         at a step's start ``t0`` this step's ``jobs_to_flush`` stores and the stores
         the step before deferred are submitted (``handle_preemptions``), the step waits
@@ -409,27 +402,27 @@ class ReplicaEngine(FastForwardSteps):
                 self._admit_pending()
             if self._aborts:
                 self._apply_aborts()
-            if not scheduler.has_requests() and not self._deferred_stores:
+            if not scheduler.has_requests() and not worker.has_deferred_stores:
                 if self.arrivals_done() and not self._pending:
                     return
                 yield self._idle()
                 continue
             out = scheduler.schedule()
             t0 = env.now
-            start = self._start_transfers(link, out, t0)
+            start = self._connector_start(out, t0)
             if out.total_num_scheduled_tokens == 0:
                 if start > t0:
                     yield StepTimeout(env, start - t0)
-                kvo = self._collect_transfers(link, env.now)
+                kvo = self._connector_output(env.now)
                 # Earlier finishes only; the lookups of requests that started a load in
                 # this step count in the next recorded step (steps.csv has no row here).
                 carry = scheduler.update_from_output(out, {}, kvo).prefix_cache_stats
                 if carry is not None:
                     carried = carry if carried is None else carried.merged(carry)
-                self._note_cpu_usage()
-                if kvo.completed_jobs or self._deferred_stores:
+                self._connector_after_output()
+                if kvo.completed_jobs or worker.has_deferred_stores:
                     continue  # progress (or stores to submit): schedule again now
-                next_end = link.next_done_s()
+                next_end = worker.next_done_s()
                 if next_end is not None:
                     yield env.timeout(next_end - env.now) | self._idle()
                     continue
@@ -450,75 +443,18 @@ class ReplicaEngine(FastForwardSteps):
             if self._aborts:
                 self._apply_aborts()
             now = env.now
-            kvo = self._collect_transfers(link, now)
+            kvo = self._connector_output(now)
             result = scheduler.update_from_output(out, sampled, kvo)
             if carried is not None:
                 own = result.prefix_cache_stats
                 result.prefix_cache_stats = carried if own is None else carried.merged(own)
                 carried = None
-            self._note_cpu_usage()
+            self._connector_after_output()
             finished = self._record_step(out, result, t0, now - t0, prefill, decode, now)
             if self.check:
                 scheduler.check_invariants()
             for req in finished:
                 self._finish(req, now)
-
-    def _start_transfers(self, link: HostLink, out: SchedulerOutput, t0: float) -> float:
-        """Submit a step's transfers at its start ``t0`` (s); return when its compute can
-        start (after the flushed stores end)."""
-        meta = out.kv_connector_metadata
-        stats = self.offload_stats
-        assert stats is not None and isinstance(meta, OffloadingConnectorMetadata)
-        per_block = self.offload_block_bytes
-        flush = meta.jobs_to_flush
-        submit = [(j, len(job.gpu_block_ids)) for j, job in meta.store_jobs.items() if j in flush]
-        submit += self._deferred_stores
-        self._deferred_stores = [
-            (j, len(job.gpu_block_ids)) for j, job in meta.store_jobs.items() if j not in flush
-        ]
-        for job_id, blocks in submit:
-            num_bytes = job_bytes(blocks, per_block)
-            link.submit_store(job_id, num_bytes, t0)
-            stats.num_stores += 1
-            stats.store_blocks += blocks
-            stats.store_bytes += num_bytes
-            stats.store_s += link.stores.last_duration_s
-        start = max(t0, link.wait_s(flush)) if flush else t0
-        for job_id, job in meta.load_jobs.items():
-            blocks = len(job.gpu_block_ids)
-            num_bytes = job_bytes(blocks, per_block)
-            link.submit_load(job_id, num_bytes, start)
-            self._load_reqs[job_id] = job.req_id
-            stats.num_loads += 1
-            stats.load_blocks += blocks
-            stats.load_bytes += num_bytes
-            stats.load_s += link.loads.last_duration_s
-        return start
-
-    def _collect_transfers(self, link: HostLink, now: float) -> KVConnectorOutput:
-        """The step's ``KVConnectorOutput`` (vLLM's ``get_finished`` and the worker
-        metadata's ``completed_jobs``): the transfers ended by ``now`` (s), each
-        reported by every TP worker; a finished load's request in
-        ``finished_recving``."""
-        connector = self.scheduler.connector
-        assert isinstance(connector, OffloadingConnectorScheduler)  # the CPU tier's
-        kvo = KVConnectorOutput()
-        done = link.collect_finished(now)
-        if done:
-            workers = connector.num_workers
-            kvo.completed_jobs = {job_id: workers for job_id in done}
-            loads = self._load_reqs
-            kvo.finished_recving = {loads.pop(j) for j in done if j in loads}
-        return kvo
-
-    def _note_cpu_usage(self) -> None:
-        """Track the CPU tier's peak (blocks held, ready or being written)."""
-        connector = self.scheduler.connector
-        stats = self.offload_stats
-        assert isinstance(connector, OffloadingConnectorScheduler) and stats is not None
-        held = connector.manager.num_stored_chunks() * connector.blocks_per_chunk
-        if held > stats.peak_cpu_blocks:
-            stats.peak_cpu_blocks = held
 
     def _run_batch_queue(self, queue: BatchQueue) -> Generator[simpy.Event, Any, None]:
         """vLLM 0.33.0's async-scheduling loop (``EngineCore.step_with_batch_queue``)
@@ -760,32 +696,39 @@ class ReplicaEngine(FastForwardSteps):
         self._connector_after_output()
         self._finish_requests(result.finished_requests, result, now)
 
-    # The connector's worker side (the CPU offload tier's; PDReplicaEngine overrides).
+    # The connector's worker side (the CPU offload tier's, in both loops;
+    # PDReplicaEngine overrides).
 
     def _connector_start(self, out: SchedulerOutput, t0: float) -> float:
-        """The worker side of a batch's connector metadata when the batch reaches
+        """The worker side of a step's or batch's connector metadata when it reaches
         the GPU at ``t0`` (s); returns when its compute can start (s)."""
-        assert self.link is not None
-        return self._start_transfers(self.link, out, t0)
+        meta = out.kv_connector_metadata
+        assert self.offload is not None and isinstance(meta, OffloadingConnectorMetadata)
+        return self.offload.start(meta, t0)
 
     def _connector_output(self, now: float) -> KVConnectorOutput:
-        """What the workers report in the output of a batch that ends at ``now`` (s)."""
-        assert self.link is not None
-        return self._collect_transfers(self.link, now)
+        """What the workers report in the output of a step or batch that ends at
+        ``now`` (s)."""
+        connector = self.scheduler.connector
+        assert self.offload is not None and isinstance(connector, OffloadingConnectorScheduler)
+        return self.offload.finished(now, connector.num_workers)
 
     def _connector_after_output(self) -> None:
-        """After a batch's output was applied."""
-        self._note_cpu_usage()
+        """After a step's or batch's output was applied: the CPU tier's peak."""
+        connector = self.scheduler.connector
+        assert self.offload is not None and isinstance(connector, OffloadingConnectorScheduler)
+        self.offload.note_cpu_usage(connector)
 
     def _connector_pending(self) -> bool:
         """Whether the connector has work for the next batch even with no request."""
-        return bool(self._deferred_stores)
+        assert self.offload is not None
+        return self.offload.has_deferred_stores
 
     def _connector_wait(self) -> simpy.Event | None:
         """What to wait for when no batch can progress: the next transfer's end or an
         arrival; None when no transfer is in flight."""
-        assert self.link is not None
-        next_end = self.link.next_done_s()
+        assert self.offload is not None
+        next_end = self.offload.next_done_s()
         if next_end is None:
             return None
         return self.env.timeout(max(0.0, next_end - self.env.now)) | self._idle()

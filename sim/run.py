@@ -246,8 +246,8 @@ def _offload_block(resolved: ResolvedRun, cluster: Cluster, steps: StepRecorder)
         if cs is not None:
             queries += cs.queries + cs.preempted_queries
             hits += cs.hits + cs.preempted_hits
-        if e.offload_stats is not None:
-            stats.append(e.offload_stats)
+        if e.offload is not None:
+            stats.append(e.offload.stats)
     return offload_summary(
         resolved.offload, stats, queries, hits, steps.prefix_queries, steps.prefix_hits
     )
