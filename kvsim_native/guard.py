@@ -49,13 +49,16 @@ NATIVE_MODULES = (
     "sim.records",
     "sim.engine_fast_forward",
     "sim.engine",
+    "sim.engine_connector",
+    "sim.offload_engine",
     "sim.pd_engine",
 )
 """Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
 async one subclasses the sync one, and a compiled class takes only compiled subclasses)
 with the batch queue that drives the async one, and the simulator's engine loop with its
-step timing, typed step rows and records (the per-step path), and the P/D instance's
-loop (a subclass of the engine's).
+step timing, typed step rows and records (the per-step path), and the engines with a KV
+connector (subclasses of the engine's: the async loop with a connector, the CPU offload
+tier's, the P/D instance's).
 They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
 a subclass of ``collections.deque``). ``kvcore``, ``sim`` and ``calibrate`` import
 ``kvsim_native`` first, so the guard is in place before any listed module is found."""

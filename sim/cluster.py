@@ -25,6 +25,7 @@ from sim.engine_config import uses_async_scheduling
 from sim.engine_regime import decide_regime, stepping_part
 from sim.input_limits import InputLimits
 from sim.kv_offload import build_connector, make_host_link
+from sim.offload_engine import OffloadReplicaEngine
 from sim.offload_worker import OffloadWorker
 from sim.records import RequestRecorder, StepRecorder
 from sim.router import Router
@@ -137,8 +138,17 @@ class Cluster:
         latency = getattr(resolved, "replica_latency_models", None) or (
             [resolved.latency_model] * num_replicas
         )
+        # With the CPU offload tier each replica's engine has its worker side too.
+        tier: Callable[[], dict[str, Any]] = (
+            dict
+            if offload is None
+            else lambda: {
+                "offload": OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block)
+            }
+        )
+        engine_type = ReplicaEngine if offload is None else OffloadReplicaEngine
         self.engines = [
-            ReplicaEngine(
+            engine_type(
                 env,
                 i,
                 schedulers[i],
@@ -160,11 +170,9 @@ class Cluster:
                         offload=offload is not None, spec=spec is not None, lockstep=bool(groups)
                     ),
                 ),
-                offload=None
-                if offload is None
-                else OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block),
                 spec=None if spec is None else spec.make_run(i, run_seed, loop_async),
                 lockstep=groups[i // dp] if groups else None,
+                **tier(),
             )
             for i in range(num_replicas)
         ]

@@ -28,16 +28,10 @@ cannot serve, and at the next SimPy event (an arrival, a timer); see
 the records or several), is decided once where the engines are built
 (:mod:`sim.engine_regime`) and passed in.
 
-With the CPU KV offload tier (``--kv-offloading-size``, both loops) the scheduler has
-vLLM's offloading connector and the engine times its copies on the replica's host link
-(:mod:`sim.offload_worker`): synchronously in :meth:`ReplicaEngine._run_offload`,
-with async scheduling in :meth:`ReplicaEngine._run_batch_queue_connector`, the async
-loop with a KV connector (also P/D's, :mod:`sim.pd_engine`). There the worker side of
-each batch's connector metadata runs when the GPU reaches the batch (the end of the
-batch before it), and what the workers report by the batch's end reaches
-``update_from_output`` with the batch's output, one batch after the next was planned;
-a batch that schedules no token still runs the connector (vLLM's
-``kv_connector_no_forward``) and takes no GPU time. Fast-forward is off.
+A replica whose scheduler has a KV connector (the CPU KV offload tier's, P/D's) runs
+in a subclass with the connector's worker side: :class:`sim.engine_connector.ConnectorEngine`
+(the async loop with a connector), :class:`sim.offload_engine.OffloadReplicaEngine`,
+:class:`sim.pd_engine.PDReplicaEngine`. Fast-forward is off there.
 
 With speculative decoding (``--speculative-config``, both loops) the fake model samples
 ``1 + a`` tokens per decoding request with drafts (``a`` accepted, drawn by the
@@ -64,14 +58,9 @@ import numpy as np
 import simpy
 
 from kvcore.async_scheduler import AsyncScheduler
-from kvcore.batch_queue import Batch, BatchQueue, sample_fixed_token
+from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
-from kvcore.kv_cache_manager import PrefixCacheStats
-from kvcore.offloading_connector import (
-    KVConnectorOutput,
-    OffloadingConnectorMetadata,
-    OffloadingConnectorScheduler,
-)
+from kvcore.offloading_connector import OffloadingConnectorScheduler
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
@@ -80,7 +69,6 @@ from sim.dp_lockstep import Forward, LockstepForwards
 from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
 from sim.engine_regime import EngineRegime, decide_regime, stepping_part
 from sim.errors import SimulationStuck
-from sim.offload_worker import OffloadWorker
 from sim.records import RequestRecorder, StepRecorder
 from sim.spec_engine import SpecDecodeRun
 from sim.step_row import StepRow
@@ -114,21 +102,6 @@ class _Meta:
         self.prompt_tokens = prompt_tokens
 
 
-class _Flight:
-    """One batch in flight in the async loop with a KV connector (seconds)."""
-
-    __slots__ = ("batch", "end_s", "num_decode", "num_prefill", "start_s")
-
-    def __init__(
-        self, batch: Batch, start_s: float, end_s: float, num_prefill: int, num_decode: int
-    ) -> None:
-        self.batch = batch
-        self.start_s = start_s  # the worker side starts (the GPU reaches the batch)
-        self.end_s = end_s  # the batch's output is ready (its report polled)
-        self.num_prefill = num_prefill
-        self.num_decode = num_decode
-
-
 class ReplicaEngine(FastForwardSteps):
     """Drives one kvcore Scheduler in simulated time (seconds)."""
 
@@ -146,15 +119,12 @@ class ReplicaEngine(FastForwardSteps):
         decisions: IO[str] | None = None,
         on_progress: Callable[[int], None] | None = None,
         regime: EngineRegime | None = None,
-        offload: OffloadWorker | None = None,
         spec: SpecDecodeRun | None = None,
         lockstep: LockstepForwards | None = None,
     ) -> None:
         """``regime``: what the engine may do at once, decided where the engines are
         built (:func:`sim.engine_regime.decide_regime`); None: stepped (no
-        fast-forward), as the only writer. ``offload``: the CPU KV offload tier's
-        worker side on its host link (with a scheduler that has the offloading
-        connector; either loop); ``spec``: speculative decoding (with a scheduler
+        fast-forward), as the only writer. ``spec``: speculative decoding (with a scheduler
         that has the same speculative config); ``lockstep``: the forward time line of
         this replica's DP group, a MoE model's DP ranks stepping together
         (:mod:`sim.dp_lockstep`; no connector)."""
@@ -180,7 +150,9 @@ class ReplicaEngine(FastForwardSteps):
                 workload=workload,
             )
         stepped_by = stepping_part(
-            offload=offload is not None, spec=spec is not None, lockstep=lockstep is not None
+            offload=isinstance(scheduler.connector, OffloadingConnectorScheduler),
+            spec=spec is not None,
+            lockstep=lockstep is not None,
         )
         if regime.fast_forward and stepped_by is not None:
             raise ValueError(f"fast-forward does not run with {stepped_by} (decide_regime)")
@@ -199,11 +171,6 @@ class ReplicaEngine(FastForwardSteps):
             if isinstance(scheduler, AsyncScheduler)
             else None
         )
-        self.offload = offload
-        if offload is not None and not isinstance(
-            scheduler.connector, OffloadingConnectorScheduler
-        ):
-            raise ValueError("KV offload runs with a scheduler with the offloading connector")
         self.lockstep = lockstep
         if lockstep is not None and scheduler.connector is not None:
             raise ValueError("DP lockstep runs without a KV connector")
@@ -225,11 +192,6 @@ class ReplicaEngine(FastForwardSteps):
         # The same with DP lockstep: each batch's forward (None: waiting for the GPU,
         # started when the batch before it ends), duration s, prefill and decode tokens.
         self._lockstep_flight: list[tuple[Forward | None, float, int, int]] = []
-        # The async loop with a connector: its batches in flight, oldest first, and
-        # the prefix-cache lookups of batches that scheduled no token, counted in
-        # the next recorded step.
-        self._flights: list[_Flight] = []
-        self._carried: PrefixCacheStats | None = None
         self.num_rejected = 0
         self.num_aborted = 0
         self._aborts: list[str] = []  # ids whose client gave up, not yet aborted
@@ -329,13 +291,7 @@ class ReplicaEngine(FastForwardSteps):
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         if self.batch_queue is not None:
-            if self.scheduler.connector is not None:
-                yield from self._run_batch_queue_connector(self.batch_queue)
-            else:
-                yield from self._run_batch_queue(self.batch_queue)
-            return
-        if self.offload is not None:
-            yield from self._run_offload(self.offload)
+            yield from self._run_batch_queue(self.batch_queue)
             return
         scheduler = self.scheduler
         while True:
@@ -379,82 +335,6 @@ class ReplicaEngine(FastForwardSteps):
                 raise self._no_fit()
             yield self._idle()
         return True
-
-    def _run_offload(self, worker: OffloadWorker) -> Generator[simpy.Event, Any, None]:
-        """The synchronous loop with the CPU KV offload tier (vLLM 0.33.0's
-        ``EngineCore.step`` with the ``OffloadingConnector``); timing as
-        :mod:`sim.offload_transfers` plans it, after vLLM's
-        ``OffloadingConnectorWorker`` (:class:`sim.offload_worker.OffloadWorker`):
-
-        at a step's start ``t0`` this step's ``jobs_to_flush`` stores and the stores
-        the step before deferred are submitted (``handle_preemptions``), the step waits
-        for the flushed jobs, then submits its loads (``start_kv_transfers``) and
-        computes; its own stores wait for the next step (``prepare_store_kv``). At the
-        step's end the transfers ended by then are its ``KVConnectorOutput``
-        (``get_finished``). A step that schedules no token still runs the connector
-        (vLLM's ``kv_connector_no_forward``): when nothing ended, the engine sleeps until
-        the next transfer ends or a request arrives."""
-        env = self.env
-        scheduler = self.scheduler
-        carried: PrefixCacheStats | None = None
-        while True:
-            if self._pending:
-                self._admit_pending()
-            if self._aborts:
-                self._apply_aborts()
-            if not scheduler.has_requests() and not worker.has_deferred_stores:
-                if self.arrivals_done() and not self._pending:
-                    return
-                yield self._idle()
-                continue
-            out = scheduler.schedule()
-            t0 = env.now
-            start = self._connector_start(out, t0)
-            if out.total_num_scheduled_tokens == 0:
-                if start > t0:
-                    yield StepTimeout(env, start - t0)
-                kvo = self._connector_output(env.now)
-                # Earlier finishes only; the lookups of requests that started a load in
-                # this step count in the next recorded step (steps.csv has no row here).
-                carry = scheduler.update_from_output(out, {}, kvo).prefix_cache_stats
-                if carry is not None:
-                    carried = carry if carried is None else carried.merged(carry)
-                self._connector_after_output()
-                if kvo.completed_jobs or worker.has_deferred_stores:
-                    continue  # progress (or stores to submit): schedule again now
-                next_end = worker.next_done_s()
-                if next_end is not None:
-                    yield env.timeout(next_end - env.now) | self._idle()
-                    continue
-                if (yield from self._after_empty_step()):
-                    continue
-                if not scheduler.running and not self._pending and scheduler.has_requests():
-                    if self.arrivals_done():  # nothing left that could change the state
-                        raise SimulationStuck(
-                            f"replica {self.replica_id}: the KV offload connector holds "
-                            "requests with no transfer in flight"
-                        )
-                    yield self._idle()
-                continue
-            duration, prefill, decode, sampled = self._step_cost(out)
-            yield StepTimeout(env, start + duration - t0)
-            if env.peek() <= env.now:
-                yield env.timeout(0)  # arrivals due at this instant join first
-            if self._aborts:
-                self._apply_aborts()
-            now = env.now
-            kvo = self._connector_output(now)
-            result = scheduler.update_from_output(out, sampled, kvo)
-            if carried is not None:
-                own = result.prefix_cache_stats
-                result.prefix_cache_stats = carried if own is None else carried.merged(own)
-                carried = None
-            self._connector_after_output()
-            finished = self._record_step(out, result, t0, now - t0, prefill, decode, now)
-            if self.check:
-                scheduler.check_invariants()
-            for req in finished:
-                self._finish(req, now)
 
     def _run_batch_queue(self, queue: BatchQueue) -> Generator[simpy.Event, Any, None]:
         """vLLM 0.33.0's async-scheduling loop (``EngineCore.step_with_batch_queue``)
@@ -545,200 +425,6 @@ class ReplicaEngine(FastForwardSteps):
                 scheduler.check_invariants()
             for req in finished:
                 self._finish(req, now)
-
-    # -- the async loop with a KV connector -----------------------------------------
-
-    def _run_batch_queue_connector(self, queue: BatchQueue) -> Generator[simpy.Event, Any, None]:
-        """vLLM 0.33.0's async-scheduling loop (``EngineCore.step_with_batch_queue``)
-        with a KV connector (the CPU offload tier's here, P/D's in
-        :class:`sim.pd_engine.PDReplicaEngine`), in simulated time.
-
-        A batch reaches the GPU at ``t0``, when the batch before it ends (or when it
-        is scheduled, if the GPU is idle); the worker side of its connector metadata
-        runs then (:meth:`_connector_start`; a flush it waits for delays the batch's
-        compute), and the batch computes for the latency model's step time. Its
-        ``KVConnectorOutput`` is what the workers report by its end
-        (:meth:`_connector_output`); it reaches ``update_from_output`` with the
-        batch's output, after the next batch was scheduled: a load that ends while
-        batch N runs lets its request be scheduled in N+2 (N+1 in the synchronous
-        loop). A batch that schedules no token still runs the connector (vLLM's
-        ``kv_connector_no_forward``) and takes no GPU time; when such a batch
-        reports nothing and no batch computes, the engine sleeps until something can
-        change (:meth:`_connector_wait`)."""
-        env = self.env
-        scheduler = self.scheduler
-        self._gpu_free = env.now
-        flights = self._flights
-        while True:
-            if self._pending:
-                self._admit_pending()
-            if self._aborts:
-                self._apply_aborts()
-            if not queue.has_work():
-                if self._connector_pending():
-                    # Work of the connector's alone (stores left to submit, reports
-                    # to deliver): one engine iteration, its batch waited for.
-                    yield from self._connector_step_alone()
-                    continue
-                if self.arrivals_done() and not self._pending:
-                    return
-                yield self._idle()
-                continue
-            batch, must_wait = queue.schedule_next()
-            if batch is not None:
-                flights.append(self._launch(batch))
-            if not must_wait:
-                continue
-            flight = flights.pop(0)
-            if flight.end_s > env.now:
-                yield StepTimeout(env, flight.end_s - env.now)
-            if env.peek() <= env.now:
-                yield env.timeout(0)  # arrivals and transfers due at this instant first
-            if self._aborts:  # aborts that came while the batch ran (the aborts queue)
-                self._apply_aborts()
-            now = env.now
-            kvo = self._connector_output(now)
-            # The report is known only now; the batch carries it to update_from_output.
-            flight.batch.kv_connector_output = kvo
-            applied, result = queue.apply_oldest()
-            out = applied.scheduler_output
-            self._merge_carried(result, out.total_num_scheduled_tokens > 0)
-            self._connector_after_output()
-            if out.total_num_scheduled_tokens == 0:
-                if self.check:
-                    scheduler.check_invariants()
-                self._finish_requests(result.finished_requests, result, now)
-                if self._no_progress(kvo):
-                    yield from self._connector_sleep()
-                continue
-            finished = self._record_step(
-                out,
-                result,
-                flight.start_s,
-                flight.end_s - flight.start_s,
-                flight.num_prefill,
-                flight.num_decode,
-                now,
-            )
-            if self.check:
-                scheduler.check_invariants()
-            self._finish_requests(finished, result, now)
-
-    def _launch(self, batch: Batch) -> _Flight:
-        """A batch just scheduled: when it reaches the GPU, its connector's worker
-        side, its duration and token counts."""
-        out = batch.scheduler_output
-        t0 = max(self.env.now, self._gpu_free)
-        start = self._connector_start(out, t0)
-        if out.total_num_scheduled_tokens:
-            duration, prefill, decode, _ = self._step_cost(out, batch.sampled_token_ids)
-        else:
-            duration, prefill, decode = 0.0, 0, 0
-        end = start + duration
-        self._gpu_free = end
-        return _Flight(batch, t0, end, prefill, decode)
-
-    def _merge_carried(self, result: EngineStepOutput, recorded: bool) -> None:
-        """Lookups of batches that scheduled no token (``recorded`` false) count in
-        the next recorded step (steps.csv has no row for such a batch), as in the
-        synchronous loops."""
-        stats = result.prefix_cache_stats
-        if not recorded:
-            if stats is not None:
-                carried = self._carried
-                self._carried = stats if carried is None else carried.merged(stats)
-            return
-        carried = self._carried
-        if carried is not None:
-            result.prefix_cache_stats = carried if stats is None else carried.merged(stats)
-            self._carried = None
-
-    def _no_progress(self, kvo: KVConnectorOutput) -> bool:
-        """After a batch without tokens: True when nothing it reported, nothing that
-        arrived and no batch still computing can change what the next ``schedule()``
-        does (so the engine would spin at this instant)."""
-        if kvo.completed_jobs or kvo.finished_recving or kvo.finished_sending:
-            return False
-        if self._pending or self._aborts or self._connector_pending():
-            return False
-        return self._gpu_free <= self.env.now and self.scheduler.has_requests()
-
-    def _connector_sleep(self) -> Generator[simpy.Event, Any, None]:
-        """Wait for what can change the state (:meth:`_connector_wait`), or raise
-        SimulationStuck when nothing can."""
-        wait = self._connector_wait()
-        if wait is not None:
-            yield wait
-            return
-        scheduler = self.scheduler
-        if not self.arrivals_done():
-            yield self._idle()
-            return
-        if scheduler.waiting and not scheduler.running:
-            raise self._no_fit()
-        raise SimulationStuck(
-            f"replica {self.replica_id}: the KV connector holds requests with nothing in flight"
-        )
-
-    def _connector_step_alone(self) -> Generator[simpy.Event, Any, None]:
-        """One engine iteration with nothing in flight and no request to schedule,
-        for the connector's work alone: ``schedule()``, the worker side at the
-        GPU's next free instant, its report, ``update_from_output``."""
-        env = self.env
-        scheduler = self.scheduler
-        out = scheduler.schedule()
-        start = self._connector_start(out, max(env.now, self._gpu_free))
-        if start > env.now:
-            yield StepTimeout(env, start - env.now)
-        now = env.now
-        result = scheduler.update_from_output(out, {}, self._connector_output(now))
-        self._merge_carried(result, False)
-        self._connector_after_output()
-        self._finish_requests(result.finished_requests, result, now)
-
-    # The connector's worker side (the CPU offload tier's, in both loops;
-    # PDReplicaEngine overrides).
-
-    def _connector_start(self, out: SchedulerOutput, t0: float) -> float:
-        """The worker side of a step's or batch's connector metadata when it reaches
-        the GPU at ``t0`` (s); returns when its compute can start (s)."""
-        meta = out.kv_connector_metadata
-        assert self.offload is not None and isinstance(meta, OffloadingConnectorMetadata)
-        return self.offload.start(meta, t0)
-
-    def _connector_output(self, now: float) -> KVConnectorOutput:
-        """What the workers report in the output of a step or batch that ends at
-        ``now`` (s)."""
-        connector = self.scheduler.connector
-        assert self.offload is not None and isinstance(connector, OffloadingConnectorScheduler)
-        return self.offload.finished(now, connector.num_workers)
-
-    def _connector_after_output(self) -> None:
-        """After a step's or batch's output was applied: the CPU tier's peak."""
-        connector = self.scheduler.connector
-        assert self.offload is not None and isinstance(connector, OffloadingConnectorScheduler)
-        self.offload.note_cpu_usage(connector)
-
-    def _connector_pending(self) -> bool:
-        """Whether the connector has work for the next batch even with no request."""
-        assert self.offload is not None
-        return self.offload.has_deferred_stores
-
-    def _connector_wait(self) -> simpy.Event | None:
-        """What to wait for when no batch can progress: the next transfer's end or an
-        arrival; None when no transfer is in flight."""
-        assert self.offload is not None
-        next_end = self.offload.next_done_s()
-        if next_end is None:
-            return None
-        return self.env.timeout(max(0.0, next_end - self.env.now)) | self._idle()
-
-    def _finish_requests(
-        self, finished: list[Request], result: EngineStepOutput, now: float
-    ) -> None:
-        """Record the requests that finished in a batch applied at ``now`` (s)."""
-        for req in finished:
-            self._finish(req, now)
 
     # -- DP lockstep (a MoE model's DP ranks, sim.dp_lockstep) -----------------------
 

@@ -1,9 +1,10 @@
 """One P/D instance (prefill or decode) as a SimPy process, with its NIXL worker side.
 
-A :class:`PDReplicaEngine` is a :class:`sim.engine.ReplicaEngine` whose scheduler has
+A :class:`PDReplicaEngine` is a :class:`sim.engine_connector.ConnectorEngine` whose scheduler has
 kvcore's :class:`kvcore.nixl_connector.NixlConnectorScheduler` (``kv_producer`` on a
 prefill instance, ``kv_consumer`` on a decode one). With async scheduling (vLLM
-0.33.0's default) its loop is :meth:`sim.engine.ReplicaEngine._run_batch_queue_connector`
+0.33.0's default) its loop is
+:meth:`sim.engine_connector.ConnectorEngine._run_batch_queue_connector`
 (the batch queue; a batch's worker side below runs when the GPU reaches the batch and
 its report comes with the batch's output; kvcore defers the decode side's frees and
 drops a preempted producer's output in flight, as vLLM). With
@@ -39,13 +40,13 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 import simpy
 
 from kvcore.block_hashing import FastBlockHasher
-from kvcore.kv_cache_manager import PrefixCacheStats
 from kvcore.kv_connector_output import KVConnectorOutput
 from kvcore.nixl_connector import NixlConnectorMetadata
 from kvcore.request import LoRARequest, Request
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
-from sim.engine import ReplicaEngine, _Meta
+from sim.engine import _Meta
+from sim.engine_connector import ConnectorEngine
 from sim.engine_fast_forward import StepTimeout
 from sim.records import RequestRecorder, StepRecorder
 
@@ -58,7 +59,7 @@ PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
 """What the proxy asks of a prefill instance (with ``max_tokens`` 1)."""
 
 
-class PDReplicaEngine(ReplicaEngine):
+class PDReplicaEngine(ConnectorEngine):
     """One prefill or decode instance; ``replica_id`` is its id in steps.csv
     (prefill instances first), ``index`` its index within its pool."""
 
@@ -170,13 +171,10 @@ class PDReplicaEngine(ReplicaEngine):
                 blocks = sum(len(g) for g in recv.local_block_ids)
                 self.proxy.start_read(rid, self.index, blocks, t0)
 
-    def run(self) -> Generator[simpy.Event, Any, None]:
-        if self.batch_queue is not None:  # async scheduling: ReplicaEngine's loop
-            yield from self._run_batch_queue_connector(self.batch_queue)
-            return
+    def _run_steps(self) -> Generator[simpy.Event, Any, None]:
+        """The synchronous loop with the NIXL connector (see the module docstring)."""
         env = self.env
         scheduler = self.scheduler
-        carried: PrefixCacheStats | None = None
         while True:
             if self._pending:
                 self._admit_pending()
@@ -190,9 +188,7 @@ class PDReplicaEngine(ReplicaEngine):
             self._start_step(out.kv_connector_metadata, out.num_scheduled_tokens, t0)
             if out.total_num_scheduled_tokens == 0:
                 kvo = self._collect()
-                carry = scheduler.update_from_output(out, {}, kvo).prefix_cache_stats
-                if carry is not None:
-                    carried = carry if carried is None else carried.merged(carry)
+                self._merge_carried(scheduler.update_from_output(out, {}, kvo), False)
                 if (
                     kvo.finished_recving
                     or kvo.finished_sending
@@ -208,10 +204,7 @@ class PDReplicaEngine(ReplicaEngine):
                 yield env.timeout(0)  # arrivals and reads due at this instant first
             now = env.now
             result = scheduler.update_from_output(out, sampled, self._collect())
-            if carried is not None:
-                own = result.prefix_cache_stats
-                result.prefix_cache_stats = carried if own is None else carried.merged(own)
-                carried = None
+            self._merge_carried(result, True)
             finished = self._record_step(out, result, t0, duration, prefill, decode, now)
             if self.check:
                 scheduler.check_invariants()
