@@ -138,17 +138,12 @@ class Cluster:
         latency = getattr(resolved, "replica_latency_models", None) or (
             [resolved.latency_model] * num_replicas
         )
-        # With the CPU offload tier each replica's engine has its worker side too.
-        tier: Callable[[], dict[str, Any]] = (
-            dict
-            if offload is None
-            else lambda: {
-                "offload": OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block)
-            }
+        stepped_by = stepping_part(
+            offload=offload is not None, spec=spec is not None, lockstep=bool(groups)
         )
-        engine_type = ReplicaEngine if offload is None else OffloadReplicaEngine
-        self.engines = [
-            engine_type(
+
+        def engine(i: int) -> ReplicaEngine:
+            args = (
                 env,
                 i,
                 schedulers[i],
@@ -157,25 +152,32 @@ class Cluster:
                 steps,
                 requests,
                 resolved.workload,
-                check=check,
-                decisions=decisions,
-                on_progress=on_progress,
-                regime=decide_regime(
-                    fast_forward=fast_forward,
-                    num_replicas=num_replicas,
-                    scheduler=schedulers[i],
-                    latency_model=latency[i],
-                    workload=resolved.workload,
-                    stepped_by=stepping_part(
-                        offload=offload is not None, spec=spec is not None, lockstep=bool(groups)
-                    ),
-                ),
-                spec=None if spec is None else spec.make_run(i, run_seed, loop_async),
-                lockstep=groups[i // dp] if groups else None,
-                **tier(),
             )
-            for i in range(num_replicas)
-        ]
+            regime = decide_regime(
+                fast_forward=fast_forward,
+                num_replicas=num_replicas,
+                scheduler=schedulers[i],
+                latency_model=latency[i],
+                workload=resolved.workload,
+                stepped_by=stepped_by,
+            )
+            options: dict[str, Any] = {
+                "check": check,
+                "decisions": decisions,
+                "on_progress": on_progress,
+                "regime": regime,
+                "spec": None if spec is None else spec.make_run(i, run_seed, loop_async),
+            }
+            if offload is None:
+                lockstep = groups[i // dp] if groups else None
+                return ReplicaEngine(*args, **options, lockstep=lockstep)
+            if groups:
+                raise ValueError("DP lockstep runs without a KV connector")
+            # The CPU offload tier: the engine with the tier's worker side.
+            worker = OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block)
+            return OffloadReplicaEngine(*args, **options, offload=worker)
+
+        self.engines = [engine(i) for i in range(num_replicas)]
         self.max_model_len: int = resolved.max_model_len
         self.limits = InputLimits(self.max_model_len)
         """Rejected and capped requests (see :mod:`sim.input_limits`)."""

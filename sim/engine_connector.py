@@ -48,17 +48,18 @@ class _Flight:
 
 
 class ConnectorEngine(ReplicaEngine):
-    """A replica whose scheduler has a KV connector (takes :class:`ReplicaEngine`'s
-    arguments)."""
+    """A replica whose scheduler has a KV connector (built with
+    :class:`ReplicaEngine`'s arguments)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # The async loop's batches in flight, oldest first, and the prefix-cache
-        # lookups of batches that scheduled no token, counted in the next recorded step.
-        self._flights: list[_Flight] = []
-        self._carried: PrefixCacheStats | None = None
+    # Set when the loop starts (run): the async loop's batches in flight, oldest first,
+    # and the prefix-cache lookups of steps or batches that scheduled no token, counted
+    # in the next recorded step.
+    _flights: list[_Flight]
+    _carried: PrefixCacheStats | None
 
     def run(self) -> Generator[simpy.Event, Any, None]:
+        self._flights = []
+        self._carried = None
         if self.batch_queue is not None:
             yield from self._run_batch_queue_connector(self.batch_queue)
         else:
