@@ -66,7 +66,7 @@ from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.decision_line import decision_line
 from sim.dp_lockstep import Forward, LockstepForwards
-from sim.engine_fast_forward import SAMPLE_TOKEN_ID, FastForwardSteps, StepTimeout
+from sim.engine_fast_forward import SAMPLE_TOKEN_ID, StepTimeout, StretchRunner
 from sim.engine_regime import EngineRegime, decide_regime, stepping_part
 from sim.errors import SimulationStuck
 from sim.records import RequestRecorder, StepRecorder
@@ -102,7 +102,7 @@ class _Meta:
         self.prompt_tokens = prompt_tokens
 
 
-class ReplicaEngine(FastForwardSteps):
+class ReplicaEngine:
     """Drives one kvcore Scheduler in simulated time (seconds)."""
 
     def __init__(
@@ -157,9 +157,6 @@ class ReplicaEngine(FastForwardSteps):
         if regime.fast_forward and stepped_by is not None:
             raise ValueError(f"fast-forward does not run with {stepped_by} (decide_regime)")
         # The regime's answers, as the engine's own fields (read every step).
-        self.fast_forward: bool = regime.fast_forward
-        self._one_writer: bool = regime.one_writer
-        self._reacts_to_finish: bool = regime.reacts_to_finish
         self._chained: bool = regime.chained
         self._vector_decode: bool = regime.vector_decode
         self.spec = spec
@@ -179,9 +176,6 @@ class ReplicaEngine(FastForwardSteps):
         self._decode_lag = 2 if self.batch_queue is not None else 1
         self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
         self._step_time = make_step_timer(latency_model)
-        self._stretch = make_stretch_timer(latency_model, self._decode_time)
-        self.num_fast_forwarded = 0  # steps advanced by fast-forward
-        self.num_stretches = 0  # fast-forward stretches (of one step or more)
         self.max_model_len = scheduler.max_model_len
         self.pool = scheduler.kv_cache_manager.block_pool
         self.num_steps = 0
@@ -198,6 +192,17 @@ class ReplicaEngine(FastForwardSteps):
         self._pending: list[Any] = []
         self._meta: dict[str, _Meta] = {}
         self._wake = env.event()
+        # Fast-forward, when the regime allows it: the stretch runner composed in.
+        self.stretches: StretchRunner | None = (
+            StretchRunner(
+                self,
+                make_stretch_timer(latency_model, self._decode_time),
+                one_writer=regime.one_writer,
+                reacts_to_finish=regime.reacts_to_finish,
+            )
+            if regime.fast_forward
+            else None
+        )
         self.process = env.process(self.run())
 
     # -- arrivals ------------------------------------------------------------------
@@ -294,6 +299,7 @@ class ReplicaEngine(FastForwardSteps):
             yield from self._run_batch_queue(self.batch_queue)
             return
         scheduler = self.scheduler
+        stretches = self.stretches
         while True:
             if self._pending:
                 self._admit_pending()
@@ -304,7 +310,7 @@ class ReplicaEngine(FastForwardSteps):
                     return
                 yield self._idle()
                 continue
-            if self.fast_forward and (yield from self._try_fast_forward()):
+            if stretches is not None and (yield from stretches.try_fast_forward()):
                 continue
             if self.lockstep is not None and (yield from self._await_group_forward()):
                 continue
@@ -349,17 +355,17 @@ class ReplicaEngine(FastForwardSteps):
         scheduler = self.scheduler
         self._gpu_free = env.now
         timing = self._in_flight
-        fast_forward = self.fast_forward
+        stretches = self.stretches
         while True:
             if self._pending:
                 self._admit_pending()
             if self._aborts:
                 self._apply_aborts()
             if (
-                fast_forward
+                stretches is not None
                 and len(timing) == 1
                 and not scheduler.waiting
-                and (yield from self._try_async_fast_forward(queue))
+                and (yield from stretches.try_async_fast_forward(queue))
             ):
                 continue
             if not queue.has_work():
@@ -377,7 +383,7 @@ class ReplicaEngine(FastForwardSteps):
             if batch is not None:
                 out = batch.scheduler_output
                 if out.total_num_scheduled_tokens:
-                    duration, prefill, decode, _ = self._step_cost(out, batch.sampled_token_ids)
+                    duration, prefill, decode, _ = self.step_cost(out, batch.sampled_token_ids)
                 else:
                     duration, prefill, decode = 0.0, 0, 0
                 if self.lockstep is not None:
@@ -412,7 +418,7 @@ class ReplicaEngine(FastForwardSteps):
                 self.spec.observe(result.spec_decoding_stats, now)
             if out.total_num_scheduled_tokens == 0:
                 for req in result.finished_requests:  # earlier finishes only
-                    self._finish(req, now)
+                    self.finish_request(req, now)
                 if not queue.queue and not scheduler.running and scheduler.waiting:
                     if self._pending:
                         continue
@@ -424,7 +430,7 @@ class ReplicaEngine(FastForwardSteps):
             if self.check:
                 scheduler.check_invariants()
             for req in finished:
-                self._finish(req, now)
+                self.finish_request(req, now)
 
     # -- DP lockstep (a MoE model's DP ranks, sim.dp_lockstep) -----------------------
 
@@ -480,15 +486,17 @@ class ReplicaEngine(FastForwardSteps):
         at the step's end."""
         env = self.env
         start = env.now
-        duration, prefill, decode, sampled = self._step_cost(out)
+        duration, prefill, decode, sampled = self.step_cost(out)
         if self._chained:
             end = start + duration  # where the step's timeout would land
             until = env.peek()
             if end < until:
+                stretches = self.stretches
+                assert stretches is not None  # chained: a regime that fast-forwards
                 finished = self._apply_step(out, start, duration, prefill, decode, sampled, end)
                 done = [(req, end) for req in finished]
-                chained = self._chain_stretches(end, until, done)
-                yield from self._finish_at(end if chained is None else chained, done)
+                chained = stretches.chain_stretches(end, until, done)
+                yield from stretches.finish_at(end if chained is None else chained, done)
                 return
         if self.lockstep is not None:  # the group's forward: with its slowest rank's
             fwd = self.lockstep.forward(duration)
@@ -507,9 +515,9 @@ class ReplicaEngine(FastForwardSteps):
         if self.check:
             self.scheduler.check_invariants()
         for req in finished:
-            self._finish(req, now)
+            self.finish_request(req, now)
 
-    def _step_cost(
+    def step_cost(
         self, out: SchedulerOutput, batch_sampled: Any = None
     ) -> tuple[float, int, int, dict[str, Any]]:
         """A scheduled step's duration (s), its prefill and decode token counts and
@@ -557,7 +565,7 @@ class ReplicaEngine(FastForwardSteps):
     def _spec_step_cost(
         self, out: SchedulerOutput, spec: SpecDecodeRun, sampled: Any
     ) -> tuple[float, int, int, dict[str, Any]]:
-        """:meth:`_step_cost` with speculative decoding: a decoding request scheduled
+        """:meth:`step_cost` with speculative decoding: a decoding request scheduled
         ``1 + s`` tokens (``s`` drafts to verify) is a decode of ``1 + s`` tokens (the
         decode count is of tokens scheduled, as without drafts); the target's step time
         over every request's scheduled tokens (no decode-only shortcut: it assumes one
@@ -678,7 +686,53 @@ class ReplicaEngine(FastForwardSteps):
         self.num_steps += 1
         return result.finished_requests
 
-    def _finish(self, req: Request, now: float) -> None:
+    # -- what the stretch runner (sim.engine_fast_forward) reads and changes ----------
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether arrivals wait to be added before the next ``schedule()``."""
+        return bool(self._pending)
+
+    @property
+    def gpu_free(self) -> float:
+        """The async loop: when the last batch launched ends (s)."""
+        return self._gpu_free
+
+    @property
+    def num_fast_forwarded(self) -> int:
+        """Steps advanced by fast-forward."""
+        return 0 if self.stretches is None else self.stretches.num_fast_forwarded
+
+    @property
+    def num_stretches(self) -> int:
+        """Fast-forward stretches (of one step or more)."""
+        return 0 if self.stretches is None else self.stretches.num_stretches
+
+    def claim_steps(self, k: int) -> int:
+        """Number ``k`` steps advanced at once: the first one's number."""
+        step0 = self.num_steps
+        self.num_steps += k
+        return step0
+
+    def note_first_token(self, rid: str, now: float) -> None:
+        """``rid``'s first token comes at ``now`` (s) unless an earlier one did."""
+        m = self._meta[rid]
+        if m.first_token_s < 0:
+            m.first_token_s = now
+
+    def oldest_in_flight(self) -> tuple[float, float, int, int]:
+        """The async loop's oldest batch in flight: start s, duration s, prefill and
+        decode tokens."""
+        return self._in_flight[0]
+
+    def relaunch_in_flight(self, start: float, duration: float, prefill: int, decode: int) -> None:
+        """The async loop after a stretch: the one batch in flight is the stretch's
+        last scheduled, starting at ``start`` (s) for ``duration`` (s)."""
+        self._in_flight[0] = (start, duration, prefill, decode)
+        self._gpu_free = start + duration
+
+    def finish_request(self, req: Request, now: float) -> None:
+        """Record ``req``, finished at ``now`` (s), and tell the workload."""
         rid = req.request_id
         m = self._meta.pop(rid)
         self.requests.add(

@@ -1,16 +1,20 @@
 """Fast-forward in the engine loop: stretches of decode-only steps advanced at once.
 
-:class:`FastForwardSteps` is the part of :class:`sim.engine.ReplicaEngine` that plans
-stretches with :func:`kvcore.fast_forward.plan_decode_stretch` (the synchronous loop)
-or :func:`kvcore.fast_forward_async.plan_async_decode_stretch` (the async-scheduling
-loop: iterations that schedule a batch and apply the one in flight), times them,
-applies them and writes their records exactly as stepping one by one would.
+A :class:`StretchRunner` is what a :class:`sim.engine.ReplicaEngine` that fast-forwards
+is composed with (the cluster decides once which engines do, :mod:`sim.engine_regime`).
+It plans stretches with :func:`kvcore.fast_forward.plan_decode_stretch` (the
+synchronous loop) or :func:`kvcore.fast_forward_async.plan_async_decode_stretch` (the
+async-scheduling loop: iterations that schedule a batch and apply the one in flight),
+times them, applies them and writes their records exactly as stepping one by one would.
+It reads its engine's state and changes it only through the engine's methods
+(:meth:`~sim.engine.ReplicaEngine.claim_steps`, ``finish_request``, ``step_cost``,
+``note_first_token``, ``relaunch_in_flight``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
@@ -26,6 +30,9 @@ from sim.records import StepRecorder
 from sim.simpy_internals import next_event_time
 from sim.step_row import DecodeRows, StepRow
 from sim.step_timing import StretchTimer, timeout_at
+
+if TYPE_CHECKING:
+    from sim.engine import ReplicaEngine
 
 SAMPLE_TOKEN_ID = 7
 """The id of every sampled token (EOS is ignored, so requests run to max_tokens)."""
@@ -56,37 +63,34 @@ class _Segment(NamedTuple):
     or prefix lookups recorded)."""
 
 
-class FastForwardSteps:
-    """Fast-forward methods of ``ReplicaEngine`` (a mixin: it uses the engine's
-    ``env``, ``scheduler``, ``steps``, ``decisions``, ``pool``, ``workload``, timers,
-    counters, ``_finish``, ``_step_cost`` and, for the async loop, the batches in
-    flight and the requests' first-token times)."""
+class StretchRunner:
+    """The fast-forward of one replica's engine (seconds)."""
 
-    env: simpy.Environment
-    scheduler: Scheduler
-    steps: StepRecorder
-    decisions: Any
-    pool: BlockPool
-    workload: Any
-    replica_id: int
-    latency_model: Any
-    num_steps: int
-    num_fast_forwarded: int
-    num_stretches: int
-    check: bool
-    _pending: list[Any]
-    _reacts_to_finish: bool
-    _one_writer: bool
-    _stretch: StretchTimer
-    _in_flight: list[tuple[float, float, int, int]]
-    _gpu_free: float
-    _meta: dict[str, Any]
-
-    def _finish(self, req: Request, now: float) -> None:
-        raise NotImplementedError
-
-    def _step_cost(self, out: SchedulerOutput) -> tuple[float, int, int, dict[str, tuple[int]]]:
-        raise NotImplementedError
+    def __init__(
+        self,
+        engine: ReplicaEngine,
+        timer: StretchTimer,
+        *,
+        one_writer: bool,
+        reacts_to_finish: bool,
+    ) -> None:
+        """``timer``: the stretches' step times (:func:`sim.step_timing.make_stretch_timer`);
+        ``one_writer``: this replica writes the records alone (one replica);
+        ``reacts_to_finish``: the workload may submit when a request finishes (see
+        :class:`sim.engine_regime.EngineRegime`)."""
+        self.engine = engine
+        self.env: simpy.Environment = engine.env
+        self.scheduler: Scheduler = engine.scheduler
+        self.steps: StepRecorder = engine.steps
+        self.decisions: Any = engine.decisions
+        self.pool: BlockPool = engine.pool
+        self.replica_id: int = engine.replica_id
+        self.check: bool = engine.check
+        self._stretch = timer
+        self._one_writer = one_writer
+        self._reacts_to_finish = reacts_to_finish
+        self.num_fast_forwarded = 0  # steps advanced by fast-forward
+        self.num_stretches = 0  # fast-forward stretches (of one step or more)
 
     def _segment(self, start: float, until: float) -> _Segment | None:
         """Plan and apply one stretch whose first step starts at ``start``; None when
@@ -109,8 +113,7 @@ class FastForwardSteps:
             return None
         rids = [r.request_id for r in scheduler.running] if self.decisions is not None else None
         recs, finished = stretch.apply(k, SAMPLE_TOKEN_ID)
-        step0 = self.num_steps
-        self.num_steps += k
+        step0 = self.engine.claim_steps(k)
         self.num_fast_forwarded += k
         self.num_stretches += 1
         return _Segment(step0, starts, durations, end, stretch.batch_size, recs, finished, rids)
@@ -143,7 +146,7 @@ class FastForwardSteps:
                 decode_decision_lines(self.replica_id, rows.step0, seg.rids, free, finished)
             )
 
-    def _try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
+    def try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
         """Advance stretches of decode-only steps at once; yield their timeouts.
 
         Returns True when it advanced. A stretch's steps all start before the next SimPy
@@ -158,7 +161,7 @@ class FastForwardSteps:
         by step.
         """
         scheduler = self.scheduler
-        if self._pending or scheduler.waiting or not scheduler.running:
+        if self.engine.has_pending or scheduler.waiting or not scheduler.running:
             return False
         env = self.env
         until = self._stretch_bound()
@@ -166,10 +169,10 @@ class FastForwardSteps:
             return False
         done: list[tuple[Request, float]] = []
         if self._one_writer:
-            end = self._chain_stretches(env.now, until, done)
+            end = self.chain_stretches(env.now, until, done)
             if end is None:
                 return False
-            yield from self._finish_at(end, done)
+            yield from self.finish_at(end, done)
             return True
         seg = self._segment(env.now, until)
         if seg is None:
@@ -180,10 +183,10 @@ class FastForwardSteps:
                 yield env.timeout(0)
             self._write_segment(seg, j, j + 1)
         done += [(req, env.now) for req in seg.finished]
-        yield from self._finish_at(None, done)
+        yield from self.finish_at(None, done)
         return True
 
-    def _finish_at(
+    def finish_at(
         self, end: float | None, done: list[tuple[Request, float]]
     ) -> Generator[simpy.Event, Any, None]:
         """Wait until ``end`` (steps already applied; None: no wait), let arrivals due
@@ -195,10 +198,11 @@ class FastForwardSteps:
                 yield env.timeout(0)
         if self.check:
             self.scheduler.check_invariants()
+        finish = self.engine.finish_request
         for req, when in done:
-            self._finish(req, when)
+            finish(req, when)
 
-    def _chain_stretches(
+    def chain_stretches(
         self, start: float, until: float, done: list[tuple[Request, float]]
     ) -> float | None:
         """With one replica: apply and write a stretch from ``start`` (its steps start
@@ -225,7 +229,7 @@ class FastForwardSteps:
 
     # -- the async-scheduling loop ----------------------------------------------------
 
-    def _try_async_fast_forward(self, queue: BatchQueue) -> Generator[simpy.Event, Any, bool]:
+    def try_async_fast_forward(self, queue: BatchQueue) -> Generator[simpy.Event, Any, bool]:
         """At the top of an iteration of the async loop: advance stretches of steady
         decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
         event, until the last of them applied its batch. Returns True when it advanced.
@@ -240,7 +244,8 @@ class FastForwardSteps:
         reacts to finishes, not after one in which requests finish (the finished are
         recorded at their own finish times)."""
         env = self.env
-        if self._pending or not self._one_writer or env.now > self._gpu_free:
+        engine = self.engine
+        if engine.has_pending or not self._one_writer or env.now > engine.gpu_free:
             return False
         until = env.peek()
         if until <= env.now:
@@ -258,7 +263,7 @@ class FastForwardSteps:
             if nxt is None:
                 break
             seg = nxt
-        yield from self._finish_at(seg.end, done)
+        yield from self.finish_at(seg.end, done)
         return True
 
     def _async_segment(self, queue: BatchQueue, until: float) -> _Segment | None:
@@ -269,7 +274,8 @@ class FastForwardSteps:
         last applied batch's end) and returns the applied batches as a segment (its
         ``end``: that time); None when no iteration can be fast-forwarded (then nothing
         changed)."""
-        start0, duration0, prefill0, decode0 = self._in_flight[0]
+        engine = self.engine
+        start0, duration0, prefill0, decode0 = engine.oldest_in_flight()
         head_out = queue.queue[0].scheduler_output
         stretch = plan_async_decode_stretch(queue, FAST_FORWARD_HORIZON)
         if stretch is None:
@@ -279,7 +285,8 @@ class FastForwardSteps:
         # iteration schedules one without the finishing requests).
         full = stretch.max_steps - 1 if stretch.finishes else stretch.max_steps
         # Batch N + j starts when batch N + j - 1 ends, which iteration j applies then.
-        starts, durations, end = self._stretch(self._gpu_free, until, batch, stretch.context0, full)
+        first_apply = engine.gpu_free
+        starts, durations, end = self._stretch(first_apply, until, batch, stretch.context0, full)
         k = len(starts)
         if k < full or (stretch.finishes and k == full and end < until):
             # The iteration after those whose batches end before until: it schedules
@@ -292,13 +299,9 @@ class FastForwardSteps:
             return None
         running = self.scheduler.running
         rids = [r.request_id for r in running] if self.decisions is not None else None
-        first_apply = self._gpu_free
-        meta = self._meta
         for r in running:  # first tokens come with the batch in flight (prompts in it)
             if not r.output_token_ids:
-                m = meta[r.request_id]
-                if m.first_token_s < 0:
-                    m.first_token_s = first_apply
+                engine.note_first_token(r.request_id, first_apply)
         recs, finished, out, stats = stretch.apply(k, SAMPLE_TOKEN_ID)
         assert stats is not None  # the scheduler logs stats (log_stats=True)
         queries = stats.queries + stats.preempted_queries
@@ -307,13 +310,11 @@ class FastForwardSteps:
         if prefill0 or decode0 != batch or head_out.preempted_req_ids or queries or hits:
             head = (head_out, prefill0, decode0, queries, hits)
         if out.total_num_scheduled_tokens:
-            duration, prefill, decode, _ = self._step_cost(out)
+            duration, prefill, decode, _ = engine.step_cost(out)
         else:
             duration, prefill, decode = 0.0, 0, 0
-        self._in_flight[0] = (end, duration, prefill, decode)
-        self._gpu_free = end + duration
-        step0 = self.num_steps
-        self.num_steps += k
+        engine.relaunch_in_flight(end, duration, prefill, decode)
+        step0 = engine.claim_steps(k)
         self.num_fast_forwarded += k
         self.num_stretches += 1
         starts.insert(0, start0)

@@ -131,7 +131,7 @@ class OffloadReplicaEngine(ConnectorEngine):
                         )
                     yield self._idle()
                 continue
-            duration, prefill, decode, sampled = self._step_cost(out)
+            duration, prefill, decode, sampled = self.step_cost(out)
             yield StepTimeout(env, start + duration - t0)
             if env.peek() <= env.now:
                 yield env.timeout(0)  # arrivals due at this instant join first
@@ -146,7 +146,7 @@ class OffloadReplicaEngine(ConnectorEngine):
             if self.check:
                 scheduler.check_invariants()
             for req in finished:
-                self._finish(req, now)
+                self.finish_request(req, now)
 
     # The connector's worker side, in both loops.
 

@@ -198,7 +198,7 @@ class PDReplicaEngine(ConnectorEngine):
                     continue
                 yield self._idle()  # a read's end or an arrival wakes it
                 continue
-            duration, prefill, decode, sampled = self._step_cost(out)
+            duration, prefill, decode, sampled = self.step_cost(out)
             yield StepTimeout(env, duration)
             if env.peek() <= env.now:
                 yield env.timeout(0)  # arrivals and reads due at this instant first
@@ -240,7 +240,7 @@ class PDReplicaEngine(ConnectorEngine):
                 self.proxy.prefill_finished(rid, result.kv_transfer_params.get(rid), req, now)
             else:
                 first = self._meta[rid].first_token_s
-                self._finish(req, now)
+                self.finish_request(req, now)
                 self.proxy.decode_finished(rid, first, now)
 
     # -- the connector's worker side in the async loop ------------------------------
