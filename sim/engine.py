@@ -54,7 +54,6 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import IO, Any
 
-import numpy as np
 import simpy
 
 from kvcore.async_scheduler import AsyncScheduler
@@ -71,10 +70,9 @@ from sim.engine_regime import EngineRegime, decide_regime, stepping_part
 from sim.errors import SimulationStuck
 from sim.records import RequestRecorder, StepRecorder
 from sim.spec_engine import SpecDecodeRun
+from sim.step_cost import StepCoster
 from sim.step_row import StepRow
-from sim.step_timing import make_decode_timer, make_step_timer, make_stretch_timer
-
-_SAMPLED = (SAMPLE_TOKEN_ID,)  # one sampled token (read, never mutated, by the scheduler)
+from sim.step_timing import make_stretch_timer
 
 
 def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
@@ -158,7 +156,6 @@ class ReplicaEngine:
             raise ValueError(f"fast-forward does not run with {stepped_by} (decide_regime)")
         # The regime's answers, as the engine's own fields (read every step).
         self._chained: bool = regime.chained
-        self._vector_decode: bool = regime.vector_decode
         self.spec = spec
         # vLLM 0.33.0's default loop when the scheduler is an AsyncScheduler.
         self.batch_queue: BatchQueue | None = (
@@ -173,9 +170,13 @@ class ReplicaEngine:
             raise ValueError("DP lockstep runs without a KV connector")
         # A decode computes the last known token; with async scheduling the tokens in
         # flight (output placeholders, the step's own included) count as known.
-        self._decode_lag = 2 if self.batch_queue is not None else 1
-        self._decode_time = make_decode_timer(latency_model) if self._vector_decode else None
-        self._step_time = make_step_timer(latency_model)
+        self.costs = StepCoster(
+            scheduler,
+            latency_model,
+            decode_lag=2 if self.batch_queue is not None else 1,
+            vector_decode=regime.vector_decode,
+            spec=spec,
+        )
         self.max_model_len = scheduler.max_model_len
         self.pool = scheduler.kv_cache_manager.block_pool
         self.num_steps = 0
@@ -196,7 +197,7 @@ class ReplicaEngine:
         self.stretches: StretchRunner | None = (
             StretchRunner(
                 self,
-                make_stretch_timer(latency_model, self._decode_time),
+                make_stretch_timer(latency_model, self.costs.decode_time),
                 one_writer=regime.one_writer,
                 reacts_to_finish=regime.reacts_to_finish,
             )
@@ -383,7 +384,7 @@ class ReplicaEngine:
             if batch is not None:
                 out = batch.scheduler_output
                 if out.total_num_scheduled_tokens:
-                    duration, prefill, decode, _ = self.step_cost(out, batch.sampled_token_ids)
+                    duration, prefill, decode, _ = self.costs.cost(out, batch.sampled_token_ids)
                 else:
                     duration, prefill, decode = 0.0, 0, 0
                 if self.lockstep is not None:
@@ -466,16 +467,6 @@ class ReplicaEngine:
             fwd = Forward(now, now, self.env.event().succeed())
         self._lockstep_flight[i] = (fwd, duration, prefill, decode)
 
-    def _decode_duration(self, batch: int, context: int) -> float:
-        """Seconds of one decode-only step (the same value fast-forward computes)."""
-        if self._decode_time is not None:
-            return self._decode_time(batch, context)
-        return float(
-            self.latency_model.decode_step_times(
-                np.array([batch], dtype=np.int64), np.array([context], dtype=np.int64)
-            )[0]
-        )
-
     def _execute(self, out: SchedulerOutput) -> Generator[simpy.Event, Any, None]:
         """Run one scheduled step: wait its duration, then apply its output.
 
@@ -486,7 +477,7 @@ class ReplicaEngine:
         at the step's end."""
         env = self.env
         start = env.now
-        duration, prefill, decode, sampled = self.step_cost(out)
+        duration, prefill, decode, sampled = self.costs.cost(out)
         if self._chained:
             end = start + duration  # where the step's timeout would land
             until = env.peek()
@@ -516,89 +507,6 @@ class ReplicaEngine:
             self.scheduler.check_invariants()
         for req in finished:
             self.finish_request(req, now)
-
-    def step_cost(
-        self, out: SchedulerOutput, batch_sampled: Any = None
-    ) -> tuple[float, int, int, dict[str, Any]]:
-        """A scheduled step's duration (s), its prefill and decode token counts and
-        the tokens it samples (``batch_sampled``: what the batch queue's model already
-        sampled; None: sample here)."""
-        if self.spec is not None:
-            return self._spec_step_cost(out, self.spec, batch_sampled)
-        reqs = self.scheduler.requests
-        n_sched = out.num_scheduled_tokens
-        prefill = decode = 0
-        context_sum = 0
-        contexts = []
-        sampled: dict[str, tuple[int]] = {}
-        lag = self._decode_lag
-        for rid, n in n_sched.items():
-            req = reqs[rid]
-            ctx = req.num_computed_tokens - n
-            contexts.append(ctx)
-            context_sum += ctx
-            if n == 1 and ctx == req.num_tokens + req.num_output_placeholders - lag:
-                decode += 1
-            else:
-                prefill += n
-            if not req.is_prefill_chunk:
-                sampled[rid] = _SAMPLED
-        if prefill == 0 and self._vector_decode:
-            # Decode-only steps use the vectorized formula, as fast-forward does, so
-            # both paths give bit-identical durations.
-            duration = self._decode_duration(decode, context_sum)
-        else:
-            duration = self._step_seconds(list(n_sched.values()), contexts)
-        return duration, prefill, decode, sampled
-
-    def _step_seconds(self, new_tokens: list[int], contexts: list[int]) -> float:
-        """The latency model's seconds for a step of ``new_tokens`` per request over
-        ``contexts`` tokens each (its pure-Python twin where it has one)."""
-        if self._step_time is not None:
-            return self._step_time(new_tokens, contexts)
-        return float(
-            self.latency_model.step_time(
-                np.array(new_tokens, dtype=np.int64), np.array(contexts, dtype=np.int64)
-            )
-        )
-
-    def _spec_step_cost(
-        self, out: SchedulerOutput, spec: SpecDecodeRun, sampled: Any
-    ) -> tuple[float, int, int, dict[str, Any]]:
-        """:meth:`step_cost` with speculative decoding: a decoding request scheduled
-        ``1 + s`` tokens (``s`` drafts to verify) is a decode of ``1 + s`` tokens (the
-        decode count is of tokens scheduled, as without drafts); the target's step time
-        over every request's scheduled tokens (no decode-only shortcut: it assumes one
-        token each) plus the drafter's (:meth:`SpecDecodeRun.drafter_step_s`)."""
-        reqs = self.scheduler.requests
-        if sampled is None:
-            sampled = spec.sample(self.scheduler, out)
-        drafts = out.scheduled_spec_decode_tokens
-        new: list[int] = []
-        contexts: list[int] = []
-        prefill = decode = decode_reqs = emitted = 0
-        drafting = drafting_context = 0
-        lag = self._decode_lag
-        for rid, n in out.num_scheduled_tokens.items():
-            req = reqs[rid]
-            ctx = req.num_computed_tokens - n
-            new.append(n)
-            contexts.append(ctx)
-            if rid in drafts or (
-                n == 1 and ctx == req.num_tokens + req.num_output_placeholders - lag
-            ):
-                decode += n
-                decode_reqs += 1
-                emitted += len(sampled.get(rid, ()))
-            else:
-                prefill += n
-            if rid in sampled:
-                drafting += 1
-                drafting_context += ctx + n
-        duration = self._step_seconds(new, contexts)
-        duration += spec.drafter_step_s(out, new, contexts, drafting, drafting_context)
-        spec.note_decodes(decode_reqs, emitted)
-        return duration, prefill, decode, sampled
 
     def _apply_step(
         self,

@@ -148,7 +148,7 @@ class ConnectorEngine(ReplicaEngine):
         t0 = max(self.env.now, self._gpu_free)
         start = self._connector_start(out, t0)
         if out.total_num_scheduled_tokens:
-            duration, prefill, decode, _ = self.step_cost(out, batch.sampled_token_ids)
+            duration, prefill, decode, _ = self.costs.cost(out, batch.sampled_token_ids)
         else:
             duration, prefill, decode = 0.0, 0, 0
         end = start + duration

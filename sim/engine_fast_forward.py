@@ -7,7 +7,7 @@ synchronous loop) or :func:`kvcore.fast_forward_async.plan_async_decode_stretch`
 async-scheduling loop: iterations that schedule a batch and apply the one in flight),
 times them, applies them and writes their records exactly as stepping one by one would.
 It reads its engine's state and changes it only through the engine's methods
-(:meth:`~sim.engine.ReplicaEngine.claim_steps`, ``finish_request``, ``step_cost``,
+(:meth:`~sim.engine.ReplicaEngine.claim_steps`, ``finish_request``, ``costs``,
 ``note_first_token``, ``relaunch_in_flight``).
 """
 
@@ -310,7 +310,7 @@ class StretchRunner:
         if prefill0 or decode0 != batch or head_out.preempted_req_ids or queries or hits:
             head = (head_out, prefill0, decode0, queries, hits)
         if out.total_num_scheduled_tokens:
-            duration, prefill, decode, _ = engine.step_cost(out)
+            duration, prefill, decode, _ = engine.costs.cost(out)
         else:
             duration, prefill, decode = 0.0, 0, 0
         engine.relaunch_in_flight(end, duration, prefill, decode)

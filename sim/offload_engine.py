@@ -131,7 +131,7 @@ class OffloadReplicaEngine(ConnectorEngine):
                         )
                     yield self._idle()
                 continue
-            duration, prefill, decode, sampled = self.step_cost(out)
+            duration, prefill, decode, sampled = self.costs.cost(out)
             yield StepTimeout(env, start + duration - t0)
             if env.peek() <= env.now:
                 yield env.timeout(0)  # arrivals due at this instant join first

@@ -198,7 +198,7 @@ class PDReplicaEngine(ConnectorEngine):
                     continue
                 yield self._idle()  # a read's end or an arrival wakes it
                 continue
-            duration, prefill, decode, sampled = self.step_cost(out)
+            duration, prefill, decode, sampled = self.costs.cost(out)
             yield StepTimeout(env, duration)
             if env.peek() <= env.now:
                 yield env.timeout(0)  # arrivals and reads due at this instant first
