@@ -20,7 +20,7 @@ from kvcore.block_hashing import FastBlockHasher
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from sim.dp_lockstep import LockstepForwards
-from sim.engine import ReplicaEngine, kvcore_request
+from sim.engine import ReplicaEngine, ReplicaParts, kvcore_request
 from sim.engine_config import uses_async_scheduling
 from sim.engine_regime import decide_regime, stepping_part
 from sim.input_limits import InputLimits
@@ -143,7 +143,7 @@ class Cluster:
         )
 
         def engine(i: int) -> ReplicaEngine:
-            args = (
+            parts = ReplicaParts(
                 env,
                 i,
                 schedulers[i],
@@ -152,6 +152,9 @@ class Cluster:
                 steps,
                 requests,
                 resolved.workload,
+                check=check,
+                decisions=decisions,
+                on_progress=on_progress,
             )
             regime = decide_regime(
                 fast_forward=fast_forward,
@@ -161,21 +164,15 @@ class Cluster:
                 workload=resolved.workload,
                 stepped_by=stepped_by,
             )
-            options: dict[str, Any] = {
-                "check": check,
-                "decisions": decisions,
-                "on_progress": on_progress,
-                "regime": regime,
-                "spec": None if spec is None else spec.make_run(i, run_seed, loop_async),
-            }
+            spec_run = None if spec is None else spec.make_run(i, run_seed, loop_async)
             if offload is None:
                 lockstep = groups[i // dp] if groups else None
-                return ReplicaEngine(*args, **options, lockstep=lockstep)
+                return ReplicaEngine(parts, regime, spec_run, lockstep)
             if groups:
                 raise ValueError("DP lockstep runs without a KV connector")
             # The CPU offload tier: the engine with the tier's worker side.
             worker = OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block)
-            return OffloadReplicaEngine(*args, **options, offload=worker)
+            return OffloadReplicaEngine(parts, worker, regime, spec_run)
 
         self.engines = [engine(i) for i in range(num_replicas)]
         self.max_model_len: int = resolved.max_model_len

@@ -52,6 +52,7 @@ stretch could not stop at an abort in the middle of a step).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import IO, Any
 
 import simpy
@@ -100,22 +101,34 @@ class _Meta:
         self.prompt_tokens = prompt_tokens
 
 
+@dataclass(frozen=True)
+class ReplicaParts:
+    """What every replica's engine is built from (:class:`ReplicaEngine` and its
+    subclasses; the cluster or the P/D proxy makes one per replica)."""
+
+    env: simpy.Environment
+    replica_id: int
+    """The replica's id in steps.csv and requests.csv."""
+    scheduler: Scheduler
+    latency_model: Any
+    hasher: BlockHasher | FastBlockHasher
+    steps: StepRecorder
+    requests: RequestRecorder
+    workload: Any
+    check: bool = False
+    """Check the scheduler's invariants after every step."""
+    decisions: IO[str] | None = None
+    """Where to write decisions.jsonl's lines; None: nowhere."""
+    on_progress: Callable[[int], None] | None = None
+    """Called with the number of requests that just finished."""
+
+
 class ReplicaEngine:
     """Drives one kvcore Scheduler in simulated time (seconds)."""
 
     def __init__(
         self,
-        env: simpy.Environment,
-        replica_id: int,
-        scheduler: Scheduler,
-        latency_model: Any,
-        hasher: BlockHasher | FastBlockHasher,
-        steps: StepRecorder,
-        requests: RequestRecorder,
-        workload: Any,
-        check: bool = False,
-        decisions: IO[str] | None = None,
-        on_progress: Callable[[int], None] | None = None,
+        parts: ReplicaParts,
         regime: EngineRegime | None = None,
         spec: SpecDecodeRun | None = None,
         lockstep: LockstepForwards | None = None,
@@ -126,19 +139,23 @@ class ReplicaEngine:
         that has the same speculative config); ``lockstep``: the forward time line of
         this replica's DP group, a MoE model's DP ranks stepping together
         (:mod:`sim.dp_lockstep`; no connector)."""
+        env = parts.env
+        scheduler = parts.scheduler
+        latency_model = parts.latency_model
+        workload = parts.workload
         self.env = env
-        self.replica_id = replica_id
+        self.replica_id = parts.replica_id
         self.scheduler = scheduler
         self.latency_model = latency_model
-        self.hasher = hasher
-        self.steps = steps
-        self.requests = requests
+        self.hasher = parts.hasher
+        self.steps = parts.steps
+        self.requests = parts.requests
         self.workload = workload
         self.on_finish: Callable[[str, list[int], float], None] = workload.on_finish
         self.arrivals_done: Callable[[], bool] = workload.done
-        self.check = check
-        self.decisions = decisions
-        self.on_progress = on_progress
+        self.check = parts.check
+        self.decisions = parts.decisions
+        self.on_progress = parts.on_progress
         if regime is None:
             regime = decide_regime(
                 fast_forward=False,

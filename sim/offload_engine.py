@@ -12,25 +12,23 @@ synchronous loop here (:meth:`OffloadReplicaEngine._run_steps`). Fast-forward is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import IO, Any
+from collections.abc import Generator
+from typing import Any
 
 import simpy
 
-from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.offloading_connector import (
     KVConnectorOutput,
     OffloadingConnectorMetadata,
     OffloadingConnectorScheduler,
 )
 from kvcore.sched_output import SchedulerOutput
-from kvcore.scheduler import Scheduler
+from sim.engine import ReplicaParts
 from sim.engine_connector import ConnectorEngine
 from sim.engine_fast_forward import StepTimeout
 from sim.engine_regime import EngineRegime
 from sim.errors import SimulationStuck
 from sim.offload_worker import OffloadWorker
-from sim.records import RequestRecorder, StepRecorder
 from sim.spec_engine import SpecDecodeRun
 
 
@@ -39,42 +37,17 @@ class OffloadReplicaEngine(ConnectorEngine):
 
     def __init__(
         self,
-        env: simpy.Environment,
-        replica_id: int,
-        scheduler: Scheduler,
-        latency_model: Any,
-        hasher: BlockHasher | FastBlockHasher,
-        steps: StepRecorder,
-        requests: RequestRecorder,
-        workload: Any,
-        check: bool = False,
-        decisions: IO[str] | None = None,
-        on_progress: Callable[[int], None] | None = None,
+        parts: ReplicaParts,
+        offload: OffloadWorker,
         regime: EngineRegime | None = None,
         spec: SpecDecodeRun | None = None,
-        *,
-        offload: OffloadWorker,
     ) -> None:
         """:class:`sim.engine.ReplicaEngine`'s arguments (no DP lockstep: it runs
         without a connector), and ``offload``, the tier's worker side on the
         replica's host link (with a scheduler that has the offloading connector)."""
-        if not isinstance(scheduler.connector, OffloadingConnectorScheduler):
+        if not isinstance(parts.scheduler.connector, OffloadingConnectorScheduler):
             raise ValueError("KV offload runs with a scheduler with the offloading connector")
-        super().__init__(
-            env,
-            replica_id,
-            scheduler,
-            latency_model,
-            hasher,
-            steps,
-            requests,
-            workload,
-            check=check,
-            decisions=decisions,
-            on_progress=on_progress,
-            regime=regime,
-            spec=spec,
-        )
+        super().__init__(parts, regime, spec)
         self.offload = offload
 
     def _run_steps(self) -> Generator[simpy.Event, Any, None]:

@@ -50,7 +50,7 @@ from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 from sim.cluster import _UNCACHEABLE, EngineView, build_scheduler
-from sim.engine import kvcore_request
+from sim.engine import ReplicaParts, kvcore_request
 from sim.errors import SimulationStuck
 from sim.input_limits import InputLimits
 from sim.pd_engine import PDReplicaEngine, Role
@@ -110,13 +110,9 @@ class PDCluster:
         )
 
         def make(role: Role, i: int, rid: int, done: Callable[[], bool]) -> PDReplicaEngine:
-            return PDReplicaEngine(
+            parts = ReplicaParts(
                 env,
                 rid,
-                role,
-                i,
-                self,
-                done,
                 schedulers[role][i],
                 runs[role].latency_model,
                 self.hasher,
@@ -127,6 +123,7 @@ class PDCluster:
                 decisions=decisions,
                 on_progress=on_progress,
             )
+            return PDReplicaEngine(parts, role, i, self, done)
 
         self.prefill = [make("prefill", i, i, self.workload.done) for i in range(pd.num_prefill)]
         self.decode = [

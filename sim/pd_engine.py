@@ -35,20 +35,17 @@ KV tier and speculative decoding are refused before a P/D run starts.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import simpy
 
-from kvcore.block_hashing import FastBlockHasher
 from kvcore.kv_connector_output import KVConnectorOutput
 from kvcore.nixl_connector import NixlConnectorMetadata
 from kvcore.request import LoRARequest, Request
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
-from kvcore.scheduler import Scheduler
-from sim.engine import _Meta
+from sim.engine import ReplicaParts, _Meta
 from sim.engine_connector import ConnectorEngine
 from sim.engine_fast_forward import StepTimeout
-from sim.records import RequestRecorder, StepRecorder
 
 if TYPE_CHECKING:
     from sim.pd_cluster import PDCluster
@@ -65,37 +62,17 @@ class PDReplicaEngine(ConnectorEngine):
 
     def __init__(
         self,
-        env: simpy.Environment,
-        replica_id: int,
+        parts: ReplicaParts,
         role: Role,
         index: int,
         proxy: PDCluster,
         arrivals_done: Callable[[], bool],
-        scheduler: Scheduler,
-        latency_model: Any,
-        hasher: FastBlockHasher,
-        steps: StepRecorder,
-        requests: RequestRecorder,
-        workload: Any,
-        check: bool = False,
-        decisions: IO[str] | None = None,
-        on_progress: Callable[[int], None] | None = None,
     ) -> None:
-        """``proxy``: what this instance reports to (:class:`sim.pd_cluster.PDCluster`);
+        """``parts``: the instance's (its ``replica_id`` its id in steps.csv);
+        ``proxy``: what this instance reports to (:class:`sim.pd_cluster.PDCluster`);
         ``arrivals_done``: True once no request can reach this instance any more."""
-        super().__init__(
-            env,
-            replica_id,
-            scheduler,
-            latency_model,
-            hasher,
-            steps,
-            requests,
-            workload,
-            check=check,
-            decisions=decisions,
-            on_progress=on_progress,
-        )  # stepped: a P/D instance steps every step with its transfers
+        # Stepped: a P/D instance steps every step with its transfers.
+        super().__init__(parts)
         self.role = role
         self.index = index
         self.proxy = proxy
