@@ -142,19 +142,7 @@ class DecodeStretch:
         cache: dict[int, list[tuple[Request, int]]] = {}
         for req, c0 in zip(running, self.computed0):
             held = len(req_to_blocks.get(req.request_id) or ())
-            # Step j (1-based) schedules token c0 + j - 1 and needs slots for c0 + j + la.
-            j = 1
-            while j <= k:
-                slots = min(c0 + j + la, mml)
-                required = -(-slots // bs)
-                if required > held:
-                    alloc.setdefault(j, []).append((req, slots))
-                    held = required
-                    j += 1
-                    continue
-                # Jump to the next step whose slot count crosses a block boundary.
-                nxt = held * bs - la - c0 + 1
-                j = max(j + 1, nxt)
+            add_allocations(alloc, req, c0, held, k, k, la, mml, bs)
             if caching:
                 # Block b (0-based) is registered when c0 + j == (b + 1) * bs.
                 first_block = (c0 + 1 + bs - 1) // bs
@@ -185,6 +173,40 @@ class DecodeStretch:
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
         return records, finished
+
+
+def add_allocations(
+    alloc: dict[int, list[tuple[Request, int]]],
+    req: Request,
+    c0: int,
+    held: int,
+    last: int,
+    k: int,
+    la: int,
+    mml: int,
+    bs: int,
+) -> int:
+    """Add to ``alloc[j]`` the allocation ``(req, slots)`` of each step ``j`` in
+    ``1 .. last`` whose slots cross into a block ``req`` does not hold yet: step ``j``
+    schedules token ``c0 + j - 1`` and needs ``min(c0 + j + la, mml)`` slots (``la``
+    lookahead tokens, ``mml`` the model's length, ``bs`` tokens a block); ``req`` holds
+    ``held`` blocks before step 1. Returns the blocks it holds before step ``k``'s
+    allocation when step ``k`` allocates, else -1."""
+    before_k = -1
+    j = 1
+    while j <= last:
+        slots = min(c0 + j + la, mml)
+        required = -(-slots // bs)
+        if required > held:
+            if j == k:
+                before_k = held
+            alloc.setdefault(j, []).append((req, slots))
+            held = required
+            j += 1
+            continue
+        # Jump to the next step whose slot count crosses a block boundary.
+        j = max(j + 1, held * bs - la - c0 + 1)
+    return before_k
 
 
 def block_events(

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from kvcore.batch_queue import BatchQueue
 from kvcore.fast_forward import (
     StretchRecords,
+    add_allocations,
     affordable_steps,
     block_events,
     record_event_steps,
@@ -127,19 +128,9 @@ class AsyncDecodeStretch:
             last = k - 1 if g else k  # iterations that schedule it
             held = len(req_to_blocks.get(rid) or ())
             # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
-            j = 1
-            while j <= last:
-                slots = min(c0 + j + la, mml)
-                required = -(-slots // bs)
-                if required > held:
-                    if j == k:
-                        held_before_last[rid] = held
-                    alloc.setdefault(j, []).append((req, slots))
-                    held = required
-                    j += 1
-                    continue
-                # Jump to the next iteration whose slot count crosses a block boundary.
-                j = max(j + 1, held * bs - la - c0 + 1)
+            before_k = add_allocations(alloc, req, c0, held, last, k, la, mml, bs)
+            if before_k >= 0:
+                held_before_last[rid] = before_k
             if caching:
                 # Iteration j registers the blocks the first c0 + j - 1 tokens fill.
                 for q in range(-(-c0 // bs), (c0 + last - 1) // bs + 1):
