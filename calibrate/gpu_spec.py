@@ -9,10 +9,10 @@ a ring all-reduce moves data at. ``link``, ``peer_to_peer``, ``compute_capabilit
 ``custom_allreduce_latency_us`` decide how vLLM all-reduces across GPUs of this kind
 and what a call costs (:mod:`calibrate.allreduce`). ``host_link_gbps`` is one GPU's
 link to host (CPU) memory in one direction, which the CPU KV offload tier
-(``--kv-offloading-size``) copies blocks over (:mod:`sim.offload_transfers`).
+(``--kv-offloading-size``) copies blocks over (:mod:`sim.engine.offload_transfers`).
 ``kv_transfer_gbps`` / ``kv_transfer_latency_us`` are one GPU's link to the GPUs of
 *other* vLLM instances (its RDMA NIC), which a P/D deployment's decode instances read
-the prefill instances' KV blocks over (:mod:`sim.pd_transfers`).
+the prefill instances' KV blocks over (:mod:`sim.engine.pd_transfers`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``decode_time`` / ``stretch_times`` repeat ``decode_step_times``' IEEE operations in
 the same order (bit-identical: fast-forward relies on it, and
-``sim.step_timing.make_decode_timer`` checks it); ``step_time`` follows ``step_time``
+``sim.engine.step_timing.make_decode_timer`` checks it); ``step_time`` follows ``step_time``
 summing in request order (checked to 1e-12 by ``make_step_timer``). They live beside
 the roofline so that formula and twins change together.
 """

@@ -22,7 +22,7 @@ BUILD_IMPORTS = ("numpy", "simpy", "cbor2", "xxhash")
 """The third-party packages :data:`~kvsim_native.guard.NATIVE_MODULES` import, build
 requirements too (``pyproject.toml``): mypyc must see their types. Were one missing, mypy
 would take its names as ``Any`` (``--ignore-missing-imports``) and mypyc would compile a
-class deriving from one of its classes (``sim.engine_fast_forward.StepTimeout`` from
+class deriving from one of its classes (``sim.engine.stretches.StepTimeout`` from
 ``simpy.Timeout``) into one that fails at run time; :func:`mypyc_extensions` refuses to
 build then."""
 

@@ -44,22 +44,22 @@ NATIVE_MODULES = (
     "kvcore.fast_forward",
     "kvcore.fast_forward_async",
     "calibrate.roofline_scalar",
-    "sim.step_timing",
-    "sim.step_cost",
+    "sim.engine.step_timing",
+    "sim.engine.step_cost",
     "sim.step_row",
     "sim.records",
-    "sim.engine_fast_forward",
-    "sim.engine",
-    "sim.engine_connector",
-    "sim.offload_engine",
-    "sim.pd_engine",
+    "sim.engine.stretches",
+    "sim.engine.replica",
+    "sim.engine.connector",
+    "sim.engine.offload",
+    "sim.engine.pd",
 )
 """Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
 async one subclasses the sync one, and a compiled class takes only compiled subclasses)
-with the batch queue that drives the async one, and the simulator's engine loop with its
-step timing and costs, typed step rows and records (the per-step path), and the engines with a KV
-connector (subclasses of the engine's: the async loop with a connector, the CPU offload
-tier's, the P/D instance's).
+with the batch queue that drives the async one, and the simulator's engine loop
+(``sim.engine``) with its step timing and costs, typed step rows and records (the
+per-step path), and the engines with a KV connector (subclasses of the engine's: the
+async loop with a connector, the CPU offload tier's, the P/D instance's).
 They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
 a subclass of ``collections.deque``). ``kvcore``, ``sim`` and ``calibrate`` import
 ``kvsim_native`` first, so the guard is in place before any listed module is found."""

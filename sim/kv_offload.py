@@ -8,7 +8,7 @@ native``, its default) into the ``OffloadingConnector`` with
 (``CPUOffloadingSpec.__init__``). Here :func:`resolve_offload` computes that once per
 run, :func:`build_connector` makes each replica's scheduler-side connector
 (:class:`kvcore.offloading_connector.OffloadingConnectorScheduler`), the engine
-(:mod:`sim.engine`) times the copies on a :class:`sim.offload_transfers.HostLink` and
+(:mod:`sim.engine.replica`) times the copies on a :class:`sim.engine.offload_transfers.HostLink` and
 counts them in an :class:`OffloadStats`, and :func:`offload_summary` is
 ``summary.json``'s ``offload`` block.
 
@@ -24,7 +24,7 @@ from typing import Any
 from kvcore.cpu_offload_manager import cpu_offload_num_chunks
 from kvcore.kv_cache_config import KVCacheConfig
 from kvcore.offloading_connector import OffloadingConnectorScheduler
-from sim.offload_transfers import HostLink
+from sim.engine.offload_transfers import HostLink
 
 GIB = 1 << 30
 

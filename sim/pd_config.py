@@ -3,7 +3,7 @@
 ``kvsim run WORKLOAD --pd prefill=P,decode=D`` (or ``RunSpec.pd``; either engine
 loop) serves the workload with ``P`` prefill instances (vLLM's
 ``kv_role: kv_producer``) and ``D`` decode instances (``kv_consumer``) of the run's
-model, GPU and engine arguments, behind a proxy (:mod:`sim.pd_cluster`). Optional
+model, GPU and engine arguments, behind a proxy (:mod:`sim.engine.pd_cluster`). Optional
 keys of the same flag: ``kv_transfer_gbps=G`` and ``kv_transfer_latency_us=U``
 override the GPU YAML's inter-instance link (e.g. instances on one NVLink node).
 

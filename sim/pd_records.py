@@ -2,7 +2,7 @@
 
 Only P/D runs write these (every other run's files are unchanged). ``requests.csv``
 gains, after its usual columns, per request (seconds; the four parts add up to
-``first_token_s - arrival_s``, see :mod:`sim.pd_cluster`):
+``first_token_s - arrival_s``, see :mod:`sim.engine.pd_cluster`):
 
 ``prefill_instance``, ``decode_instance`` (indices within each pool; ``replica`` is
 the decode instance's id in steps.csv, where prefill instances come first),

@@ -21,17 +21,17 @@ import yaml
 from kvcore import NATIVE_STATUS, VLLM_VERSION, __version__
 from reports.render_worker import RenderWorker
 from sim import offload
-from sim.cluster import Cluster
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
+from sim.engine.cluster import Cluster
+from sim.engine.pd_cluster import PDCluster
+from sim.engine.router import Router, make_router
 from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
 from sim.input_limits import nothing_served_message
 from sim.kv_offload import FAST_FORWARD_NOT_APPLICABLE, offload_summary
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
-from sim.pd_cluster import PDCluster
 from sim.pd_config import PDSpec
 from sim.pd_records import append_pd_columns, pd_summary
 from sim.records import RequestRecorder, StepRecorder
-from sim.router import Router, make_router
 from sim.setup import ResolvedRun, resolve_run
 from sim.signals import raise_pending
 from sim.spec_setup import FAST_FORWARD_OFF, spec_summary, write_timeline
@@ -129,7 +129,7 @@ def simulate(
     ``decisions.jsonl``) into ``out_dir``; return the summary (with the run's
     verdict, one entry per replica and ``steps_file``: what ``steps.csv`` holds).
 
-    ``router``: a router name (:func:`sim.router.make_router`) or a router.
+    ``router``: a router name (:func:`sim.engine.router.make_router`) or a router.
     ``helpers``: format ``steps.csv`` and draw an open-loop workload in helper
     processes (:mod:`sim.offload`; same bytes either way); None: when
     ``sim.offload.allowed()``. ``steps_mode``: ``full``, ``thin`` or ``none``
@@ -159,7 +159,7 @@ def simulate(
             stack.enter_context((out_dir / "decisions.jsonl").open("w")) if decisions else None
         )
         cluster: Cluster | PDCluster
-        if resolved.pd is not None:  # prefill and decode pools (sim.pd_cluster)
+        if resolved.pd is not None:  # prefill and decode pools (sim.engine.pd_cluster)
             cluster = PDCluster(
                 env,
                 resolved,

@@ -18,11 +18,11 @@ from calibrate.frontend import FrontendModel
 from calibrate.latency import make_latency_model
 from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
+from sim.engine.router import make_router
 from sim.engine_config import EngineConfig
 from sim.kv_offload import OffloadSetup, resolve_offload
 from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
 from sim.pd_setup import pool_layout, pool_link, pool_runs
-from sim.router import make_router
 from sim.spec_setup import SpecSetup, resolve_spec
 from sim.step_parquet import check_format
 from sim.step_thin import check_mode
@@ -59,9 +59,9 @@ class ResolvedRun:
     spec: SpecSetup | None = None
     """Speculative decoding (``--speculative-config``); None: none."""
     pd: PDSetup | None = None
-    """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_cluster`); None: none."""
+    """Prefill/decode disaggregation (``--pd``, :mod:`sim.engine.pd_cluster`); None: none."""
     is_moe: bool = False
-    """A mixture-of-experts model: its DP ranks step in lockstep (:mod:`sim.dp_lockstep`)."""
+    """A mixture-of-experts model: its DP ranks step in lockstep (:mod:`sim.engine.dp_lockstep`)."""
     replica_latency_models: tuple[Any, ...] | None = None
     """One latency model per replica (``kvsim calibrate --from-trace`` records each
     replica's steps apart); None: ``latency_model`` for every replica."""

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.step_timing import make_decode_timer, make_step_timer
+from sim.engine.step_timing import make_decode_timer, make_step_timer
 
 NGRAM_S_PER_REQUEST = 2e-6
 """Host seconds of one request's n-gram lookup (vLLM's numba KMP proposer over a few

@@ -17,7 +17,7 @@ from calibrate.budget import draft_model_of
 from calibrate.latency import make_latency_model
 from calibrate.roofline import RooflineLatencyModel
 from kvcore.spec_decode import SpecDecodingStats, SpeculativeConfig
-from sim.engine_fast_forward import SAMPLE_TOKEN_ID
+from sim.engine.stretches import SAMPLE_TOKEN_ID
 from sim.spec_acceptance import AcceptanceModel, AcceptanceSampler
 from sim.spec_config import FLAG, SpeculativeSettings, check_speculative
 from sim.spec_drafter import DrafterCost

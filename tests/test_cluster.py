@@ -73,9 +73,9 @@ def test_the_recorder_must_be_for_the_clusters_replicas(tmp_path: Path) -> None:
     fast-forward may write rows in bulk): a cluster refuses a recorder for another."""
     import simpy
 
-    from sim.cluster import Cluster
+    from sim.engine.cluster import Cluster
+    from sim.engine.router import make_router
     from sim.records import RequestRecorder, StepRecorder
-    from sim.router import make_router
     from sim.setup import resolve_run
 
     resolved = resolve_run(RunSpec(workload="chat"))

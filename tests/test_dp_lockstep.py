@@ -1,11 +1,11 @@
-"""The lockstep time line of a MoE model's DP group (:mod:`sim.dp_lockstep`), by hand."""
+"""The lockstep time line of a MoE model's DP group (:mod:`sim.engine.dp_lockstep`), by hand."""
 
 from __future__ import annotations
 
 import pytest
 import simpy
 
-from sim.dp_lockstep import LockstepForwards
+from sim.engine.dp_lockstep import LockstepForwards
 
 
 def _rank(env, clock, plan, log, name):

@@ -27,10 +27,10 @@ from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheG
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
-from sim.cluster import Cluster
-from sim.engine import SAMPLE_TOKEN_ID, ReplicaEngine
+from sim.engine.cluster import Cluster
+from sim.engine.regime import decide_regime, stepping_part
+from sim.engine.replica import SAMPLE_TOKEN_ID, ReplicaEngine
 from sim.engine_config import EngineConfig
-from sim.engine_regime import decide_regime, stepping_part
 from sim.run import RunSpec, simulate
 from sim.setup import resolve_run
 

@@ -22,7 +22,7 @@ from kvcore.fast_forward_async import plan_async_decode_stretch
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from kvcore.request import Request
 from kvcore.scheduler_config import SchedulerConfig
-from sim.engine import SAMPLE_TOKEN_ID
+from sim.engine.replica import SAMPLE_TOKEN_ID
 
 BLOCK = 16
 

@@ -1,6 +1,6 @@
 """Each class owns its fields: no module of ``sim/`` (nor kvcore's fast-forward) assigns
 another object's underscore field, and SimPy's private names are used only in
-``sim/simpy_internals.py``, the compatibility module whose own tests pin them."""
+``sim/engine/simpy_internals.py``, the compatibility module whose own tests pin them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SIMPY_PRIVATE = {"_queue", "_eid", "_ok", "_value"}
-"""The SimPy internals the simulator relies on (``sim/simpy_internals.py``)."""
+"""The SimPy internals the simulator relies on (``sim/engine/simpy_internals.py``)."""
 
 
 def _sources() -> list[Path]:

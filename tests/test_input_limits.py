@@ -58,10 +58,10 @@ def test_row7_rejected_request_never_builds_its_prompt(tmp_path: Path) -> None:
     a real cluster, so the compiled engine runs the same path as pure Python)."""
     import simpy
 
-    from sim.cluster import Cluster
+    from sim.engine.cluster import Cluster
+    from sim.engine.router import make_router
     from sim.engine_config import EngineConfig
     from sim.records import RequestRecorder, StepRecorder
-    from sim.router import make_router
     from sim.run import RunSpec
     from sim.setup import resolve_run
     from workloads.request import SimRequest

@@ -161,7 +161,7 @@ def test_scalar_step_timers_agree_with_the_model(name, tp, h100):
     timer to 1e-12, on batches it was not built from; None where no twin exists."""
     import random
 
-    from sim.step_timing import make_decode_timer, make_step_timer
+    from sim.engine.step_timing import make_decode_timer, make_step_timer
 
     lm = RooflineLatencyModel(load_model(name), h100, tensor_parallel_size=tp)
     step, dec = make_step_timer(lm), make_decode_timer(lm)
@@ -185,7 +185,7 @@ def test_stretch_timers_sum_decode_steps(name, tp, h100):
     starts the running sums, and it stops at the first step starting at ``until``."""
     import random
 
-    from sim.step_timing import make_decode_timer, make_stretch_timer
+    from sim.engine.step_timing import make_decode_timer, make_stretch_timer
 
     lm = RooflineLatencyModel(load_model(name), h100, tensor_parallel_size=tp)
     dec = make_decode_timer(lm)

@@ -61,7 +61,7 @@ def _fake_package(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     for name in guard.NATIVE_MODULES:
         stem = tmp / name.replace(".", "/")
-        stem.parent.mkdir(exist_ok=True)
+        stem.parent.mkdir(parents=True, exist_ok=True)
         stem.with_suffix(".py").write_text(f"X = {name!r}\n")
         stem.with_name(stem.name + suffix).write_bytes(b"")
     shared = tmp / (guard.SHARED_LIB.replace(".", "/") + suffix)  # the group's library
@@ -76,8 +76,8 @@ def test_status_follows_the_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # An edited source makes the build stale: that module is named.
     (tmp_path / "kvcore" / "block_pool.py").write_text("X = 'edited'\n")
     assert guard.status() == ("stale", ["kvcore.block_pool"])
-    (tmp_path / "sim" / "engine.py").write_text("X = 'edited'\n")
-    assert guard.status() == ("stale", ["kvcore.block_pool", "sim.engine"])
+    (tmp_path / "sim" / "engine" / "replica.py").write_text("X = 'edited'\n")
+    assert guard.status() == ("stale", ["kvcore.block_pool", "sim.engine.replica"])
     # A module compiled but missing from the manifest, or not compiled, is stale too.
     guard.MANIFEST.write_text("{}")
     assert guard.status()[0] == "stale"
@@ -106,7 +106,7 @@ def test_an_extension_left_from_an_earlier_build_list_is_stale_and_cleaned(
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     assert guard.install_guard() == "stale"
     finder = next(f for f in sys.meta_path if isinstance(f, guard.SourceFinder))
-    assert "sim.plan.probe" in finder.fullnames and "sim.engine" in finder.fullnames
+    assert "sim.plan.probe" in finder.fullnames and "sim.engine.replica" in finder.fullnames
     removed = guard.clean()
     assert left in removed and not left.exists()
     assert guard.status() == ("pure", [])
@@ -157,11 +157,11 @@ def test_pure_env_imports_sources() -> None:
 
 
 def test_source_finder_only_takes_listed_modules() -> None:
-    finder = guard.SourceFinder(["kvcore.block_pool", "sim.engine"])
+    finder = guard.SourceFinder(["kvcore.block_pool", "sim.engine.replica"])
     spec = finder.find_spec("kvcore.block_pool")
     assert spec is not None and spec.origin.endswith("kvcore/block_pool.py")
-    spec = finder.find_spec("sim.engine")
-    assert spec is not None and spec.origin.endswith("sim/engine.py")
+    spec = finder.find_spec("sim.engine.replica")
+    assert spec is not None and spec.origin.endswith("sim/engine/replica.py")
     assert finder.find_spec("kvcore.request_queue") is None
     assert finder.find_spec("block_pool") is None
 
@@ -322,7 +322,7 @@ def test_install_builds_in_place_and_the_guard_checks_it(tmp_path: Path) -> None
     done = _setup_py(tree, "--inplace", FAKE_MYPYC_FAILS="1")
     assert done.returncode == 0 and "kvsim: " not in done.stderr, done.stderr
     assert _built(tree) == expected
-    with (tree / "sim" / "engine.py").open("a") as f:
+    with (tree / "sim" / "engine" / "replica.py").open("a") as f:
         f.write("# edited\n")
     assert _status_in(tree) == ["stale", "block_pool.py"]
     done = _setup_py(tree, "--inplace")
@@ -360,7 +360,7 @@ def test_an_edited_source_of_a_real_build_runs_from_source(tmp_path: Path) -> No
         )
     assert _status_in(tree)[0] == "compiled"
     assert _status_in(tree)[1] != "block_pool.py"
-    with (tree / "sim" / "engine.py").open("a") as f:
+    with (tree / "sim" / "engine" / "replica.py").open("a") as f:
         f.write("# edited\n")
     assert _status_in(tree) == ["stale", "block_pool.py"]
 
@@ -377,7 +377,7 @@ def test_build_requires_the_packages_the_compiled_modules_import() -> None:
     """mypyc must see the types of what the compiled modules import: each such package
     is in BUILD_IMPORTS and in pyproject.toml's build requirements."""
     imported = set().union(*(_third_party_imports(n) for n in guard.NATIVE_MODULES))
-    assert "simpy" in imported  # sim.engine_fast_forward.StepTimeout derives from it
+    assert "simpy" in imported  # sim.engine.stretches.StepTimeout derives from it
     assert imported <= set(build.BUILD_IMPORTS)
     text = (guard.ROOT / "pyproject.toml").read_text()
     build_system = text[text.index("[build-system]") : text.index("[project]")]

@@ -1,10 +1,10 @@
-"""Host-link timing of KV offload transfers (sim.offload_transfers)."""
+"""Host-link timing of KV offload transfers (sim.engine.offload_transfers)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.offload_transfers import (
+from sim.engine.offload_transfers import (
     DirectionQueue,
     HostLink,
     job_bytes,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sim.router import ROUTERS, PrefixAwareRouter, make_router
+from sim.engine.router import ROUTERS, PrefixAwareRouter, make_router
 
 
 @dataclass

@@ -1,10 +1,10 @@
-"""The SimPy internals kvsim uses (sim/simpy_internals.py) behave as it assumes on the
+"""The SimPy internals kvsim uses (sim/engine/simpy_internals.py) behave as it assumes on the
 installed SimPy: an event scheduled at an absolute time fires there, in order with
 ordinary timeouts, and the agenda scan finds the next event of another type."""
 
 import simpy
 
-from sim.simpy_internals import next_event_time, schedule_at
+from sim.engine.simpy_internals import next_event_time, schedule_at
 
 
 class _Marker(simpy.Timeout):

@@ -7,7 +7,7 @@ terms are known along with its start and duration, and every request's simulated
 arrival, first-token and finish times.
 
 A replica's steps form one time line, except for a MoE model's DP ranks, which step in
-lockstep (:mod:`sim.dp_lockstep`): their group has one line of forward passes, each as
+lockstep (:mod:`sim.engine.dp_lockstep`): their group has one line of forward passes, each as
 long as its slowest rank's step, so its terms are that rank's, and a rank's request
 spans the group's forwards (a forward it sat out, on a dummy batch, included).
 """

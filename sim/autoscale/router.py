@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sim.autoscale.schedule import Schedule
-from sim.router import ReplicaView, Router
+from sim.engine.router import ReplicaView, Router
 
 
 def _arrival(request: object) -> float | None:

@@ -36,9 +36,9 @@ from sim.autoscale.mix import empirical_workload, group_windows, same_mix
 from sim.autoscale.router import ScheduledRouter
 from sim.autoscale.schedule import Schedule, build_schedule, replicas_needed
 from sim.autoscale.windows import Arrivals, Window, arrival_windows, draw_arrivals
+from sim.engine.router import make_router
 from sim.engine_config import EngineConfig
 from sim.outdir import check_output, write_marker
-from sim.router import make_router
 from sim.run import RunSpec, run
 from sim.setup import resolve_run
 from sim.slo import SLO

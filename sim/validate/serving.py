@@ -8,7 +8,7 @@ measured block count. Errors compare means of engine-side times (TTFT from the e
 queued timestamp, TPOT over the decode interval, E2E) as
 ``calibrate.trace_fit.fit.errors`` defines them. The Qwen3-30B-A3B run (DP 2 with
 expert parallelism) is replayed as two DP ranks whose MoE layers share the experts
-(``calibrate.roofline``), stepping in lockstep (:mod:`sim.dp_lockstep`).
+(``calibrate.roofline``), stepping in lockstep (:mod:`sim.engine.dp_lockstep`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.offload_transfers import job_bytes, transfer_seconds
+from sim.engine.offload_transfers import job_bytes, transfer_seconds
 
 
 @dataclass

@@ -4,7 +4,7 @@ kvcore's :class:`kvcore.offloading_connector.OffloadingConnectorScheduler` decid
 blocks move; this is what vLLM 0.33.0's ``OffloadingConnectorWorker``
 (``vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py``) does with
 the metadata of each step or batch, in simulated time on a
-:class:`sim.offload_transfers.HostLink` (see that module for the plan):
+:class:`sim.engine.offload_transfers.HostLink` (see that module for the plan):
 
 - :meth:`OffloadWorker.start` at the step's start ``t0``: the step's flushed stores
   and the stores the step before deferred are submitted (``handle_preemptions``), the
@@ -14,7 +14,7 @@ the metadata of each step or batch, in simulated time on a
   step's ``KVConnectorOutput`` (``get_finished`` with the worker metadata's
   ``completed_jobs``).
 
-The engine (:mod:`sim.engine`) owns one per replica and calls these; the worker owns
+The engine (:mod:`sim.engine.replica`) owns one per replica and calls these; the worker owns
 the link, the deferred stores, which request each load is for, and the tier's
 :class:`sim.kv_offload.OffloadStats`. Units: bytes, seconds.
 """
@@ -26,8 +26,8 @@ from kvcore.offloading_connector import (
     OffloadingConnectorMetadata,
     OffloadingConnectorScheduler,
 )
+from sim.engine.offload_transfers import HostLink, job_bytes
 from sim.kv_offload import OffloadStats
-from sim.offload_transfers import HostLink, job_bytes
 
 
 class OffloadWorker:

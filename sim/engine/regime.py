@@ -12,7 +12,7 @@ Three regimes, each exact (the same records, byte for byte):
   to finishes the stretches after a finishing step are chained on at once.
 
 :func:`decide_regime` says which, from the run's parts; the engine
-(:class:`sim.engine.ReplicaEngine`) only reads the answer.
+(:class:`sim.engine.replica.ReplicaEngine`) only reads the answer.
 """
 
 from __future__ import annotations

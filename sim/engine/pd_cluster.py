@@ -18,7 +18,7 @@ and returns the parameters the decode side needs (``remote_block_ids``,
 ``remote_engine_id``, ...). The proxy at once (no control-plane latency) sends the
 request, with its own ``max_tokens`` and those parameters, to a decode instance,
 whose scheduler allocates the prompt's blocks and parks it in
-``WAITING_FOR_REMOTE_KVS``; its worker reads the blocks (:mod:`sim.pd_transfers`:
+``WAITING_FOR_REMOTE_KVS``; its worker reads the blocks (:mod:`sim.engine.pd_transfers`:
 ``blocks x bytes per block`` on one TP rank over that rank's NIC,
 ``kv_transfer_latency_us + bytes / kv_transfer_gbps``, FIFO per NIC direction); when
 the read ends the decode scheduler recomputes the last prompt token (vLLM's: the
@@ -49,14 +49,14 @@ from kvcore.block_hashing import FastBlockHasher
 from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
-from sim.cluster import _UNCACHEABLE, EngineView, build_scheduler
-from sim.engine import ReplicaParts, kvcore_request
+from sim.engine.cluster import _UNCACHEABLE, EngineView, build_scheduler
+from sim.engine.pd import PDReplicaEngine, Role
+from sim.engine.pd_transfers import PDLinks, PDRead
+from sim.engine.replica import ReplicaParts, kvcore_request
+from sim.engine.router import Router, make_router
 from sim.errors import SimulationStuck
 from sim.input_limits import InputLimits
-from sim.pd_engine import PDReplicaEngine, Role
-from sim.pd_transfers import PDLinks, PDRead
 from sim.records import RequestRecorder, StepRecorder
-from sim.router import Router, make_router
 
 
 @dataclass
@@ -161,7 +161,7 @@ class PDCluster:
     # -- the workload's side -------------------------------------------------------
 
     def prompt_hashes(self, sr: Any) -> list[Any] | None:
-        """As :meth:`sim.cluster.Cluster.prompt_hashes`."""
+        """As :meth:`sim.engine.cluster.Cluster.prompt_hashes`."""
         if sr.num_prompt_tokens >= self.max_model_len:
             return None
         return kvcore_request(sr, 0.0, self.hasher).block_hashes

@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from calibrate.roofline_scalar import ScalarRoofline, scalar_roofline
-from sim.simpy_internals import schedule_at
+from sim.engine.simpy_internals import schedule_at
 
 
 def make_decode_timer(latency_model: Any) -> Callable[[int, int], float] | None:

@@ -1,10 +1,10 @@
 """One P/D instance (prefill or decode) as a SimPy process, with its NIXL worker side.
 
-A :class:`PDReplicaEngine` is a :class:`sim.engine_connector.ConnectorEngine` whose scheduler has
+A :class:`PDReplicaEngine` is a :class:`sim.engine.connector.ConnectorEngine` whose scheduler has
 kvcore's :class:`kvcore.nixl_connector.NixlConnectorScheduler` (``kv_producer`` on a
 prefill instance, ``kv_consumer`` on a decode one). With async scheduling (vLLM
 0.33.0's default) its loop is
-:meth:`sim.engine_connector.ConnectorEngine._run_batch_queue_connector`
+:meth:`sim.engine.connector.ConnectorEngine._run_batch_queue_connector`
 (the batch queue; a batch's worker side below runs when the GPU reaches the batch and
 its report comes with the batch's output; kvcore defers the decode side's frees and
 drops a preempted producer's output in flight, as vLLM). With
@@ -13,7 +13,7 @@ KV connector:
 
 * ``schedule()``, then the worker side of the step's connector metadata at the step's
   start ``t0`` (a decode instance posts one read per request in ``reqs_to_recv`` that
-  waits for its KV, timed by :class:`sim.pd_transfers.PDLinks`);
+  waits for its KV, timed by :class:`sim.engine.pd_transfers.PDLinks`);
 * the step computes for the latency model's duration; at its end, the reads that
   ended by then are its ``KVConnectorOutput`` (``finished_recving`` here,
   ``finished_sending`` on the prefill instance read from), passed to
@@ -23,7 +23,7 @@ KV connector:
   ends or a request arrives (a prefill instance that only holds finished requests'
   blocks waits so for the decode side's reads).
 
-What the proxy (:class:`sim.pd_cluster.PDCluster`) sees: a prefill instance hands
+What the proxy (:class:`sim.engine.pd_cluster.PDCluster`) sees: a prefill instance hands
 each finished request (with the ``kv_transfer_params`` its scheduler returned) to the
 proxy instead of the workload and writes no ``requests.csv`` row; a decode instance
 records the request (its TTFT from the original arrival) and tells the workload.
@@ -43,12 +43,12 @@ from kvcore.kv_connector_output import KVConnectorOutput
 from kvcore.nixl_connector import NixlConnectorMetadata
 from kvcore.request import LoRARequest, Request
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
-from sim.engine import ReplicaParts, _Meta
-from sim.engine_connector import ConnectorEngine
-from sim.engine_fast_forward import StepTimeout
+from sim.engine.connector import ConnectorEngine
+from sim.engine.replica import ReplicaParts, _Meta
+from sim.engine.stretches import StepTimeout
 
 if TYPE_CHECKING:
-    from sim.pd_cluster import PDCluster
+    from sim.engine.pd_cluster import PDCluster
 
 Role = Literal["prefill", "decode"]
 
@@ -69,7 +69,7 @@ class PDReplicaEngine(ConnectorEngine):
         arrivals_done: Callable[[], bool],
     ) -> None:
         """``parts``: the instance's (its ``replica_id`` its id in steps.csv);
-        ``proxy``: what this instance reports to (:class:`sim.pd_cluster.PDCluster`);
+        ``proxy``: what this instance reports to (:class:`sim.engine.pd_cluster.PDCluster`);
         ``arrivals_done``: True once no request can reach this instance any more."""
         # Stepped: a P/D instance steps every step with its transfers.
         super().__init__(parts)

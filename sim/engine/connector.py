@@ -1,9 +1,9 @@
 """A replica whose scheduler has a KV connector: vLLM 0.33.0's async-scheduling loop
 with the connector's worker side, shared by the CPU offload tier
-(:class:`sim.offload_engine.OffloadReplicaEngine`) and P/D's instances
-(:class:`sim.pd_engine.PDReplicaEngine`).
+(:class:`sim.engine.offload.OffloadReplicaEngine`) and P/D's instances
+(:class:`sim.engine.pd.PDReplicaEngine`).
 
-:class:`ConnectorEngine` is a :class:`sim.engine.ReplicaEngine` that runs, with async
+:class:`ConnectorEngine` is a :class:`sim.engine.replica.ReplicaEngine` that runs, with async
 scheduling (the default), :meth:`ConnectorEngine._run_batch_queue_connector`, and
 without it the subclass's synchronous loop (``_run_steps``). The worker side of each
 batch's connector metadata runs when the GPU reaches the batch (the end of the batch
@@ -27,8 +27,8 @@ from kvcore.kv_cache_manager import PrefixCacheStats
 from kvcore.kv_connector_output import KVConnectorOutput
 from kvcore.request import Request
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
-from sim.engine import ReplicaEngine
-from sim.engine_fast_forward import StepTimeout
+from sim.engine.replica import ReplicaEngine
+from sim.engine.stretches import StepTimeout
 from sim.errors import SimulationStuck
 
 
@@ -68,7 +68,7 @@ class ConnectorEngine(ReplicaEngine):
     def _run_batch_queue_connector(self, queue: BatchQueue) -> Generator[simpy.Event, Any, None]:
         """vLLM 0.33.0's async-scheduling loop (``EngineCore.step_with_batch_queue``)
         with a KV connector (the CPU offload tier's here, P/D's in
-        :class:`sim.pd_engine.PDReplicaEngine`), in simulated time.
+        :class:`sim.engine.pd.PDReplicaEngine`), in simulated time.
 
         A batch reaches the GPU at ``t0``, when the batch before it ends (or when it
         is scheduled, if the GPU is idle); the worker side of its connector metadata

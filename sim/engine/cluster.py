@@ -19,16 +19,16 @@ from kvcore.async_scheduler import AsyncScheduler
 from kvcore.block_hashing import FastBlockHasher
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
-from sim.dp_lockstep import LockstepForwards
-from sim.engine import ReplicaEngine, ReplicaParts, kvcore_request
+from sim.engine.dp_lockstep import LockstepForwards
+from sim.engine.offload import OffloadReplicaEngine
+from sim.engine.offload_worker import OffloadWorker
+from sim.engine.regime import decide_regime, stepping_part
+from sim.engine.replica import ReplicaEngine, ReplicaParts, kvcore_request
+from sim.engine.router import Router
 from sim.engine_config import uses_async_scheduling
-from sim.engine_regime import decide_regime, stepping_part
 from sim.input_limits import InputLimits
 from sim.kv_offload import build_connector, make_host_link
-from sim.offload_engine import OffloadReplicaEngine
-from sim.offload_worker import OffloadWorker
 from sim.records import RequestRecorder, StepRecorder
-from sim.router import Router
 
 _UNCACHEABLE = object()
 """What a prefix-aware router is shown for a request that will be rejected (its prompt
@@ -41,7 +41,7 @@ def build_scheduler(resolved: Any, connector: Any = None) -> Scheduler:
     :class:`AsyncScheduler` with async scheduling (vLLM 0.33.0's default,
     :func:`sim.engine_config.uses_async_scheduling`), else a :class:`Scheduler`; with
     the run's CPU KV tier (``resolved.offload``) a fresh offloading connector, else
-    ``connector`` (a P/D instance's, :mod:`sim.pd_cluster`)."""
+    ``connector`` (a P/D instance's, :mod:`sim.engine.pd_cluster`)."""
     engine_cfg = resolved.engine
     cls = AsyncScheduler if uses_async_scheduling(engine_cfg) else Scheduler
     offload = getattr(resolved, "offload", None)
@@ -67,7 +67,7 @@ def build_scheduler(resolved: Any, connector: Any = None) -> Scheduler:
 
 
 class EngineView:
-    """The read-only :class:`sim.router.ReplicaView` of one ``ReplicaEngine``."""
+    """The read-only :class:`sim.engine.router.ReplicaView` of one ``ReplicaEngine``."""
 
     __slots__ = ("engine",)
 

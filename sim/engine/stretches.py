@@ -1,13 +1,13 @@
 """Fast-forward in the engine loop: stretches of decode-only steps advanced at once.
 
-A :class:`StretchRunner` is what a :class:`sim.engine.ReplicaEngine` that fast-forwards
-is composed with (the cluster decides once which engines do, :mod:`sim.engine_regime`).
+A :class:`StretchRunner` is what a :class:`sim.engine.replica.ReplicaEngine` that fast-forwards
+is composed with (the cluster decides once which engines do, :mod:`sim.engine.regime`).
 It plans stretches with :func:`kvcore.fast_forward.plan_decode_stretch` (the
 synchronous loop) or :func:`kvcore.fast_forward_async.plan_async_decode_stretch` (the
 async-scheduling loop: iterations that schedule a batch and apply the one in flight),
 times them, applies them and writes their records exactly as stepping one by one would.
 It reads its engine's state and changes it only through the engine's methods
-(:meth:`~sim.engine.ReplicaEngine.claim_steps`, ``finish_request``, ``costs``,
+(:meth:`~sim.engine.replica.ReplicaEngine.claim_steps`, ``finish_request``, ``costs``,
 ``note_first_token``, ``relaunch_in_flight``).
 """
 
@@ -26,13 +26,13 @@ from kvcore.request import Request
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.decision_line import decision_line, decode_decision_lines
+from sim.engine.simpy_internals import next_event_time
+from sim.engine.step_timing import StretchTimer, timeout_at
 from sim.records import StepRecorder
-from sim.simpy_internals import next_event_time
 from sim.step_row import DecodeRows, StepRow
-from sim.step_timing import StretchTimer, timeout_at
 
 if TYPE_CHECKING:
-    from sim.engine import ReplicaEngine
+    from sim.engine.replica import ReplicaEngine
 
 SAMPLE_TOKEN_ID = 7
 """The id of every sampled token (EOS is ignored, so requests run to max_tokens)."""
@@ -74,10 +74,10 @@ class StretchRunner:
         one_writer: bool,
         reacts_to_finish: bool,
     ) -> None:
-        """``timer``: the stretches' step times (:func:`sim.step_timing.make_stretch_timer`);
+        """``timer``: the stretches' step times (:func:`sim.engine.step_timing.make_stretch_timer`);
         ``one_writer``: this replica writes the records alone (one replica);
         ``reacts_to_finish``: the workload may submit when a request finishes (see
-        :class:`sim.engine_regime.EngineRegime`)."""
+        :class:`sim.engine.regime.EngineRegime`)."""
         self.engine = engine
         self.env: simpy.Environment = engine.env
         self.scheduler: Scheduler = engine.scheduler

@@ -2,10 +2,10 @@
 
 The CPU KV offload tier's timing (kvcore's :mod:`kvcore.offloading_connector` decides
 *which* blocks move; this says *when* the copies end); the engine uses it as planned
-below, per step in the synchronous loop (:meth:`sim.offload_engine.OffloadReplicaEngine._run_steps`)
+below, per step in the synchronous loop (:meth:`sim.engine.offload.OffloadReplicaEngine._run_steps`)
 and per batch with async scheduling, where ``t0`` is when the GPU reaches the batch
-and ``t1`` its end (:meth:`sim.engine_connector.ConnectorEngine._run_batch_queue_connector`),
-through the replica's :class:`sim.offload_worker.OffloadWorker`.
+and ``t1`` its end (:meth:`sim.engine.connector.ConnectorEngine._run_batch_queue_connector`),
+through the replica's :class:`sim.engine.offload_worker.OffloadWorker`.
 
 What it models, after vLLM 0.33.0's CPU offloading worker
 (``vllm/v1/kv_offload/cpu/gpu_worker.py``): one queue per direction

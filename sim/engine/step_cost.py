@@ -1,12 +1,12 @@
 """What one scheduled step of a replica costs: its duration, its prefill and decode
 token counts, and the tokens the fake model samples in it.
 
-A :class:`StepCoster` belongs to one engine (:class:`sim.engine.ReplicaEngine` builds
-it; its loops and the stretch runner, :mod:`sim.engine_fast_forward`, ask it). A
+A :class:`StepCoster` belongs to one engine (:class:`sim.engine.replica.ReplicaEngine` builds
+it; its loops and the stretch runner, :mod:`sim.engine.stretches`, ask it). A
 request scheduled one token whose context is all its known tokens but the last
 (``decode_lag``: 1, or 2 with async scheduling, where the tokens in flight count as
 known) is a decode; every other scheduled token is prefill. Durations come from the
-latency model through its pure-Python twins (:mod:`sim.step_timing`); with
+latency model through its pure-Python twins (:mod:`sim.engine.step_timing`); with
 ``vector_decode`` a decode-only step takes the decode formula fast-forward uses, so
 stepped and fast-forwarded steps are bit-identical. Units: seconds, tokens.
 """
@@ -19,9 +19,9 @@ import numpy as np
 
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
-from sim.engine_fast_forward import SAMPLE_TOKEN_ID
+from sim.engine.step_timing import make_decode_timer, make_step_timer
+from sim.engine.stretches import SAMPLE_TOKEN_ID
 from sim.spec_engine import SpecDecodeRun
-from sim.step_timing import make_decode_timer, make_step_timer
 
 SAMPLED = (SAMPLE_TOKEN_ID,)
 """One sampled token (read, never mutated, by the scheduler)."""
@@ -40,7 +40,7 @@ class StepCoster:
         spec: SpecDecodeRun | None,
     ) -> None:
         """``decode_lag``: 1, or 2 with async scheduling; ``vector_decode``: decode-only
-        steps take the decode formula (:attr:`sim.engine_regime.EngineRegime.vector_decode`);
+        steps take the decode formula (:attr:`sim.engine.regime.EngineRegime.vector_decode`);
         ``spec``: speculative decoding (its samples, drafts and drafter cost)."""
         self.scheduler = scheduler
         self.latency_model = latency_model

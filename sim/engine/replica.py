@@ -24,14 +24,14 @@ with :mod:`kvcore.fast_forward` (also with several replicas), in the async loop 
 token per running request, with placeholders, and apply the batch in flight). Both
 stop at the first step in which requests finish, before a step whose blocks the pool
 cannot serve, and at the next SimPy event (an arrival, a timer); see
-:mod:`sim.engine_fast_forward`. Whether an engine fast-forwards, and how (one writer of
+:mod:`sim.engine.stretches`. Whether an engine fast-forwards, and how (one writer of
 the records or several), is decided once where the engines are built
-(:mod:`sim.engine_regime`) and passed in.
+(:mod:`sim.engine.regime`) and passed in.
 
 A replica whose scheduler has a KV connector (the CPU KV offload tier's, P/D's) runs
-in a subclass with the connector's worker side: :class:`sim.engine_connector.ConnectorEngine`
-(the async loop with a connector), :class:`sim.offload_engine.OffloadReplicaEngine`,
-:class:`sim.pd_engine.PDReplicaEngine`. Fast-forward is off there.
+in a subclass with the connector's worker side: :class:`sim.engine.connector.ConnectorEngine`
+(the async loop with a connector), :class:`sim.engine.offload.OffloadReplicaEngine`,
+:class:`sim.engine.pd.PDReplicaEngine`. Fast-forward is off there.
 
 With speculative decoding (``--speculative-config``, both loops) the fake model samples
 ``1 + a`` tokens per decoding request with drafts (``a`` accepted, drawn by the
@@ -65,15 +65,15 @@ from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.decision_line import decision_line
-from sim.dp_lockstep import Forward, LockstepForwards
-from sim.engine_fast_forward import SAMPLE_TOKEN_ID, StepTimeout, StretchRunner
-from sim.engine_regime import EngineRegime, decide_regime, stepping_part
+from sim.engine.dp_lockstep import Forward, LockstepForwards
+from sim.engine.regime import EngineRegime, decide_regime, stepping_part
+from sim.engine.step_cost import StepCoster
+from sim.engine.step_timing import make_stretch_timer
+from sim.engine.stretches import SAMPLE_TOKEN_ID, StepTimeout, StretchRunner
 from sim.errors import SimulationStuck
 from sim.records import RequestRecorder, StepRecorder
 from sim.spec_engine import SpecDecodeRun
-from sim.step_cost import StepCoster
 from sim.step_row import StepRow
-from sim.step_timing import make_stretch_timer
 
 
 def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
@@ -134,11 +134,11 @@ class ReplicaEngine:
         lockstep: LockstepForwards | None = None,
     ) -> None:
         """``regime``: what the engine may do at once, decided where the engines are
-        built (:func:`sim.engine_regime.decide_regime`); None: stepped (no
+        built (:func:`sim.engine.regime.decide_regime`); None: stepped (no
         fast-forward), as the only writer. ``spec``: speculative decoding (with a scheduler
         that has the same speculative config); ``lockstep``: the forward time line of
         this replica's DP group, a MoE model's DP ranks stepping together
-        (:mod:`sim.dp_lockstep`; no connector)."""
+        (:mod:`sim.engine.dp_lockstep`; no connector)."""
         env = parts.env
         scheduler = parts.scheduler
         latency_model = parts.latency_model
@@ -450,7 +450,7 @@ class ReplicaEngine:
             for req in finished:
                 self.finish_request(req, now)
 
-    # -- DP lockstep (a MoE model's DP ranks, sim.dp_lockstep) -----------------------
+    # -- DP lockstep (a MoE model's DP ranks, sim.engine.dp_lockstep) -----------------------
 
     def _await_group_forward(self) -> Generator[simpy.Event, Any, bool]:
         """Before scheduling with nothing of its own on the GPU: while a forward of the
@@ -611,7 +611,7 @@ class ReplicaEngine:
         self.num_steps += 1
         return result.finished_requests
 
-    # -- what the stretch runner (sim.engine_fast_forward) reads and changes ----------
+    # -- what the stretch runner (sim.engine.stretches) reads and changes ----------
 
     @property
     def has_pending(self) -> bool:

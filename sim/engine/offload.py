@@ -1,11 +1,11 @@
 """A replica with vLLM's CPU KV offload tier (``--kv-offloading-size``), in both loops.
 
-An :class:`OffloadReplicaEngine` is a :class:`sim.engine_connector.ConnectorEngine`
+An :class:`OffloadReplicaEngine` is a :class:`sim.engine.connector.ConnectorEngine`
 whose scheduler has kvcore's
 :class:`kvcore.offloading_connector.OffloadingConnectorScheduler`; its worker side is a
-:class:`sim.offload_worker.OffloadWorker`, which times the copies on the replica's host
-link (:mod:`sim.offload_transfers`). With async scheduling its loop is
-:meth:`sim.engine_connector.ConnectorEngine._run_batch_queue_connector`; without, the
+:class:`sim.engine.offload_worker.OffloadWorker`, which times the copies on the replica's host
+link (:mod:`sim.engine.offload_transfers`). With async scheduling its loop is
+:meth:`sim.engine.connector.ConnectorEngine._run_batch_queue_connector`; without, the
 synchronous loop here (:meth:`OffloadReplicaEngine._run_steps`). Fast-forward is off
 (every step has its transfers). Units: seconds.
 """
@@ -23,12 +23,12 @@ from kvcore.offloading_connector import (
     OffloadingConnectorScheduler,
 )
 from kvcore.sched_output import SchedulerOutput
-from sim.engine import ReplicaParts
-from sim.engine_connector import ConnectorEngine
-from sim.engine_fast_forward import StepTimeout
-from sim.engine_regime import EngineRegime
+from sim.engine.connector import ConnectorEngine
+from sim.engine.offload_worker import OffloadWorker
+from sim.engine.regime import EngineRegime
+from sim.engine.replica import ReplicaParts
+from sim.engine.stretches import StepTimeout
 from sim.errors import SimulationStuck
-from sim.offload_worker import OffloadWorker
 from sim.spec_engine import SpecDecodeRun
 
 
@@ -42,7 +42,7 @@ class OffloadReplicaEngine(ConnectorEngine):
         regime: EngineRegime | None = None,
         spec: SpecDecodeRun | None = None,
     ) -> None:
-        """:class:`sim.engine.ReplicaEngine`'s arguments (no DP lockstep: it runs
+        """:class:`sim.engine.replica.ReplicaEngine`'s arguments (no DP lockstep: it runs
         without a connector), and ``offload``, the tier's worker side on the
         replica's host link (with a scheduler that has the offloading connector)."""
         if not isinstance(parts.scheduler.connector, OffloadingConnectorScheduler):
@@ -53,8 +53,8 @@ class OffloadReplicaEngine(ConnectorEngine):
     def _run_steps(self) -> Generator[simpy.Event, Any, None]:
         """The synchronous loop with the CPU KV offload tier (vLLM 0.33.0's
         ``EngineCore.step`` with the ``OffloadingConnector``); timing as
-        :mod:`sim.offload_transfers` plans it, after vLLM's
-        ``OffloadingConnectorWorker`` (:class:`sim.offload_worker.OffloadWorker`):
+        :mod:`sim.engine.offload_transfers` plans it, after vLLM's
+        ``OffloadingConnectorWorker`` (:class:`sim.engine.offload_worker.OffloadWorker`):
 
         at a step's start ``t0`` this step's ``jobs_to_flush`` stores and the stores
         the step before deferred are submitted (``handle_preemptions``), the step waits

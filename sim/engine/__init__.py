@@ -1,0 +1,15 @@
+"""The engine: one vLLM replica's loop in simulated time and what composes it.
+
+- :mod:`sim.engine.replica`: a replica's engine loop (sync and async scheduling),
+  arrivals, aborts, records; :mod:`sim.engine.stretches` its fast-forward;
+  :mod:`sim.engine.step_cost` and :mod:`sim.engine.step_timing` what a step costs;
+  :mod:`sim.engine.regime` whether an engine fast-forwards.
+- :mod:`sim.engine.connector`: the async loop with a KV connector, for
+  :mod:`sim.engine.offload` (the CPU offload tier, its worker side in
+  :mod:`sim.engine.offload_worker` and its copies in :mod:`sim.engine.offload_transfers`)
+  and :mod:`sim.engine.pd` (a P/D instance; the proxy in :mod:`sim.engine.pd_cluster`,
+  its KV reads in :mod:`sim.engine.pd_transfers`).
+- :mod:`sim.engine.cluster`: the replicas and the :mod:`sim.engine.router`;
+  :mod:`sim.engine.dp_lockstep`: a MoE model's DP ranks stepping together;
+  :mod:`sim.engine.simpy_internals`: the only uses of SimPy's private names.
+"""
