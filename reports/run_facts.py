@@ -25,7 +25,7 @@ VERDICT_HEADLINES = {
         "(still filling, or saturating slowly); run it longer (more requests)."
     ),
 }
-"""The first sentence of the verdict, per state (``sim.verdict``)."""
+"""The first sentence of the verdict, per state (``sim.records.verdict``)."""
 
 _REASON_LABELS = {
     "throughput": "Requests finish slower than they arrive",

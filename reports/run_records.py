@@ -17,7 +17,7 @@ at all (missing, empty, no header, a plotted column missing) raises
 ``RunRecordsError`` naming the file and what is wrong.
 
 A run made with ``--steps thin`` or ``--steps none`` (``summary.json``'s
-``steps_file``, :mod:`sim.step_thin`) is checked against what it wrote: the thinned
+``steps_file``, :mod:`sim.records.step_thin`) is checked against what it wrote: the thinned
 row count, or no ``steps.csv`` at all (an empty steps table, no note: the run asked
 for it); with ``--steps-format parquet`` the rows are read from ``steps.parquet``.
 Runs without ``steps_file`` (older ones) wrote a row per step to ``steps.csv``.

@@ -35,7 +35,7 @@ class SweepFrame:
     def saturated(self) -> pd.Series:
         """Per row: the run's verdict says it is saturated, or could not show it steady
         (``undecided``): its latency is not meaningful."""
-        # sim.verdict.SATURATED / UNDECIDED (reports reads files, imports nothing of sim)
+        # sim.records.verdict.SATURATED / UNDECIDED (reports reads files, imports nothing of sim)
         return self.rows["verdict"].isin(["saturated", "undecided"])
 
     def steady_rows(self) -> pd.DataFrame:

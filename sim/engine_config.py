@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sim.spec_config import SpeculativeSettings, parse_json_object
+from sim.spec_decode.config import SpeculativeSettings, parse_json_object
 from workloads.errors import WorkloadError, yaml_problem
 
 BLOCK_SIZE_MULTIPLE = 16
@@ -102,7 +102,7 @@ class EngineConfig(BaseModel):
     speculative_config: SpeculativeSettings | None = None
     """vLLM's ``--speculative-config`` (a JSON object; a mapping in a file): method,
     ``num_speculative_tokens``, the draft ``model``, and kvsim's acceptance knobs
-    (:mod:`sim.spec_config`); None: no speculative decoding (vLLM's default)."""
+    (:mod:`sim.spec_decode.config`); None: no speculative decoding (vLLM's default)."""
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:

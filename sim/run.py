@@ -30,13 +30,13 @@ from sim.input_limits import nothing_served_message
 from sim.kv_offload import FAST_FORWARD_NOT_APPLICABLE, offload_summary
 from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.pd_config import PDSpec
-from sim.pd_records import append_pd_columns, pd_summary
-from sim.records import RequestRecorder, StepRecorder
+from sim.records.pd import append_pd_columns, pd_summary
+from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.summary import build_summary
+from sim.records.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
 from sim.setup import ResolvedRun, resolve_run
 from sim.signals import raise_pending
-from sim.spec_setup import FAST_FORWARD_OFF, spec_summary, write_timeline
-from sim.summary import build_summary
-from sim.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
+from sim.spec_decode.setup import FAST_FORWARD_OFF, spec_summary, write_timeline
 from workloads.overrides import WorkloadOverrides
 
 
@@ -62,16 +62,16 @@ class RunSpec:
     """Advance decode-only stretches at once (identical results; off only to prove it)."""
     goodput: dict[str, float] | None = None
     """Per-request SLOs for goodput, ms by vLLM's keys (``ttft``, ``tpot``, ``e2el``;
-    :mod:`sim.goodput`); None: no goodput."""
+    :mod:`sim.records.goodput`); None: no goodput."""
     workload_overrides: WorkloadOverrides | None = None
     """The workload's rate and length as ``kvsim run --rate/--num-requests/--duration``
     set them (:mod:`workloads.overrides`); None keeps the workload's own."""
     steps: str = "full"
     """``steps.csv``: ``full`` (a row per step), ``thin`` (bounded rows) or ``none``
-    (:mod:`sim.step_thin`)."""
+    (:mod:`sim.records.step_thin`)."""
     steps_format: str = "csv"
     """``csv`` (``steps.csv``, the default) or ``parquet`` (``steps.parquet``, needs
-    pyarrow; :mod:`sim.step_parquet`)."""
+    pyarrow; :mod:`sim.records.step_parquet`)."""
     pd: PDSpec | str | None = None
     """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_config`; its text, as a
     sweep's ``pd`` axis gives it, is parsed when the run is resolved); None: colocated."""
@@ -133,8 +133,8 @@ def simulate(
     ``helpers``: format ``steps.csv`` and draw an open-loop workload in helper
     processes (:mod:`sim.offload`; same bytes either way); None: when
     ``sim.offload.allowed()``. ``steps_mode``: ``full``, ``thin`` or ``none``
-    (:mod:`sim.step_thin`); ``steps_format``: ``csv`` or ``parquet``
-    (``steps.parquet``, :mod:`sim.step_parquet`). ``on_cluster``: called with the cluster
+    (:mod:`sim.records.step_thin`); ``steps_format``: ``csv`` or ``parquet``
+    (``steps.parquet``, :mod:`sim.records.step_parquet`). ``on_cluster``: called with the cluster
     (its ``engines``) once it is built, before anything runs: how a caller observes the
     engines of a run.
     """

@@ -18,10 +18,12 @@ from reports.html import plus_minus
 from reports.run_facts import spec_decode_fact
 from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
-from sim.goodput import parse_goodput
 from sim.outdir import OutputError, check_output
 from sim.pd_config import parse_pd
 from sim.progress import progress_bar
+from sim.records.goodput import parse_goodput
+from sim.records.step_parquet import check_format as check_steps_format
+from sim.records.step_thin import check_mode as check_steps_mode
 from sim.run import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -32,8 +34,6 @@ from sim.run import (
 )
 from sim.setup import resolve_run
 from sim.signals import exit_status, interrupted
-from sim.step_parquet import check_format as check_steps_format
-from sim.step_thin import check_mode as check_steps_mode
 from workloads.overrides import WorkloadOverrides
 
 
@@ -194,7 +194,7 @@ def run_command(
     the calibration file's when there is one, else the defaults; ``num_replicas`` left
     out is the engine's ``data_parallel_size`` (1 by default: one engine).
     ``workload_overrides``: ``--rate``, ``--num-requests``, ``--duration``;
-    ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.goodput.parse_goodput`);
+    ``goodput``: ``--goodput KEY:MS`` items (:func:`sim.records.goodput.parse_goodput`);
     ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
     the run directory once it is complete; ``report``: False skips plots and
     ``report.html`` (``--no-report``); ``pd``: ``--pd``'s text

@@ -23,9 +23,9 @@ from sim.engine_config import EngineConfig
 from sim.kv_offload import OffloadSetup, resolve_offload
 from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
 from sim.pd_setup import pool_layout, pool_link, pool_runs
-from sim.spec_setup import SpecSetup, resolve_spec
-from sim.step_parquet import check_format
-from sim.step_thin import check_mode
+from sim.records.step_parquet import check_format
+from sim.records.step_thin import check_mode
+from sim.spec_decode.setup import SpecSetup, resolve_spec
 from sim.work_bounds import check_work_bounds
 from workloads import load_workload
 

@@ -75,7 +75,7 @@ def test_the_recorder_must_be_for_the_clusters_replicas(tmp_path: Path) -> None:
 
     from sim.engine.cluster import Cluster
     from sim.engine.router import make_router
-    from sim.records import RequestRecorder, StepRecorder
+    from sim.records.recorders import RequestRecorder, StepRecorder
     from sim.setup import resolve_run
 
     resolved = resolve_run(RunSpec(workload="chat"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from sim.decision_line import decision_line, decode_decision_lines
+from sim.records.decision_line import decision_line, decode_decision_lines
 
 
 def test_decision_lines_are_json_dumps() -> None:

@@ -11,7 +11,7 @@ import pytest
 from sim_run_helpers import column, read_csv, write_yaml
 
 from sim.engine_config import EngineConfig
-from sim.goodput import good_requests, parse_goodput
+from sim.records.goodput import good_requests, parse_goodput
 from sim.run import RunSpec, run
 
 

@@ -61,7 +61,7 @@ def test_row7_rejected_request_never_builds_its_prompt(tmp_path: Path) -> None:
     from sim.engine.cluster import Cluster
     from sim.engine.router import make_router
     from sim.engine_config import EngineConfig
-    from sim.records import RequestRecorder, StepRecorder
+    from sim.records.recorders import RequestRecorder, StepRecorder
     from sim.run import RunSpec
     from sim.setup import resolve_run
     from workloads.request import SimRequest

@@ -174,7 +174,7 @@ def test_is_current_needs_every_module_compiled_and_unchanged(
     assert guard.is_current()
     monkeypatch.setenv(guard.PURE_ENV, "1")  # forcing the pure modules changes no file
     assert guard.is_current()
-    (tmp_path / "sim" / "records.py").write_text("X = 'edited'\n")
+    (tmp_path / "sim" / "records" / "recorders.py").write_text("X = 'edited'\n")
     assert not guard.is_current()
     build.write_manifest(guard.MANIFEST, build.source_digests())
     assert guard.is_current()

@@ -19,7 +19,7 @@ from sim.plan import PlanError, load_plan, run_plan
 from sim.plan.probe import judge_summary
 from sim.plan.runner import describe
 from sim.plan.search import Bisection
-from sim.verdict import judge_run_dir
+from sim.records.verdict import judge_run_dir
 
 SLO = {"ttft_p90_s": 1.0, "tpot_p99_s": 0.05}
 

@@ -12,7 +12,7 @@ import gc
 from pathlib import Path
 
 import reports.run_report
-from sim.records import RequestRecorder, StepRecorder
+from sim.records.recorders import RequestRecorder, StepRecorder
 from sim.run import RunSpec, run
 from workloads.overrides import WorkloadOverrides
 

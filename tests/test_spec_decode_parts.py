@@ -16,10 +16,10 @@ from calibrate.catalog import load_gpu, load_model
 from calibrate.latency import make_latency_model
 from kvcore.spec_decode import SpecDecodingStats
 from sim.engine_config import EngineConfig, load_engine_config
-from sim.spec_acceptance import AcceptanceModel, AcceptanceSampler, default_rates
-from sim.spec_drafter import NGRAM_S_PER_REQUEST, DrafterCost
-from sim.spec_engine import SpecDecodeRun
-from sim.spec_setup import resolve_spec
+from sim.spec_decode.acceptance import AcceptanceModel, AcceptanceSampler, default_rates
+from sim.spec_decode.drafter import NGRAM_S_PER_REQUEST, DrafterCost
+from sim.spec_decode.engine import SpecDecodeRun
+from sim.spec_decode.setup import resolve_spec
 
 # -- the acceptance model ----------------------------------------------------------
 
@@ -65,7 +65,7 @@ def test_defaults_are_low_for_ngram_and_higher_for_a_draft_model():
     assert AcceptanceModel.build("ngram", 3).proposal_rate < 1.0
     assert AcceptanceModel.build("draft_model", 3).proposal_rate == 1.0
     # EAGLE-3's defaults: a mean acceptance length of 2.8 tokens at k = 3
-    # (sim/spec_acceptance.py's docstring and docs/engine.md quote it).
+    # (sim/spec_decode/acceptance.py's docstring and docs/engine.md quote it).
     eagle3 = AcceptanceModel.build("eagle3", 3)
     assert eagle3.proposal_rate == 1.0
     assert round(eagle3.mean_tokens_per_decode(), 2) == 2.82
@@ -246,7 +246,7 @@ def test_too_many_tokens_per_step_and_the_offload_tier_are_refused():
 
 def test_acceptance_plot_draws_a_timeline(tmp_path):
     from reports.spec_plot import plot_spec_acceptance
-    from sim.spec_setup import write_timeline
+    from sim.spec_decode.setup import write_timeline
 
     run = _run("draft_model", async_scheduling=False)
     for step in range(50):

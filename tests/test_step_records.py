@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from kvcore.block_pool import BlockPool
-from sim.records import STEP_COLUMNS, StepRecorder
-from sim.step_row import DecodeRows, StepRow
-from sim.step_rows import StepChunk, StepRowWriter, row_text
-from sim.step_thin import ThinStepWriter
+from sim.records.recorders import STEP_COLUMNS, StepRecorder
+from sim.records.step_row import DecodeRows, StepRow
+from sim.records.step_rows import StepChunk, StepRowWriter, row_text
+from sim.records.step_thin import ThinStepWriter
 
 
 def _stretch(rng: random.Random, usable: int | None = None) -> DecodeRows:
@@ -113,7 +113,7 @@ def test_a_stretch_is_written_as_its_rows(tmp_path: Path) -> None:
         thin.close()
     assert (tmp_path / "tb.csv").read_text() == (tmp_path / "ts.csv").read_text()
     pytest.importorskip("pyarrow")
-    from sim.step_parquet import chunk_columns
+    from sim.records.step_parquet import chunk_columns
 
     assert chunk_columns(bulk) == chunk_columns(single)
 

@@ -17,7 +17,7 @@ from reports.run_records import (
     read_run_records,
 )
 from reports.step_bins import bin_steps
-from sim.records import STEP_COLUMNS
+from sim.records.recorders import STEP_COLUMNS
 
 USABLE = 999
 

@@ -1,7 +1,7 @@
 """``--steps full|thin|none``: what ``steps.csv`` holds for long runs.
 
 - ``thin`` with room for every step writes the same bytes as ``full``;
-- ``thin`` with fewer rows than steps buckets time (``sim.step_thin``): the rows match
+- ``thin`` with fewer rows than steps buckets time (``sim.records.step_thin``): the rows match
   an independent bucketing of the full file (levels of each bucket's first step,
   counts summed), at the narrowest power-of-two width that fits, and the counted
   totals are exact;
@@ -24,10 +24,10 @@ import pytest
 import yaml
 from sim_run_helpers import kvsim_cli, write_yaml
 
-import sim.step_thin
+import sim.records.step_thin
 from sim.engine_config import EngineConfig
+from sim.records.step_thin import START_WIDTH_S
 from sim.run import RunSpec, run
-from sim.step_thin import START_WIDTH_S
 
 LEVELS = [
     "num_running",
@@ -98,14 +98,14 @@ def test_thin_with_room_is_the_full_file(workload, full_run, tmp_path):
     out, summary = full_run
     thin = tmp_path / "thin"
     run(_spec(workload, "thin", replicas=2), thin, render=False)
-    assert summary["num_steps"] < sim.step_thin.THIN_MAX_ROWS  # room for every step
+    assert summary["num_steps"] < sim.records.step_thin.THIN_MAX_ROWS  # room for every step
     assert (thin / "steps.csv").read_bytes() == (out / "steps.csv").read_bytes()
 
 
 @pytest.mark.parametrize("max_rows", [50, 400])
 def test_thin_buckets_match_the_full_file(workload, full_run, tmp_path, monkeypatch, max_rows):
     out, summary = full_run
-    monkeypatch.setattr(sim.step_thin, "THIN_MAX_ROWS", max_rows)
+    monkeypatch.setattr(sim.records.step_thin, "THIN_MAX_ROWS", max_rows)
     thin_summary = run(_spec(workload, "thin", replicas=2), tmp_path / "thin", render=False)
     full = pd.read_csv(out / "steps.csv")
     thin = pd.read_csv(tmp_path / "thin" / "steps.csv")
@@ -168,7 +168,7 @@ def test_none_writes_no_steps_and_reports_it(workload, full_run, tmp_path):
 
 
 def test_thinned_run_repeats_byte_identical_and_says_so(workload, tmp_path, monkeypatch):
-    monkeypatch.setattr(sim.step_thin, "THIN_MAX_ROWS", 100)
+    monkeypatch.setattr(sim.records.step_thin, "THIN_MAX_ROWS", 100)
     for name in ("a", "b"):
         run(_spec(workload, "thin"), tmp_path / name)
     for file in ("steps.csv", "requests.csv", "config.yaml"):

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from sim_run_helpers import kvsim_cli, write_yaml
 
-import sim.step_thin
+import sim.records.step_thin
 from sim.engine_config import EngineConfig
 from sim.run import RunSpec, run
 
@@ -56,7 +56,7 @@ def _same_rows(parquet: pd.DataFrame, csv: pd.DataFrame) -> None:
 
 @pytest.mark.parametrize("steps", ["full", "thin"])
 def test_parquet_holds_the_csv_rows(workload, tmp_path, monkeypatch, steps):
-    monkeypatch.setattr(sim.step_thin, "THIN_MAX_ROWS", 300)
+    monkeypatch.setattr(sim.records.step_thin, "THIN_MAX_ROWS", 300)
     csv_summary = run(_spec(workload, steps, "csv"), tmp_path / "csv", render=False)
     pq_summary = run(_spec(workload, steps, "parquet"), tmp_path / "pq", render=False)
     assert not (tmp_path / "pq" / "steps.csv").exists()

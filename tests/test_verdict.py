@@ -12,8 +12,8 @@ import yaml
 from sim_run_helpers import write_yaml
 
 from sim.engine_config import EngineConfig
+from sim.records.verdict import judge, judge_run_dir
 from sim.run import RunSpec, run
-from sim.verdict import judge, judge_run_dir
 from workloads.loader import PRESET_DIR
 
 
@@ -135,9 +135,9 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
     verdict inputs the table computation gives, on random step sequences."""
     import random
 
-    from sim.records import RequestRecorder, StepRecorder
-    from sim.step_row import StepRow
-    from sim.verdict import VerdictInputs
+    from sim.records.recorders import RequestRecorder, StepRecorder
+    from sim.records.step_row import StepRow
+    from sim.records.verdict import VerdictInputs
 
     rng = random.Random(5)
     for trial in range(20):
@@ -173,7 +173,7 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
         mine = VerdictInputs.from_recorders(steps, requests)
         assert mine.longest_no_progress == ref.longest_no_progress
         grid = [x * 0.037 for x in range(120)]
-        from sim.verdict import _step_fn
+        from sim.records.verdict import _step_fn
 
         for (t1, v1), (t2, v2) in zip(mine.waiting, ref.waiting, strict=True):
             assert (_step_fn(t1, v1, grid) == _step_fn(t2, v2, grid)).all()

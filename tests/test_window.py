@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from sim_run_helpers import column, kvsim_cli, read_csv, run_sim, write_yaml
 
-from sim.window import distribution, find_window, min_batch_for, mser_truncation, rate
+from sim.records.window import distribution, find_window, min_batch_for, mser_truncation, rate
 
 STEP_S = 0.01
 OUTPUT_LEN = 10

@@ -28,7 +28,7 @@ from sim.engine.router import Router
 from sim.engine_config import uses_async_scheduling
 from sim.input_limits import InputLimits
 from sim.kv_offload import build_connector, make_host_link
-from sim.records import RequestRecorder, StepRecorder
+from sim.records.recorders import RequestRecorder, StepRecorder
 
 _UNCACHEABLE = object()
 """What a prefix-aware router is shown for a request that will be rejected (its prompt

@@ -29,7 +29,7 @@ from sim.engine.regime import EngineRegime
 from sim.engine.replica import ReplicaParts
 from sim.engine.stretches import StepTimeout
 from sim.errors import SimulationStuck
-from sim.spec_engine import SpecDecodeRun
+from sim.spec_decode.engine import SpecDecodeRun
 
 
 class OffloadReplicaEngine(ConnectorEngine):

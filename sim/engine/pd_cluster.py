@@ -56,7 +56,7 @@ from sim.engine.replica import ReplicaParts, kvcore_request
 from sim.engine.router import Router, make_router
 from sim.errors import SimulationStuck
 from sim.input_limits import InputLimits
-from sim.records import RequestRecorder, StepRecorder
+from sim.records.recorders import RequestRecorder, StepRecorder
 
 
 @dataclass
@@ -99,7 +99,7 @@ class PDCluster:
         self.links = PDLinks(pd.link_bytes_per_s, pd.latency_s, pd.worker_kv_bytes_per_block)
         self.times: dict[str, PDTimes] = {}
         self.rows: dict[str, tuple[Any, ...]] = {}
-        """requests.csv's P/D columns per finished request (:mod:`sim.pd_records`)."""
+        """requests.csv's P/D columns per finished request (:mod:`sim.records.pd`)."""
         runs = {role: pd.run_for(role, resolved) for role in ("prefill", "decode")}
         schedulers = {
             role: [self._scheduler(runs[role], role, i) for i in range(n)]

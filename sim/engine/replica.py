@@ -36,7 +36,7 @@ in a subclass with the connector's worker side: :class:`sim.engine.connector.Con
 With speculative decoding (``--speculative-config``, both loops) the fake model samples
 ``1 + a`` tokens per decoding request with drafts (``a`` accepted, drawn by the
 replica's acceptance model) and the drafter's proposals and cost come from
-:class:`sim.spec_engine.SpecDecodeRun`; fast-forward is off (every step is stepped:
+:class:`sim.spec_decode.engine.SpecDecodeRun`; fast-forward is off (every step is stepped:
 its stretches assume one token per request per step).
 
 A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
@@ -64,16 +64,16 @@ from kvcore.offloading_connector import OffloadingConnectorScheduler
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
-from sim.decision_line import decision_line
 from sim.engine.dp_lockstep import Forward, LockstepForwards
 from sim.engine.regime import EngineRegime, decide_regime, stepping_part
 from sim.engine.step_cost import StepCoster
 from sim.engine.step_timing import make_stretch_timer
 from sim.engine.stretches import SAMPLE_TOKEN_ID, StepTimeout, StretchRunner
 from sim.errors import SimulationStuck
-from sim.records import RequestRecorder, StepRecorder
-from sim.spec_engine import SpecDecodeRun
-from sim.step_row import StepRow
+from sim.records.decision_line import decision_line
+from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.step_row import StepRow
+from sim.spec_decode.engine import SpecDecodeRun
 
 
 def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:

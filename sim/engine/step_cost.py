@@ -21,7 +21,7 @@ from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from sim.engine.step_timing import make_decode_timer, make_step_timer
 from sim.engine.stretches import SAMPLE_TOKEN_ID
-from sim.spec_engine import SpecDecodeRun
+from sim.spec_decode.engine import SpecDecodeRun
 
 SAMPLED = (SAMPLE_TOKEN_ID,)
 """One sampled token (read, never mutated, by the scheduler)."""

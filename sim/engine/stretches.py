@@ -25,11 +25,11 @@ from kvcore.fast_forward_async import plan_async_decode_stretch
 from kvcore.request import Request
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
-from sim.decision_line import decision_line, decode_decision_lines
 from sim.engine.simpy_internals import next_event_time
 from sim.engine.step_timing import StretchTimer, timeout_at
-from sim.records import StepRecorder
-from sim.step_row import DecodeRows, StepRow
+from sim.records.decision_line import decision_line, decode_decision_lines
+from sim.records.recorders import StepRecorder
+from sim.records.step_row import DecodeRows, StepRow
 
 if TYPE_CHECKING:
     from sim.engine.replica import ReplicaEngine

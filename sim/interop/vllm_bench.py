@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from sim.goodput import good_requests
 from sim.interop.run_dir import RunData
 from sim.interop.stats import peak_per_second, repeated_mean_std, repeated_percentiles
 from sim.interop.vllm_fields import (
@@ -45,6 +44,7 @@ from sim.interop.vllm_fields import (
     SETUP_FIELDS,
     percentile_word,
 )
+from sim.records.goodput import good_requests
 
 BACKEND = "kvsim"
 """What ``backend``, ``endpoint_type`` and ``label`` say in an export."""

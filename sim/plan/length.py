@@ -6,7 +6,7 @@ seed's run starts at the plan's length (``num_requests``, or the workload's own
 ``num_requests`` / ``duration_s``) and is run again twice as long, with the same seed
 (request ``i`` is the same request at every length), while it cannot decide:
 
-- its verdict is ``undecided`` (the number in system still rises; ``sim.verdict``), or
+- its verdict is ``undecided`` (the number in system still rises; ``sim.records.verdict``), or
 - an SLO metric has no 95% interval yet (the window is too short: a p99 needs 5,000
   requests), or its interval contains the SLO bound and is wider than ``precision``
   (half-width over the value).
@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sim.verdict import UNDECIDED
+from sim.records.verdict import UNDECIDED
 
 
 def undecided_slos(judged: dict[str, Any], bounds: dict[str, float], precision: float) -> list[str]:

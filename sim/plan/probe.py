@@ -4,12 +4,12 @@ A probe's value sets the searched parameter (request rate, replica count or a KV
 knob). Each seed's run directory is kept under ``OUT/probes/<param>=<value>/seed_<s>``
 beside the workload YAMLs the probe ran (the plan's workload with ``arrival.rate`` and
 its length set). A seed's run is lengthened until it decides (:mod:`sim.plan.length`);
-the directory holds its last run. A seed passes when its run is steady (see ``sim.verdict``) and
-meets every SLO; a probe passes when every seed passes. The SLO metrics are the run's
-measurement-window figures (``summary["window"]``: warm-up cut by MSER-5, the drain
-after the last arrival left out), each with its 95% interval where the window is long
-enough. A saturated run's latencies are not recorded as metrics (they depend only on
-how long the run was).
+the directory holds its last run. A seed passes when its run is steady (see
+``sim.records.verdict``) and meets every SLO; a probe passes when every seed passes.
+The SLO metrics are the run's measurement-window figures (``summary["window"]``:
+warm-up cut by MSER-5, the drain after the last arrival left out), each with its 95%
+interval where the window is long enough. A saturated run's latencies are not
+recorded as metrics (they depend only on how long the run was).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import yaml
 from sim.errors import SimulationStuck
 from sim.plan.length import confirm_factor, needs_longer
 from sim.plan.spec import PlanError, PlanSpec
+from sim.records.verdict import UNDECIDED, VerdictThresholds
 from sim.run import NothingServed, RunSpec, run
-from sim.verdict import UNDECIDED, VerdictThresholds
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.overrides import RATED_ARRIVALS, WorkloadOverrides, override_spec
@@ -287,7 +287,7 @@ def slo_figures(
     """``(figures, values, intervals)`` of one run's SLO metrics.
 
     ``figures`` is ``"window"`` when the summary has a measurement window
-    (``summary["window"]``, :mod:`sim.window`: warm-up cut, drain excluded), else
+    (``summary["window"]``, :mod:`sim.records.window`: warm-up cut, drain excluded), else
     ``"whole_run"`` (an older summary). ``values`` are seconds (preemptions: per
     request); ``intervals`` the window's 95% interval ``[lo, hi]`` of each metric,
     ``None`` where the window is too short for one, for whole-run figures and for
@@ -359,7 +359,7 @@ def judge_summary(
     rises, not significantly enough to call it saturated): a plan runs it longer
     (:mod:`sim.plan.length`). At the longest run the plan allows (``drift_margin``
     given), an undecided run whose rise is not clear (t below
-    :attr:`sim.verdict.VerdictThresholds.rise_t_to_saturate`) is judged on its SLOs, but
+    :attr:`sim.records.verdict.VerdictThresholds.rise_t_to_saturate`) is judged on its SLOs, but
     each must clear its bound by ``drift_margin`` (:func:`drift_failures`), since a
     slow drift can still carry the metric over it. Both happen: a seed's arrivals are
     the same draws at every rate (scaled), so a stretch where they bunch reads as a

@@ -32,9 +32,9 @@ from sim.plan.probe import (
 )
 from sim.plan.search import Bisection, SearchResult, seed_answers, within_tolerance
 from sim.plan.spec import PlanError, PlanSpec
+from sim.records.step_parquet import check_format
 from sim.run import RunSpec
 from sim.setup import ResolvedRun, resolve_run
-from sim.step_parquet import check_format
 from sim.sweep.table import write_atomic
 
 WANT = {

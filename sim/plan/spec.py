@@ -24,7 +24,7 @@ Schema (every key optional unless said otherwise)::
     knob: num_gpu_blocks      # min_kv: num_gpu_blocks | gpu_memory_utilization | max_num_seqs
     search: {low: 0.5, high: 64, rel_tol: 0.05, max_probes: 12}
     length: {precision: 0.05, max_factor: 16, fixed: false, confirm_sojourns: 50}
-    steps: full               # probe runs' steps.csv: full | thin | none (sim.step_thin)
+    steps: full               # probe runs' steps.csv: full | thin | none (sim.records.step_thin)
     steps_format: csv         # csv | parquet (steps.parquet; needs pyarrow)
 
 ``search.high`` may be left out: for max_rate and min_replicas the search then doubles
@@ -130,7 +130,7 @@ class PlanSpec(_Strict):
     search: Search = Field(default_factory=Search)
     length: Length = Field(default_factory=Length)
     steps: Literal["full", "thin", "none"] = "full"
-    """Each probe run's ``steps.csv`` (``sim.step_thin``): a full row per step, thinned
+    """Each probe run's ``steps.csv`` (``sim.records.step_thin``): a full row per step, thinned
     to bounded rows, or none."""
     steps_format: Literal["csv", "parquet"] = "csv"
     """``parquet``: the probe runs write ``steps.parquet`` (needs pyarrow)."""

@@ -8,7 +8,7 @@ Example::
       model: Llama-3.1-8B
       gpu: H100-SXM
       engine: {max_model_len: 4096}
-      steps: thin                   # each point's steps.csv: full | thin | none (sim.step_thin)
+      steps: thin                   # each point's steps.csv: full | thin | none
     axes:                           # a grid: every combination, first axis outermost
       - {path: workload.arrival.rate, values: [2, 4, 8]}
     zip:                            # optional: each group is one more grid dimension whose
@@ -99,7 +99,7 @@ def _no_repeats(where: str, rows: list[tuple[Scalar, ...]]) -> None:
 
 class Length(_Strict):
     """How long a point runs: a point whose verdict is ``undecided`` (the engine still
-    filling, or saturating slowly; ``sim.verdict``) is run again twice as long, with
+    filling, or saturating slowly; ``sim.records.verdict``) is run again twice as long, with
     the same seed, up to ``max_factor`` times its workload's length (1: never)."""
 
     max_factor: int = Field(default=8, ge=1, le=1024)

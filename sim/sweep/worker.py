@@ -1,6 +1,6 @@
 """Run one sweep point in a worker process (local pool or Ray task).
 
-A point whose verdict is ``undecided`` (``sim.verdict``: the engine still filling its
+A point whose verdict is ``undecided`` (``sim.records.verdict``: the engine still filling its
 batch, or saturating slowly) runs again twice as long with the same seed, up to the
 sweep's ``length.max_factor``; its directory keeps the last run (``config.yaml`` says
 its length).
@@ -27,8 +27,8 @@ import yaml
 from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
 from sim.outdir import check_output, discard, publish, staging_dir
+from sim.records.verdict import UNDECIDED
 from sim.run import NothingServed, RunSpec, run
-from sim.verdict import UNDECIDED
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.overrides import WorkloadOverrides, override_spec
 

@@ -1,6 +1,6 @@
 """``steps.parquet``: the step rows as a Parquet file (``--steps-format parquet``).
 
-The same columns as ``steps.csv`` (:data:`sim.records.STEP_COLUMNS`), integers as
+The same columns as ``steps.csv`` (:data:`sim.records.recorders.STEP_COLUMNS`), integers as
 int64 and times and KV usage as float64 at full precision (the CSV holds 9
 significant digits); one row group per chunk the recorder hands over. Needs pyarrow
 (the optional ``parquet`` extra: ``pip install 'kvsim[parquet]'``); the CSV stays the
@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sim.step_row import FLOAT_COLUMNS, STEP_COLUMNS, DecodeRows
-from sim.step_rows import StepChunk, chunk_items
+from sim.records.step_row import FLOAT_COLUMNS, STEP_COLUMNS, DecodeRows
+from sim.records.step_rows import StepChunk, chunk_items
 
 STEP_FORMATS = ("csv", "parquet")
 """The values of ``--steps-format``."""
@@ -39,7 +39,7 @@ def check_format(fmt: str, where: str = "--steps-format") -> str:
 
 def chunk_columns(chunk: StepChunk) -> list[list[Any]]:
     """The rows of ``chunk`` as column lists, in ``STEP_COLUMNS`` order (decode
-    stretches expanded with :meth:`sim.step_row.DecodeRows.columns`)."""
+    stretches expanded with :meth:`sim.records.step_row.DecodeRows.columns`)."""
     cols: dict[str, list[Any]] = {c: [] for c in STEP_COLUMNS}
     order = list(cols.values())
     for item in chunk_items(chunk):

@@ -18,8 +18,8 @@ the last arrival. A run is **saturated** when any of these holds:
 - ``livelock``: a replica runs ``livelock_steps`` or more consecutive steps that
   decode no token while preempting requests (steps without progress);
 - ``rising``: the number of requests in the system rises over the run's measurement
-  window (:func:`sim.window.trend`: significantly, by more than 10% of its mean and by
-  5 requests or more; the window from :func:`sim.window.find_window`), the warm-up
+  window (:func:`sim.records.window.trend`: significantly, by more than 10% of its mean and by
+  5 requests or more; the window from :func:`sim.records.window.find_window`), the warm-up
   cut found no steady part at all, the window lasts at least
   ``sojourns_to_judge_rise`` (10) mean sojourn times (shorter, a filling engine looks
   the same) and the rise is clear (its t statistic at least ``rise_t_to_saturate``,
@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sim.window import find_window, trend
+from sim.records.window import find_window, trend
 
 if TYPE_CHECKING:  # pandas only for reading run directories back
     import pandas as pd
 
-    from sim.records import RequestRecorder, StepRecorder
+    from sim.records.recorders import RequestRecorder, StepRecorder
 
 STEADY = "steady"
 UNDECIDED = "undecided"

@@ -3,11 +3,11 @@ bulk form of a stretch of decode-only steps (:class:`DecodeRows`).
 
 :data:`STEP_COLUMNS` is ``steps.csv``'s header (docs/outputs.md describes the columns);
 :class:`StepRow` takes and holds exactly those fields, in that order
-(:meth:`StepRow.values`), and the writers (:mod:`sim.step_rows`, :mod:`sim.step_thin`,
-:mod:`sim.step_parquet`) find columns by name in it. Units: seconds (``*_s``), tokens
-(``*_tokens``, ``prefix_*``), KV blocks (``*_blocks``), requests (``num_running``,
-``num_waiting``, ``num_preempted``); ``kv_usage`` is a fraction in [0, 1]
-(:meth:`kvcore.block_pool.BlockPool.usage_at`).
+(:meth:`StepRow.values`), and the writers (:mod:`sim.records.step_rows`,
+:mod:`sim.records.step_thin`, :mod:`sim.records.step_parquet`) find columns by name
+in it. Units: seconds (``*_s``), tokens (``*_tokens``, ``prefix_*``), KV blocks
+(``*_blocks``), requests (``num_running``, ``num_waiting``, ``num_preempted``);
+``kv_usage`` is a fraction in [0, 1] (:meth:`kvcore.block_pool.BlockPool.usage_at`).
 
 Plain classes with an explicit ``__init__`` (not dataclasses): compiled, they are built
 without interpreted code, once per step.

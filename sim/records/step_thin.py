@@ -2,7 +2,7 @@
 
 ``kvsim run --steps`` chooses (:data:`STEP_MODES`):
 
-- ``full`` (default): one row per engine step of each replica (:mod:`sim.step_rows`);
+- ``full`` (default): one row per engine step of each replica (:mod:`sim.records.step_rows`);
 - ``thin``: at most :data:`THIN_MAX_ROWS` rows (:class:`ThinStepWriter`), same
   columns. Time is cut into buckets of equal width, the same for every replica; each
   row covers one replica's steps that start in one bucket:
@@ -33,8 +33,8 @@ from bisect import bisect_left
 from pathlib import Path
 from typing import IO, Any
 
-from sim.step_row import STEP_COLUMNS, DecodeRows
-from sim.step_rows import StepChunk, chunk_items, row_text
+from sim.records.step_row import STEP_COLUMNS, DecodeRows
+from sim.records.step_rows import StepChunk, chunk_items, row_text
 
 STEP_MODES = ("full", "thin", "none")
 """The values of ``kvsim run --steps`` (and a sweep's or plan's ``steps``)."""
@@ -93,14 +93,14 @@ class ThinStepWriter:
         fmt: str = "csv",
     ):
         """``max_rows``: None for :data:`THIN_MAX_ROWS` (read when called); ``fmt``:
-        ``csv`` or ``parquet`` (:mod:`sim.step_parquet`)."""
+        ``csv`` or ``parquet`` (:mod:`sim.records.step_parquet`)."""
         max_rows = THIN_MAX_ROWS if max_rows is None else max_rows
         if max_rows < 1:
             raise ValueError(f"max_rows: must be >= 1 (got {max_rows})")
         self._file: IO[str] | None = None
         self._parquet: Any = None
         if fmt == "parquet":
-            from sim.step_parquet import ParquetRowSink
+            from sim.records.step_parquet import ParquetRowSink
 
             self._parquet = ParquetRowSink(path, columns)
         else:

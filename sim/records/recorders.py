@@ -1,7 +1,7 @@
 """Per-step and per-request records, streamed to CSV as the simulation runs.
 
 Column sets are the contracts of INTERFACES.md (``steps.csv``: :data:`STEP_COLUMNS`, the
-fields of :class:`sim.step_row.StepRow`; ``requests.csv``).
+fields of :class:`sim.records.step_row.StepRow`; ``requests.csv``).
 Rows go to disk in chunks so memory does not grow with the run's length; the few
 columns the summary needs are kept as compact ``array`` buffers.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from sim.offload import ChunkWriter
-from sim.step_row import STEP_COLUMNS, DecodeRows, StepRow
-from sim.step_rows import StepChunk, StepRowWriter, fmt
-from sim.step_thin import NullStepWriter, ThinStepWriter, check_mode
+from sim.records.step_row import STEP_COLUMNS, DecodeRows, StepRow
+from sim.records.step_rows import StepChunk, StepRowWriter, fmt
+from sim.records.step_thin import NullStepWriter, ThinStepWriter, check_mode
 
 REQUEST_COLUMNS = (
     "request_id",
@@ -92,9 +92,9 @@ class StepRecorder:
     duration-weighted mean and percentiles over the run and its window) and, with
     several replicas, the replica id (2 bytes); per replica: step and prefix counts,
     the waiting-queue length where it changes (for the queue verdict) and the livelock
-    streak (see :mod:`sim.verdict`). Everything else goes to disk only. Rows are
-    :class:`sim.step_row.StepRow` s, stretches of decode-only steps
-    :class:`sim.step_row.DecodeRows`.
+    streak (see :mod:`sim.records.verdict`). Everything else goes to disk only. Rows are
+    :class:`sim.records.step_row.StepRow` s, stretches of decode-only steps
+    :class:`sim.records.step_row.DecodeRows`.
     """
 
     def __init__(
@@ -107,7 +107,8 @@ class StepRecorder:
     ) -> None:
         """``helper``: format and write the rows in a helper process (:mod:`sim.offload`;
         full CSV rows only). ``mode``: ``full``, ``thin`` or ``none``
-        (:mod:`sim.step_thin`); ``fmt``: ``csv`` or ``parquet`` (:mod:`sim.step_parquet`).
+        (:mod:`sim.records.step_thin`); ``fmt``: ``csv`` or ``parquet``
+        (:mod:`sim.records.step_parquet`).
         ``num_replicas``: the replicas writing here (fast-forward writes its rows in
         bulk only when there is one, so row order never changes)."""
         if num_replicas < 1:
@@ -125,7 +126,7 @@ class StepRecorder:
             self._no_rows = NullStepWriter()
             self._out = ChunkWriter(self._no_rows, False, "steps writer")
         elif fmt == "parquet":
-            from sim.step_parquet import ParquetStepWriter
+            from sim.records.step_parquet import ParquetStepWriter
 
             self._out = ChunkWriter(ParquetStepWriter(path, STEP_COLUMNS), False, "steps writer")
         else:
@@ -234,7 +235,7 @@ class StepRecorder:
     def file_info(self) -> dict[str, Any]:
         """What the steps file holds (``summary.json``'s ``steps_file``; after
         :meth:`close`): ``mode`` and ``rows``, for ``thin`` also ``bucket_s`` and
-        ``max_rows`` (:mod:`sim.step_thin`); ``file`` (its name) unless ``none``."""
+        ``max_rows`` (:mod:`sim.records.step_thin`); ``file`` (its name) unless ``none``."""
         if self._no_rows is not None:
             return self._no_rows.info()
         info = (

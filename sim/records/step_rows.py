@@ -1,14 +1,14 @@
-"""``steps.csv`` text from raw step values: the half of :class:`sim.records.StepRecorder`
+"""``steps.csv`` text from raw step values: the half of :class:`sim.records.recorders.StepRecorder`
 that may run in a helper process (:mod:`sim.offload`), and the one formatter of a row.
 
 The recorder hands over :class:`StepChunk` s: items in row order, each either
 
-- a *step*: :meth:`sim.step_row.StepRow.values` (``STEP_COLUMNS`` order; floats
+- a *step*: :meth:`sim.records.step_row.StepRow.values` (``STEP_COLUMNS`` order; floats
   unformatted);
-- a *decode stretch*: :meth:`sim.step_row.DecodeRows.head` (tagged ``DECODE``), whose
+- a *decode stretch*: :meth:`sim.records.step_row.DecodeRows.head` (tagged ``DECODE``), whose
   per-step durations and block counts are the next values of the chunk's arrays
   (compact: they pickle as bytes); :func:`chunk_items` makes it a
-  :class:`sim.step_row.DecodeRows` again.
+  :class:`sim.records.step_row.DecodeRows` again.
 
 :class:`StepRowWriter` turns each chunk into text and writes it; where that runs does
 not change a byte. :func:`row_text` is a row's line (also that of a thinned row).
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvcore.block_pool import BlockPool
-from sim.step_row import DECODE, FLOAT_COLUMNS, STEP_COLUMNS, DecodeRows
+from sim.records.step_row import DECODE, FLOAT_COLUMNS, STEP_COLUMNS, DecodeRows
 
 
 def fmt(x: float) -> str:
@@ -82,7 +82,7 @@ class StepChunk:
 
 def chunk_items(chunk: StepChunk) -> Iterator[tuple[Any, ...] | DecodeRows]:
     """The items of ``chunk`` in row order: a row's values as they are, a decode
-    stretch as :class:`sim.step_row.DecodeRows`."""
+    stretch as :class:`sim.records.step_row.DecodeRows`."""
     durations = chunk.durations.tolist()
     free, cached, cfree = chunk.free.tolist(), chunk.cached.tolist(), chunk.cached_free.tolist()
     at = 0  # where the next decode stretch's values start

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.spec_decode import SpecDecodingStats
-from sim.spec_acceptance import AcceptanceSampler
-from sim.spec_drafter import DrafterCost
+from sim.spec_decode.acceptance import AcceptanceSampler
+from sim.spec_decode.drafter import DrafterCost
 
 
 class SpecDecodeRun:
@@ -100,7 +100,7 @@ class SpecDecodeRun:
         drafting_context: int,
     ) -> float:
         """The drafter's seconds in a step (0 when ``out.skip_drafts``); see
-        :meth:`sim.spec_drafter.DrafterCost.step_s`."""
+        :meth:`sim.spec_decode.drafter.DrafterCost.step_s`."""
         if out.skip_drafts:
             self.num_skipped += 1
             return 0.0

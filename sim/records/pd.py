@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.step_rows import fmt
+from sim.records.step_rows import fmt
 
 PD_REQUEST_COLUMNS = (
     "prefill_instance",

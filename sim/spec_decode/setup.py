@@ -1,5 +1,5 @@
 """Speculative decoding of a run, resolved: checks against the resolved engine, the
-drafter's latency model, each replica's :class:`sim.spec_engine.SpecDecodeRun`, and
+drafter's latency model, each replica's :class:`sim.spec_decode.engine.SpecDecodeRun`, and
 ``summary.json``'s ``spec_decode`` block.
 
 Fast-forward (``kvcore.fast_forward*``) does not cover speculative decoding: a run
@@ -18,10 +18,10 @@ from calibrate.latency import make_latency_model
 from calibrate.roofline import RooflineLatencyModel
 from kvcore.spec_decode import SpecDecodingStats, SpeculativeConfig
 from sim.engine.stretches import SAMPLE_TOKEN_ID
-from sim.spec_acceptance import AcceptanceModel, AcceptanceSampler
-from sim.spec_config import FLAG, SpeculativeSettings, check_speculative
-from sim.spec_drafter import DrafterCost
-from sim.spec_engine import SpecDecodeRun
+from sim.spec_decode.acceptance import AcceptanceModel, AcceptanceSampler
+from sim.spec_decode.config import FLAG, SpeculativeSettings, check_speculative
+from sim.spec_decode.drafter import DrafterCost
+from sim.spec_decode.engine import SpecDecodeRun
 
 FAST_FORWARD_OFF = "off: speculative decoding (every step is stepped)"
 """What ``config.yaml`` records for fast-forward when speculative decoding is on."""
@@ -80,7 +80,7 @@ def resolve_spec(
     ``_determine_batch_execution_and_padding``); otherwise (a GPU-harness fit) at the
     catalog's factors, unpadded. ValueError
     naming ``--speculative-config`` when it cannot run: ``1 + k`` beyond the limits
-    (:func:`sim.spec_config.check_speculative`), or with the CPU offload tier."""
+    (:func:`sim.spec_decode.config.check_speculative`), or with the CPU offload tier."""
     settings: SpeculativeSettings | None = engine.speculative_config
     if settings is None or not settings.enabled:
         return None

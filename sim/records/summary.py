@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 
 from calibrate.frontend import FrontendModel
-from sim.client_side import client_summary
-from sim.goodput import good_requests
-from sim.records import RequestRecorder, StepRecorder
-from sim.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate, trend
+from sim.records.client_side import client_summary
+from sim.records.goodput import good_requests
+from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate, trend
 
 
 def _dist(values) -> dict[str, float]:
@@ -42,9 +42,9 @@ def build_summary(
     """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected`` and
     the ``input_limits`` fields after it (``rejected``, ``num_capped_outputs``,
     ``capped_outputs``: :mod:`sim.input_limits`). ``goodput``: per-request SLOs in ms
-    (:mod:`sim.goodput`); the window then reports ``goodput_rps``. ``frontend``: the
+    (:mod:`sim.records.goodput`); the window then reports ``goodput_rps``. ``frontend``: the
     API server's costs, for the ``client`` block (client-side latencies,
-    :mod:`sim.client_side`); the top-level latencies are engine-side. ``timeouts``: the
+    :mod:`sim.records.client_side`); the top-level latencies are engine-side. ``timeouts``: the
     workload aborts requests at a client timeout; ``num_aborted`` (requests aborted,
     counted in ``num_requests``, not in ``num_finished`` nor in any latency) and
     ``timeouts`` (``num_aborted``, ``before_first_token``, ``file``) follow
@@ -108,7 +108,7 @@ def _array(values, dtype: type = np.float64) -> np.ndarray:
 def window_summary(
     steps: StepRecorder, requests: RequestRecorder, goodput: dict[str, float] | None = None
 ) -> dict[str, Any]:
-    """The steady-state figures of the run's measurement window (:mod:`sim.window`):
+    """The steady-state figures of the run's measurement window (:mod:`sim.records.window`):
     latencies, throughput, output tokens/s, preemptions and KV usage, with 95%
     confidence intervals where the window is long enough, and its warnings. With
     ``goodput`` SLOs (ms, vLLM's keys), ``goodput_rps``: finishes in the window of

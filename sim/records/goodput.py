@@ -5,7 +5,7 @@ A finished request is *good* when its TTFT, its TPOT (time per output token afte
 the first; a one-token request has none and meets any TPOT SLO, as vLLM counts it
 as 0) and its E2E latency are each at most the SLO given for it. Keys and units are
 vLLM's: ``ttft``, ``tpot``, ``e2el``, in milliseconds. kvsim reports goodput over the
-run's measurement window (:mod:`sim.window`) with a batch-means 95% interval.
+run's measurement window (:mod:`sim.records.window`) with a batch-means 95% interval.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ acceptance knobs.
 vLLM 0.33.0 takes ``--speculative-config '{"method": "ngram",
 "num_speculative_tokens": 3}'`` (a JSON object); kvsim reads the same keys
 (``method``, ``num_speculative_tokens``, ``model`` for ``draft_model``) and two of its
-own (:mod:`sim.spec_acceptance`):
+own (:mod:`sim.spec_decode.acceptance`):
 
 - ``acceptance_rate``: the conditional acceptance rate of each draft position, one
   number for all or a list of ``num_speculative_tokens`` numbers in [0, 1]; left
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from kvcore.spec_decode import SpeculativeConfig, check_spec_method
-from sim.spec_acceptance import AcceptanceModel
+from sim.spec_decode.acceptance import AcceptanceModel
 
 FLAG = "--speculative-config"
 
@@ -94,7 +94,7 @@ class SpeculativeSettings(BaseModel):
         return SpeculativeConfig(self.method, self.num_speculative_tokens)
 
     def acceptance(self) -> AcceptanceModel:
-        """The acceptance model (:mod:`sim.spec_acceptance`) of these settings."""
+        """The acceptance model (:mod:`sim.spec_decode.acceptance`) of these settings."""
         return AcceptanceModel.build(
             self.method, self.num_speculative_tokens, self.acceptance_rate, self.proposal_rate
         )
