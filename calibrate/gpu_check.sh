@@ -23,5 +23,5 @@ if [ -n "$missing" ]; then
   echo "gpu_check: missing Python modules: $missing (install wheels carried with the repo)" >&2
   exit 2
 fi
-timeout 290 "$py" -m calibrate.gpu_check "$out" --model "$model" --num-layers "$layers" \
+timeout 290 "$py" -m calibrate.harness.gpu_check "$out" --model "$model" --num-layers "$layers" \
   2>&1 | tee "$out/gpu_check.log"

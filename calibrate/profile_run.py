@@ -34,7 +34,7 @@ from calibrate.budget import (
     default_non_torch_bytes,
     rope_cache_bytes,
 )
-from calibrate.memory_backend import MemoryBackend
+from calibrate.harness.memory_backend import MemoryBackend
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
 from kvcore.kv_cache_budget import KVCacheSizing, plan_kv_cache_budget

@@ -24,8 +24,8 @@ from calibrate.calibration_file import (
     save_calibration,
 )
 from calibrate.catalog import load_gpu, load_model
+from calibrate.harness.memory_backend import AnalyticMemoryBackend
 from calibrate.latency import make_latency_model
-from calibrate.memory_backend import AnalyticMemoryBackend
 from calibrate.profile_run import ProfileConfig, profile_run
 from calibrate.step_features import FEATURES
 

@@ -7,7 +7,7 @@ import pytest
 
 from calibrate.catalog import load_gpu, load_model
 from calibrate.fit import _lawson_hanson, fit_coefficients, fit_step_model, split_holdout
-from calibrate.profile_sweep import SweepGrid, plan_sweep
+from calibrate.harness.profile_sweep import SweepGrid, plan_sweep
 from calibrate.step_features import FEATURES, StepFeatures
 
 

@@ -10,14 +10,14 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module is imported
 torch = pytest.importorskip("torch", reason="torch not installed (calibrate extra)")
 
-from calibrate.paged_attention import paged_attention_reference  # noqa: E402
+from calibrate.harness.paged_attention import paged_attention_reference  # noqa: E402
 
 
 def _triton():
     pytest.importorskip("triton", reason="triton not installed")
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         pytest.skip("TRITON_INTERPRET was set to something else before this module loaded")
-    from calibrate.triton_attention import triton_paged_attention
+    from calibrate.harness.triton_attention import triton_paged_attention
 
     return triton_paged_attention
 
@@ -72,7 +72,7 @@ def test_model_forward_same_on_both_backends(model):
     import numpy as np
 
     from calibrate.catalog import load_model
-    from calibrate.torch_runner import TorchRunner
+    from calibrate.harness.torch_runner import TorchRunner
 
     base = {"llama": "Llama-3.1-8B", "gemma": "Gemma-3-27B", "mla": "DeepSeek-V3"}[model]
     spec = load_model(base)

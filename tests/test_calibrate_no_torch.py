@@ -21,7 +21,7 @@ def test_simulator_imports_without_torch(tmp_path):
         sys.meta_path.insert(0, Block())
         import sim, sim.setup, sim.budget_cli, kvcore, workloads
         import calibrate.latency, calibrate.calibration_file, calibrate.profile_run
-        import calibrate.fit, calibrate.use_calibration, calibrate.profile_sweep
+        import calibrate.fit, calibrate.use_calibration, calibrate.harness.profile_sweep
         from sim.cli import main
         assert not any(m.split(".")[0] in ("torch", "triton") for m in sys.modules)
         try:

@@ -11,7 +11,7 @@ import pytest
 from calibrate.budget import KVBudgetError, compute_kv_budget, rope_cache_bytes
 from calibrate.catalog import load_gpu, load_model
 from calibrate.gpu_spec import GIB
-from calibrate.memory_backend import AnalyticMemoryBackend
+from calibrate.harness.memory_backend import AnalyticMemoryBackend
 from calibrate.model_spec import ModelSpec
 from calibrate.profile_run import ProfileConfig, profile_run
 
@@ -95,8 +95,8 @@ def test_tp_shrinks_per_rank_weights():
 
 def test_cpu_runner_path_counts_real_parameters():
     torch = pytest.importorskip("torch", reason="torch not installed (calibrate extra)")
-    from calibrate.harness import TINY_MODEL
-    from calibrate.torch_runner import TorchRunner
+    from calibrate.harness.measure import TINY_MODEL
+    from calibrate.harness.torch_runner import TorchRunner
 
     torch.set_num_threads(1)
     spec = load_model("Llama-3.1-8B")

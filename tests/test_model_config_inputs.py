@@ -199,7 +199,7 @@ def test_calibrate_model_refuses_zero_kv_heads(tmp_path):
     """The calibrate harness loads --model through the same reader (a ValueError, which
     ``calibrate_command`` turns into exit 2)."""
     from calibrate.catalog import CatalogError
-    from calibrate.harness import resolve_model
+    from calibrate.harness.measure import resolve_model
 
     path = _write(tmp_path / "config.json", LLAMA, "num_key_value_heads", 0)
     with pytest.raises(CatalogError, match="num_key_value_heads: must be a positive integer"):

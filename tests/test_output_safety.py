@@ -363,7 +363,7 @@ def test_sigkill_of_sweep_leaves_no_worker_and_reruns_cleanly(tmp_path: Path) ->
 
 # kvsim calibrate: the YAML and CSV it writes (checked before profiling; no torch needed).
 def test_calibrate_refuses_to_overwrite_files_it_did_not_write(tmp_path: Path) -> None:
-    from calibrate.output_files import check_outputs, write_atomically
+    from calibrate.harness.output_files import check_outputs, write_atomically
 
     out = tmp_path / "cal.yaml"
     check_outputs(out)  # nothing there yet

@@ -17,7 +17,7 @@ from calibrate.efficiency_file import (
     sha256_of,
     write_efficiency,
 )
-from calibrate.output_files import write_atomically
+from calibrate.harness.output_files import write_atomically
 from calibrate.roofline_terms import PARAMETERS
 from calibrate.trace_fit.bench_log import detailed_requests, write_trace
 from calibrate.trace_fit.fit import Measured, TraceFit, fit_trace

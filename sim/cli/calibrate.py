@@ -1,4 +1,4 @@
-"""``kvsim calibrate``: its options (typer); the work is in :mod:`calibrate.cli`
+"""``kvsim calibrate``: its options (typer); the work is in :mod:`calibrate.harness.cli`
 (profiling, needs torch) or :mod:`calibrate.trace_fit.cli` (``--from-trace``), imported
 when the command runs.
 
@@ -91,7 +91,7 @@ def calibrate(
                 __version__,
             )
         )
-    from calibrate.cli import calibrate_command
+    from calibrate.harness.cli import calibrate_command
     from sim.progress import progress_bar
 
     raise typer.Exit(

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from calibrate.harness.torch_model import AttentionBatch, Decoder, build_model
 from calibrate.model_spec import ModelSpec
-from calibrate.torch_model import AttentionBatch, Decoder, build_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 GRAPH_SIZES = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]  # vLLM's capture sizes

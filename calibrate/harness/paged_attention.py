@@ -12,7 +12,7 @@ causally to keys ``0..position`` (the last ``sliding_window`` of them when given
 GQA: query head ``h`` reads KV head ``h // (num_heads // num_kv_heads)``.
 
 Backends: ``torch`` (gather through the block table + softmax; any device and dtype) and
-``triton`` (``calibrate.triton_attention``). torch is imported lazily by callers; this
+``triton`` (``calibrate.harness.triton_attention``). torch is imported lazily by callers; this
 module itself imports it at import time, so only harness code imports it.
 """
 
@@ -104,7 +104,7 @@ def paged_attention(
             q, k_cache, v_cache, block_table, seq_lens, query_start_loc, scale, sliding_window
         )
     if backend == "triton":
-        from calibrate.triton_attention import triton_paged_attention
+        from calibrate.harness.triton_attention import triton_paged_attention
 
         return triton_paged_attention(
             q,

@@ -1,6 +1,6 @@
 """kvsim's own Triton paged-attention kernel: prefill chunks and decodes in one launch.
 
-Same interface and layout as ``calibrate.paged_attention`` (cache ``[num_blocks,
+Same interface and layout as ``calibrate.harness.paged_attention`` (cache ``[num_blocks,
 block_size, num_kv_heads, head_size]``, block tables, ``seq_lens``, ``query_start_loc``).
 One program handles one sequence, one KV head and a tile of ``BLOCK_Q`` query tokens
 times the ``GROUP`` query heads sharing that KV head (GQA), i.e. ``BLOCK_M = BLOCK_Q *
@@ -137,7 +137,7 @@ def triton_paged_attention(
     sliding_window: int | None = None,
     max_query_len: int | None = None,
 ) -> torch.Tensor:
-    """Paged attention (see ``calibrate.paged_attention``); returns ``[tokens, heads,
+    """Paged attention (see ``calibrate.harness.paged_attention``); returns ``[tokens, heads,
     head_size]`` in ``q``'s dtype. ``block_size`` must be a power of two >= 16; K and V
     share ``head_size``; the last dimension of q, caches and output must be contiguous."""
     num_tokens, num_heads, head_size = q.shape

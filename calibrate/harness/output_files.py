@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from calibrate.profile_sweep import CSV_FIELDS
+from calibrate.harness.profile_sweep import CSV_FIELDS
 
 
 def _written_by_kvsim(path: Path) -> bool:

@@ -27,12 +27,18 @@ from calibrate.calibration_file import (
 from calibrate.catalog import list_gpus, load_gpu, load_model
 from calibrate.fit import fit_step_model
 from calibrate.gpu_spec import GIB, GPUSpec
-from calibrate.memory_backend import AnalyticMemoryBackend, CudaMemoryBackend
+from calibrate.harness.memory_backend import AnalyticMemoryBackend, CudaMemoryBackend
+from calibrate.harness.output_files import check_outputs, write_atomically
+from calibrate.harness.profile_sweep import (
+    SweepGrid,
+    blocks_needed,
+    plan_sweep,
+    run_sweep,
+    write_csv,
+)
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
-from calibrate.output_files import check_outputs, write_atomically
 from calibrate.profile_run import ProfileConfig, profile_run
-from calibrate.profile_sweep import SweepGrid, blocks_needed, plan_sweep, run_sweep, write_csv
 from calibrate.step_features import FEATURES, StepFeatures
 
 TINY_MODEL = ModelSpec(
@@ -159,7 +165,7 @@ def calibrate(
     """Run everything; return (calibration, YAML path, CSV path)."""
     import torch
 
-    from calibrate.torch_runner import TorchRunner
+    from calibrate.harness.torch_runner import TorchRunner
 
     device = opts.device
     if device == "cuda" and not torch.cuda.is_available():

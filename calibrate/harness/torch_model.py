@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from calibrate.harness.paged_attention import paged_attention, write_kv
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
-from calibrate.paged_attention import paged_attention, write_kv
 
 
 @dataclass

@@ -19,8 +19,8 @@ def kernel_check() -> dict[str, object]:
     """Max abs error of the Triton kernel against the reference, 8B-shaped heads."""
     import torch as t
 
-    from calibrate.paged_attention import paged_attention_reference
-    from calibrate.triton_attention import triton_paged_attention
+    from calibrate.harness.paged_attention import paged_attention_reference
+    from calibrate.harness.triton_attention import triton_paged_attention
 
     g = t.Generator(device="cuda").manual_seed(0)
     out: dict[str, object] = {}
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from calibrate.budget import compute_kv_budget
     from calibrate.catalog import load_model
-    from calibrate.harness import CalibrateOptions, calibrate
+    from calibrate.harness.measure import CalibrateOptions, calibrate
 
     def progress(phase: str, done: int, total: int) -> None:
         if done == total or done % 20 == 0:

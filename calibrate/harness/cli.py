@@ -79,7 +79,7 @@ def calibrate_command(
         import torch  # noqa: F401
     except ImportError:
         return _fail("kvsim calibrate needs torch: pip install 'kvsim[calibrate]'")
-    from calibrate.harness import CalibrateOptions, calibrate
+    from calibrate.harness.measure import CalibrateOptions, calibrate
 
     opts = CalibrateOptions(device, model, tp, quick, out, num_layers, force=force)
     console = Console(stderr=True)
