@@ -32,7 +32,7 @@ def pool_runs(pd: PDSpec, spec: Any, base: Any) -> dict[str, Any]:
     """``{"prefill": run, "decode": run}`` for the pools with settings of their own
     (a pool without is the base run ``base``); ValueError naming ``--pd``, the pool
     and the field."""
-    from sim.setup import resolve_run  # (sim.setup calls this module)
+    from sim.app.setup import resolve_run  # (sim.app.setup calls this module)
 
     out: dict[str, Any] = {}
     for role, gpu, overrides in (

@@ -1,7 +1,7 @@
 """Helpers of the ``tests/test_sim_*.py`` acceptance tests of ``kvsim run``.
 
 They write workload files into a test's ``tmp_path``, run one simulation through
-``sim.run.run`` (the function behind ``kvsim run``) or through the CLI in a
+``sim.app.run.run`` (the function behind ``kvsim run``) or through the CLI in a
 subprocess, and read the run directory back.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.app.run import RunSpec, run
 from sim.engine_config import EngineConfig
-from sim.run import RunSpec, run
 
 REPO = Path(__file__).resolve().parent.parent
 

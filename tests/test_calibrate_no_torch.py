@@ -19,7 +19,7 @@ def test_simulator_imports_without_torch(tmp_path):
                 return None
 
         sys.meta_path.insert(0, Block())
-        import sim, sim.setup, sim.budget_cli, kvcore, workloads
+        import sim, sim.app.setup, sim.app.budget_command, kvcore, workloads
         import calibrate.latency, calibrate.calibration_file, calibrate.profile_run
         import calibrate.fit, calibrate.use_calibration, calibrate.harness.profile_sweep
         from sim.cli import main

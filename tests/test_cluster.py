@@ -10,7 +10,7 @@ import pytest
 import yaml
 from sim_run_helpers import write_yaml
 
-from sim.run import RunSpec, run
+from sim.app.run import RunSpec, run
 from workloads.loader import PRESET_DIR
 
 
@@ -73,10 +73,10 @@ def test_the_recorder_must_be_for_the_clusters_replicas(tmp_path: Path) -> None:
     fast-forward may write rows in bulk): a cluster refuses a recorder for another."""
     import simpy
 
+    from sim.app.setup import resolve_run
     from sim.engine.cluster import Cluster
     from sim.engine.router import make_router
     from sim.records.recorders import RequestRecorder, StepRecorder
-    from sim.setup import resolve_run
 
     resolved = resolve_run(RunSpec(workload="chat"))
     steps = StepRecorder(tmp_path / "steps.csv")

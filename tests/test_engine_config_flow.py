@@ -82,7 +82,12 @@ def test_each_command_builds_its_engine_from_every_flag_it_declares(
         seen.append({k: v for k, v in overrides.items() if v is not None})
         raise Stop("stop")
 
-    modules = ("sim.engine_config", "sim.run_cli", "sim.budget_cli", "calibrate.trace_fit.cli")
+    modules = (
+        "sim.engine_config",
+        "sim.app.run_command",
+        "sim.app.budget_command",
+        "calibrate.trace_fit.cli",
+    )
     for module in modules:  # imported first: a module imported while the function is
         importlib.import_module(module)  # patched would keep the stand-in for good
     for module in modules:
@@ -133,8 +138,8 @@ def test_a_new_engine_field_reaches_the_kv_budget(monkeypatch):
     """An engine argument added to the budget function (a parameter) and to the engine
     configuration (a field) reaches the budget of a resolved run, though nothing between
     the run's setup and the budget names it."""
-    from sim.run import RunSpec
-    from sim.setup import resolve_run
+    from sim.app.run import RunSpec
+    from sim.app.setup import resolve_run
 
     original = calibrate.budget.compute_kv_budget
     received: list[int] = []

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from sim_run_helpers import REPO, kvsim_cli, write_jsonl
 
+from sim.app.run import RunSpec, run
 from sim.engine_config import EngineConfig
 from sim.interop.guidellm_stats import PERCENTILE_LEVELS
 from sim.interop.run_dir import read_run
@@ -27,7 +28,6 @@ from sim.interop.vllm_fields import (
     fields_from_source,
     saved_fields,
 )
-from sim.run import RunSpec, run
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 SERVE_PY = sorted(REPO.glob(".venv-vllm/lib/python*/site-packages/vllm/benchmarks/serve.py"))

@@ -4,7 +4,7 @@
 priorities, KV pressure with preemption, chunked prefill and prefix caching on and
 off, constant and roofline latency, a hybrid sliding-window model; the synchronous
 loop or async scheduling, vLLM 0.33.0's default) are simulated both ways with
-:func:`sim.run.simulate`; ``requests.csv``, ``steps.csv``, ``decisions.jsonl`` and the
+:func:`sim.app.run.simulate`; ``requests.csv``, ``steps.csv``, ``decisions.jsonl`` and the
 summary (less wall time) must match exactly. Every third case drawn synchronous also
 runs with async scheduling on one replica (where the async loop fast-forwards). Unit
 tests cover :func:`kvcore.fast_forward.plan_decode_stretch`'s stopping rules
@@ -27,12 +27,12 @@ from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheG
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
+from sim.app.run import RunSpec, simulate
+from sim.app.setup import resolve_run
 from sim.engine.cluster import Cluster
 from sim.engine.regime import decide_regime, stepping_part
 from sim.engine.replica import SAMPLE_TOKEN_ID, ReplicaEngine
 from sim.engine_config import EngineConfig
-from sim.run import RunSpec, simulate
-from sim.setup import resolve_run
 
 CASES = 200
 FILES = ("requests.csv", "steps.csv", "decisions.jsonl")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from sim_run_helpers import column, read_csv, write_yaml
 
+from sim.app.run import RunSpec, run
 from sim.engine_config import EngineConfig
 from sim.records.goodput import good_requests, parse_goodput
-from sim.run import RunSpec, run
 
 
 def test_parse_goodput_takes_vllm_keys_in_ms() -> None:

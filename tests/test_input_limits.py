@@ -58,12 +58,12 @@ def test_row7_rejected_request_never_builds_its_prompt(tmp_path: Path) -> None:
     a real cluster, so the compiled engine runs the same path as pure Python)."""
     import simpy
 
+    from sim.app.run import RunSpec
+    from sim.app.setup import resolve_run
     from sim.engine.cluster import Cluster
     from sim.engine.router import make_router
     from sim.engine_config import EngineConfig
     from sim.records.recorders import RequestRecorder, StepRecorder
-    from sim.run import RunSpec
-    from sim.setup import resolve_run
     from workloads.request import SimRequest
 
     (tmp_path / "ok.yaml").write_text(OK)
@@ -125,9 +125,9 @@ def test_row8_work_far_beyond_one_machine_is_refused(tmp_path: Path) -> None:
     ):
         assert needle in line, (needle, line)
 
-    from sim.run import RunSpec
-    from sim.setup import resolve_run
-    from sim.work_bounds import check_work_bounds, estimate_work
+    from sim.app.run import RunSpec
+    from sim.app.setup import resolve_run
+    from sim.app.work_bounds import check_work_bounds, estimate_work
 
     with pytest.raises(ValueError, match="too large to simulate"):
         resolve_run(RunSpec(workload=str(tmp_path / "long.yaml")))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from sim_run_helpers import REPO, kvsim_cli, run_sim, write_yaml
 
-from sim.outdir import MARKER, OutputError, check_output, read_kind
+from sim.app.outdir import MARKER, OutputError, check_output, read_kind
 from sim.sweep import run_sweep
 
 SMALL = {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from sim.app.progress import progress_bar
 from sim.plan import load_plan, run_plan
-from sim.progress import progress_bar
 
 
 def _rendered(progress) -> str:

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from sim_run_helpers import write_yaml
 
+from sim.app.run import RunSpec
+from sim.app.setup import resolve_run
 from sim.engine_config import EngineConfig
 from sim.recommend import ascii_chart
 from sim.recommend.bounds import candidate_bounds
@@ -27,8 +29,6 @@ from sim.recommend.runner import run_recommend
 from sim.recommend.sample import LengthSample
 from sim.recommend.schedule import Job, branch_and_bound, nth_best
 from sim.recommend.spec import load_recommend
-from sim.run import RunSpec
-from sim.setup import resolve_run
 
 STEP_S = 0.01
 OUTPUT_LEN = 10

@@ -10,7 +10,7 @@ import pytest
 
 from reports.render_worker import RenderWorker
 from reports.run_report import render_run
-from sim.run import RunSpec, run
+from sim.app.run import RunSpec, run
 from workloads.overrides import WorkloadOverrides
 
 

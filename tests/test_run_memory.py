@@ -12,8 +12,8 @@ import gc
 from pathlib import Path
 
 import reports.run_report
+from sim.app.run import RunSpec, run
 from sim.records.recorders import RequestRecorder, StepRecorder
-from sim.run import RunSpec, run
 from workloads.overrides import WorkloadOverrides
 
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from sim_run_helpers import write_yaml
 
+from sim.app.run import RunSpec, run
 from sim.engine_config import EngineConfig
-from sim.run import RunSpec, run
 
 REPO = Path(__file__).resolve().parent.parent
 GROUND_TRUTH = REPO / "scripts" / "ground_truth"
@@ -97,7 +97,7 @@ def test_dense_dp_ranks_are_independent(tmp_path):
 def test_lockstep_slows_each_rank_to_the_slower_one(tmp_path, monkeypatch):
     """Lockstep can only lengthen a rank's steps: the same requests on the same ranks
     take longer per output token than on ranks stepping independently."""
-    from sim.setup import ResolvedRun
+    from sim.app.setup import ResolvedRun
 
     locked, _, _ = _run(tmp_path, MOE, "locked", async_scheduling=False)
     monkeypatch.setattr(ResolvedRun, "dp_lockstep", property(lambda self: False))

@@ -1,6 +1,6 @@
 """Each trace format replays through ``kvsim run`` with the right arrivals and lengths.
 
-The fixtures of ``tests/data/workloads/`` are run through ``sim.run.run`` (default
+The fixtures of ``tests/data/workloads/`` are run through ``sim.app.run.run`` (default
 roofline model and KV budget: ample blocks) and ``requests.csv`` is compared with
 values computed here from the raw files, following each format's documented convention:
 

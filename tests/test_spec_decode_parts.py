@@ -283,8 +283,8 @@ def test_the_drafter_runs_at_the_targets_factors_and_cuda_graphs(tmp_path):
     draft model's passes pad as the target's steps do (none with --enforce-eager), and
     it runs at the target's factors (here an efficiency file's, not the catalog's)."""
     from calibrate.efficiency_file import load_efficiency, write_efficiency
-    from sim.run import RunSpec
-    from sim.setup import resolve_run
+    from sim.app.run import RunSpec
+    from sim.app.setup import resolve_run
 
     spec = {"method": "draft_model", "model": "Llama-3.2-1B", "num_speculative_tokens": 3}
 

@@ -47,8 +47,8 @@ def _row(rng: random.Random) -> StepRow:
 
 
 def test_step_row_fields_are_the_header_of_a_run(tmp_path: Path) -> None:
-    from sim.run import RunSpec, simulate
-    from sim.setup import resolve_run
+    from sim.app.run import RunSpec, simulate
+    from sim.app.setup import resolve_run
 
     wl = {"name": "h", "seed": 1, "num_requests": 3, "prompt_len": 20, "output_len": 4}
     wl["arrival"] = {"type": "burst"}

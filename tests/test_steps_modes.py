@@ -25,9 +25,9 @@ import yaml
 from sim_run_helpers import kvsim_cli, write_yaml
 
 import sim.records.step_thin
+from sim.app.run import RunSpec, run
 from sim.engine_config import EngineConfig
 from sim.records.step_thin import START_WIDTH_S
-from sim.run import RunSpec, run
 
 LEVELS = [
     "num_running",
@@ -190,7 +190,7 @@ def test_bad_steps_value_is_one_error(tmp_path):
 def test_parquet_without_pyarrow_is_one_error(monkeypatch, capsys, tmp_path):
     """--steps-format parquet where pyarrow is missing: exit 2, one line saying how to
     get it, nothing written."""
-    from sim.run_cli import run_command
+    from sim.app.run_command import run_command
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)

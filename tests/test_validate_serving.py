@@ -46,7 +46,7 @@ def test_a_fit_to_one_real_run_carries_to_another_model_and_tp_size() -> None:
     from calibrate.trace_fit.cli import measured_requests
     from calibrate.trace_fit.fit import errors, fit_trace
     from calibrate.trace_fit.replay import replay
-    from sim.run import RunSpec
+    from sim.app.run import RunSpec
 
     runs = {r.name: r for r in RUNS}
 

@@ -25,7 +25,7 @@ from calibrate.roofline import RooflineEfficiency
 from calibrate.roofline_terms import PARAMETERS, efficiency_of, theta_lower, theta_of
 from calibrate.trace_fit.replay import Replay, replay
 from calibrate.trace_fit.solve import data_shares, interval_rows, solve
-from sim.run import RunSpec
+from sim.app.run import RunSpec
 
 PRIOR_WEIGHTS = {
     "memory": 0.2,

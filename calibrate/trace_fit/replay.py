@@ -24,8 +24,8 @@ import pandas as pd
 
 from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel
 from calibrate.trace_fit.recording import RecordingLatency
-from sim.run import RunSpec, simulate
-from sim.setup import resolve_run
+from sim.app.run import RunSpec, simulate
+from sim.app.setup import resolve_run
 
 
 @dataclass(frozen=True)

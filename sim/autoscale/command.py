@@ -9,9 +9,9 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from sim.app.outdir import FORCE_HELP, OutputError
 from sim.cli_options import SLO_FLAGS, engine_flags, engine_option, slo_option
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
-from sim.outdir import FORCE_HELP, OutputError
 
 SCALING = "Scaling"
 

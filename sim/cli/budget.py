@@ -1,4 +1,4 @@
-"""``kvsim budget``: its options (typer); the work is in :mod:`sim.budget_cli`, imported
+"""``kvsim budget``: its options (typer); the work is in :mod:`sim.app.budget_command`, imported
 when the command runs."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def budget(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """The KV block budget (num_gpu_blocks) per GPU and each term it was derived from."""
-    from sim.budget_cli import budget_command
+    from sim.app.budget_command import budget_command
 
     named = given(ctx, {"model": model, "gpu": gpu})
     raise typer.Exit(

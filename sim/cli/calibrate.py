@@ -92,7 +92,7 @@ def calibrate(
             )
         )
     from calibrate.harness.cli import calibrate_command
-    from sim.progress import progress_bar
+    from sim.app.progress import progress_bar
 
     raise typer.Exit(
         calibrate_command(progress_bar, device, model, tp, quick, out, num_layers, force)

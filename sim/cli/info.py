@@ -1,4 +1,4 @@
-"""``kvsim list`` (the bundled catalog; :mod:`sim.list_cli`) and ``kvsim version``."""
+"""``kvsim list`` (the bundled catalog; :mod:`sim.app.list_command`) and ``kvsim version``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from kvcore import VLLM_VERSION, __version__
 
 def list_catalog() -> None:
     """Bundled workload presets, models and GPUs, one line each."""
-    from sim.list_cli import list_command
+    from sim.app.list_command import list_command
 
     raise typer.Exit(list_command())
 

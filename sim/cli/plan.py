@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from sim.app.outdir import FORCE_HELP
 from sim.cli.help_texts import ROUTER_HELP, STEPS_FORMAT_HELP, STEPS_HELP
 from sim.cli_options import (
     engine_flags,
@@ -19,7 +20,6 @@ from sim.cli_options import (
     rate_workload_option,
     slo_option,
 )
-from sim.outdir import FORCE_HELP
 
 PLAN_PATHS = {
     "question": "question",

@@ -1,5 +1,5 @@
 """The commands that hold kvcore against vLLM's schedule: ``kvsim replay`` (a trace
-through kvcore's scheduler; :mod:`sim.replay_cli`) and ``kvsim conformance`` (kvcore
+through kvcore's scheduler; :mod:`sim.app.replay_command`) and ``kvsim conformance`` (kvcore
 against an installed vLLM; :mod:`sim.conformance.cli`). Each is imported when its
 command runs.
 
@@ -128,7 +128,7 @@ def replay(
     """Replay a step-indexed trace through kvcore's V1 scheduler with a fake model; one
     JSON line per engine step (what vLLM 0.33.0 schedules)."""
     # Each option's parameter is named as its kvcore.replay.ReplayConfig field.
-    from sim.replay_cli import replay_command
+    from sim.app.replay_command import replay_command
 
     knobs = {k: v for k, v in ctx.params.items() if k not in ("trace", "out")}
     raise typer.Exit(replay_command(trace, out, knobs))

@@ -1,4 +1,4 @@
-"""``kvsim run``: its options (typer); the work is in :mod:`sim.run_cli`, imported when
+"""``kvsim run``: its options (typer); the work is in :mod:`sim.app.run_command`, imported when
 the command runs.
 
 :func:`run` is long because typer declares each option as a parameter with its help and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from sim.app.outdir import FORCE_HELP
 from sim.cli.help_texts import ROUTER_HELP, STEPS_FORMAT_HELP, STEPS_HELP
 from sim.cli_options import (
     OUTPUT_PANEL,
@@ -21,7 +22,6 @@ from sim.cli_options import (
     model_option,
 )
 from sim.defaults import DEFAULT_WORKLOAD
-from sim.outdir import FORCE_HELP
 
 WORKLOAD_HELP = (
     "preset name (kvsim list), workload YAML, or trace (.jsonl kvsim or Mooncake, "
@@ -194,7 +194,7 @@ def run(
 
     --out may name a new directory, an empty one, or an earlier kvsim run directory
     (replaced whole, atomically); anything else needs --force."""
-    from sim.run_cli import run_command
+    from sim.app.run_command import run_command
     from workloads.overrides import WorkloadOverrides
 
     named = given(ctx, {"model": model, "gpu": gpu})

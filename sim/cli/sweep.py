@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from sim.outdir import FORCE_HELP
+from sim.app.outdir import FORCE_HELP
 
 
 def sweep(

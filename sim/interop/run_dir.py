@@ -18,7 +18,7 @@ import pandas as pd
 import yaml
 
 from calibrate.frontend import FrontendModel
-from sim.outdir import read_kind
+from sim.app.outdir import read_kind
 
 REQUEST_COLUMNS = (
     "arrival_s",

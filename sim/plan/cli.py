@@ -15,10 +15,10 @@ from typing import Any
 
 from rich.console import Console
 
-from sim.outdir import OutputError
+from sim.app.outdir import OutputError
+from sim.app.progress import progress_bar
 from sim.plan.runner import describe, run_plan
 from sim.plan.spec import PlanError, load_plan
-from sim.progress import progress_bar
 from sim.signals import exit_status, interrupted
 
 

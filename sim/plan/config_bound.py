@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from calibrate.use_calibration import budget_inputs
 from kvcore.kv_cache_planning import blocks_per_request, max_in_flight_tokens
+from sim.app.setup import ResolvedRun
 from sim.engine_config import EngineConfig
 from sim.plan.spec import PlanSpec
-from sim.setup import ResolvedRun
 
 KNOB_FIELD = {
     "num_gpu_blocks": "num_gpu_blocks_override",

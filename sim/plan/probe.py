@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
+from sim.app.run import NothingServed, RunSpec, run
 from sim.errors import SimulationStuck
 from sim.plan.length import confirm_factor, needs_longer
 from sim.plan.spec import PlanError, PlanSpec
 from sim.records.verdict import UNDECIDED, VerdictThresholds
-from sim.run import NothingServed, RunSpec, run
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.overrides import RATED_ARRIVALS, WorkloadOverrides, override_spec

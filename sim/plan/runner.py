@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from kvcore import __version__
-from sim.outdir import check_output, write_marker
+from sim.app.outdir import check_output, write_marker
+from sim.app.run import RunSpec
+from sim.app.setup import ResolvedRun, resolve_run
 from sim.plan.config_bound import KNOB_FIELD, ConfigurationBound, configuration_bound
 from sim.plan.pd_probe import split_name
 from sim.plan.probe import (
@@ -33,8 +35,6 @@ from sim.plan.probe import (
 from sim.plan.search import Bisection, SearchResult, seed_answers, within_tolerance
 from sim.plan.spec import PlanError, PlanSpec
 from sim.records.step_parquet import check_format
-from sim.run import RunSpec
-from sim.setup import ResolvedRun, resolve_run
 from sim.sweep.table import write_atomic
 
 WANT = {
@@ -139,8 +139,8 @@ def run_plan(
     ``on_run``: the progress bar's hook, called before each probe run
     (:class:`sim.plan.probe.ProbeRunner`).
 
-    ``out`` is checked before any probe (:func:`sim.outdir.check_output`, ``force`` as
-    there): :class:`sim.outdir.OutputError` when it may not be written.
+    ``out`` is checked before any probe (:func:`sim.app.outdir.check_output`, ``force`` as
+    there): :class:`sim.app.outdir.OutputError` when it may not be written.
     """
     out = Path(out)
     base, resolved = check_plan(plan, source)

@@ -50,10 +50,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim.app.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.engine.router import ROUTERS
 from sim.engine_config import EngineConfig
 from sim.pd_config import parse_pd
-from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.slo import SLO, SLO_KEYS  # noqa: F401 (SLO_KEYS: the names, re-exported)
 from sim.spec_file import spec_data
 from workloads.errors import from_validation_error

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.app.setup import ResolvedRun
 from sim.recommend.sample import LengthSample
-from sim.setup import ResolvedRun
 
 STAT = {
     "ttft_mean_s": ("ttft", "mean"),

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sim.outdir import OutputError
+from sim.app.outdir import OutputError
 from sim.recommend.command import LISTS, RECOMMEND_PATHS
 from sim.recommend.describe import print_recommendation
 from sim.recommend.prepare import Prepared, prepare

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sim.app.run import RunSpec
+from sim.app.setup import ResolvedRun, resolve_run
 from sim.recommend.bounds import candidate_bounds
 from sim.recommend.prices import gpu_price, price_table
 from sim.recommend.rank import Scoring
@@ -24,8 +26,6 @@ from sim.recommend.sample import LengthSample, draw_lengths
 from sim.recommend.space import Candidate, config_hash, expand, heads_allow
 from sim.recommend.spec import RecommendError, RecommendSpec
 from sim.recommend.vllm_command import serve_command
-from sim.run import RunSpec
-from sim.setup import ResolvedRun, resolve_run
 from workloads.errors import WorkloadError
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.overrides import RATED_ARRIVALS

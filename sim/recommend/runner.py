@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from kvcore import __version__
-from sim.outdir import check_output, write_marker
+from sim.app.outdir import check_output, write_marker
 from sim.recommend.evaluate import cached_result, evaluate
 from sim.recommend.pareto import frontier
 from sim.recommend.prepare import Prepared, plan_payload
@@ -325,7 +325,7 @@ def run_recommend(
     on_event: OnEvent | None = None,
 ) -> dict[str, Any]:
     """Search, check, rank and write the recommend directory; return ``recommend.json``'s
-    document. ``out`` is checked first (:func:`sim.outdir.check_output`)."""
+    document. ``out`` is checked first (:func:`sim.app.outdir.check_output`)."""
     out = Path(out)
     check_output(out, "recommend", force=force)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,12 +19,12 @@ from typing import Any
 import yaml
 
 from sim import offload
+from sim.app.run import NothingServed, RunSpec, run
 from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
 from sim.plan.probe import judge_summary
 from sim.plan.spec import Length
 from sim.recommend.evaluate import RUN_FILES
-from sim.run import NothingServed, RunSpec, run
 from sim.sweep.table import write_atomic
 from workloads.overrides import WorkloadOverrides, override_spec
 from workloads.spec import WorkloadSpec

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sim.outdir import OutputError
-from sim.progress import progress_bar
+from sim.app.outdir import OutputError
+from sim.app.progress import progress_bar
 from sim.signals import exit_status, interrupted
 from sim.sweep.runner import SweepResult, run_sweep
 from sim.sweep.spec import SweepSpecError, load_sweep_spec

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sim.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
+from sim.app.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.sweep.spec import Scalar, SweepSpec, SweepSpecError
 from workloads.loader import YAML_SUFFIXES, preset_path
 

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from kvcore import __version__
-from sim.outdir import check_output, write_marker
+from sim.app.outdir import check_output, write_marker
 from sim.sweep.executors import default_jobs, execute_local, execute_ray
 from sim.sweep.points import Point, expand_points
 from sim.sweep.spec import SweepSpec, SweepSpecError, load_sweep_spec
@@ -114,8 +114,8 @@ def run_sweep(
     ``on_start(total, already_done)`` is called once, ``on_point(point, status)`` after
     each point. Points whose directory is complete are skipped; sweep.csv is rewritten
     after each point. Raises SweepSpecError on bad input and
-    :class:`sim.outdir.OutputError` on an ``out`` that may not be written (``force``:
-    see :func:`sim.outdir.check_output`); nothing is run then.
+    :class:`sim.app.outdir.OutputError` on an ``out`` that may not be written (``force``:
+    see :func:`sim.app.outdir.check_output`); nothing is run then.
     """
     if executor not in ("local", "ray"):
         raise SweepSpecError(f"--executor: unknown executor {executor!r} (allowed: local, ray)")

@@ -39,7 +39,7 @@ from pydantic import (
     model_validator,
 )
 
-from sim.run import RunSpec
+from sim.app.run import RunSpec
 from sim.slo import SLO
 from workloads.errors import WorkloadError, from_validation_error, yaml_problem
 

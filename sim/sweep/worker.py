@@ -5,7 +5,7 @@ batch, or saturating slowly) runs again twice as long with the same seed, up to 
 sweep's ``length.max_factor``; its directory keeps the last run (``config.yaml`` says
 its length).
 
-A point either completes as a full run directory (``sim.run.run`` writes it under a
+A point either completes as a full run directory (``sim.app.run.run`` writes it under a
 temporary name and renames it into place) or ends in a directory holding only
 ``error.json`` (the simulation got stuck or served nothing; both are deterministic, so a
 rerun does not retry them). Anything else is an internal error: nothing is written and
@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
+from sim.app.outdir import check_output, discard, publish, staging_dir
+from sim.app.run import NothingServed, RunSpec, run
 from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
-from sim.outdir import check_output, discard, publish, staging_dir
 from sim.records.verdict import UNDECIDED
-from sim.run import NothingServed, RunSpec, run
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path
 from workloads.overrides import WorkloadOverrides, override_spec
 

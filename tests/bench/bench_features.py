@@ -5,7 +5,7 @@ same loop, measured in the same run.
 
 The bundled ``chat`` preset (its seed, arrivals and lengths) with ``num_requests`` set
 to ``--requests`` (default 5,000), Llama-3.1-8B on H100-SXM, the default roofline
-latency model and KV budget. Timed: ``sim.run.simulate`` alone (configuration, plots
+latency model and KV budget. Timed: ``sim.app.run.simulate`` alone (configuration, plots
 and the report left out), best of ``--repeats`` runs, wall-clock seconds. Printed per
 case: the loop, seconds, simulated requests per wall-second, engine steps per
 wall-second and the ratio of its time to the plain engine's on the same loop
@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_sim import chat_workload  # noqa: E402
 
+from sim.app.run import RunSpec, simulate  # noqa: E402
+from sim.app.setup import resolve_run  # noqa: E402
 from sim.engine_config import EngineConfig  # noqa: E402
-from sim.run import RunSpec, simulate  # noqa: E402
-from sim.setup import resolve_run  # noqa: E402
 
 CASES: list[tuple[str, bool, dict[str, Any]]] = [
     ("plain", True, {}),

@@ -2,7 +2,7 @@
 
 The bundled ``chat`` preset is copied with ``num_requests`` raised to 10,000 (its seed,
 arrivals and lengths unchanged) and simulated on the default roofline latency model and
-KV budget, as ``kvsim run chat`` does. Timed: ``sim.run.simulate`` alone (the SimPy
+KV budget, as ``kvsim run chat`` does. Timed: ``sim.app.run.simulate`` alone (the SimPy
 engine, kvcore's scheduler, the streamed CSV records and the summary), best of
 ``--repeats`` runs, in wall-clock seconds; configuration resolution, plots and the
 report are left out. Printed: simulated requests per wall-second, engine steps per
@@ -33,8 +33,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from sim.run import RunSpec, simulate  # noqa: E402
-from sim.setup import resolve_run  # noqa: E402
+from sim.app.run import RunSpec, simulate  # noqa: E402
+from sim.app.setup import resolve_run  # noqa: E402
 from workloads.loader import PRESET_DIR  # noqa: E402
 
 

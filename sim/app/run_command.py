@@ -16,15 +16,9 @@ from rich.table import Table
 from calibrate.use_calibration import calibration_defaults
 from reports.html import plus_minus
 from reports.run_facts import spec_decode_fact
-from sim.engine_config import load_engine_config
-from sim.errors import SimulationStuck
-from sim.outdir import OutputError, check_output
-from sim.pd_config import parse_pd
-from sim.progress import progress_bar
-from sim.records.goodput import parse_goodput
-from sim.records.step_parquet import check_format as check_steps_format
-from sim.records.step_thin import check_mode as check_steps_mode
-from sim.run import (
+from sim.app.outdir import OutputError, check_output
+from sim.app.progress import progress_bar
+from sim.app.run import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
     DEFAULT_WORKLOAD,
@@ -32,7 +26,13 @@ from sim.run import (
     RunSpec,
     run,
 )
-from sim.setup import resolve_run
+from sim.app.setup import resolve_run
+from sim.engine_config import load_engine_config
+from sim.errors import SimulationStuck
+from sim.pd_config import parse_pd
+from sim.records.goodput import parse_goodput
+from sim.records.step_parquet import check_format as check_steps_format
+from sim.records.step_thin import check_mode as check_steps_mode
 from sim.signals import exit_status, interrupted
 from workloads.overrides import WorkloadOverrides
 

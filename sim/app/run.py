@@ -21,6 +21,8 @@ import yaml
 from kvcore import NATIVE_STATUS, VLLM_VERSION, __version__
 from reports.render_worker import RenderWorker
 from sim import offload
+from sim.app.outdir import OutputTarget, check_output, discard, publish, staging_dir
+from sim.app.setup import ResolvedRun, resolve_run
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
 from sim.engine.cluster import Cluster
 from sim.engine.pd_cluster import PDCluster
@@ -28,13 +30,11 @@ from sim.engine.router import Router, make_router
 from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
 from sim.input_limits import nothing_served_message
 from sim.kv_offload import FAST_FORWARD_NOT_APPLICABLE, offload_summary
-from sim.outdir import OutputTarget, check_output, discard, publish, staging_dir
 from sim.pd_config import PDSpec
 from sim.records.pd import append_pd_columns, pd_summary
 from sim.records.recorders import RequestRecorder, StepRecorder
 from sim.records.summary import build_summary
 from sim.records.verdict import VerdictInputs, judge_inputs, replica_summaries_from_recorders
-from sim.setup import ResolvedRun, resolve_run
 from sim.signals import raise_pending
 from sim.spec_decode.setup import FAST_FORWARD_OFF, spec_summary, write_timeline
 from workloads.overrides import WorkloadOverrides
@@ -337,9 +337,9 @@ def run(
 
     ``router``: a router instance to use instead of one made from ``spec.router``.
 
-    ``out`` is checked first (:func:`sim.outdir.check_output`; ``force`` as there, or
+    ``out`` is checked first (:func:`sim.app.outdir.check_output`; ``force`` as there, or
     a ``target`` the caller checked already): nothing kvsim did not write is deleted or
-    overwritten, and a bad ``out`` raises :class:`sim.outdir.OutputError` before any
+    overwritten, and a bad ``out`` raises :class:`sim.app.outdir.OutputError` before any
     simulation.
 
     ``render=False`` skips plots and ``report.html`` (planning probes; ``kvsim report``

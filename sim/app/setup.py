@@ -18,6 +18,7 @@ from calibrate.frontend import FrontendModel
 from calibrate.latency import make_latency_model
 from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
+from sim.app.work_bounds import check_work_bounds
 from sim.engine.router import make_router
 from sim.engine_config import EngineConfig
 from sim.kv_offload import OffloadSetup, resolve_offload
@@ -26,11 +27,10 @@ from sim.pd_setup import pool_layout, pool_link, pool_runs
 from sim.records.step_parquet import check_format
 from sim.records.step_thin import check_mode
 from sim.spec_decode.setup import SpecSetup, resolve_spec
-from sim.work_bounds import check_work_bounds
 from workloads import load_workload
 
 if TYPE_CHECKING:
-    from sim.run import RunSpec
+    from sim.app.run import RunSpec
 
 
 @dataclass
@@ -106,7 +106,7 @@ def engine_capture_sizes(engine: EngineConfig, budget: Any, gpu: Any) -> tuple[i
 def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
     """Load and check everything (the cluster's replica count and router first); raise
     ValueError (naming the field) on bad input, and on work far beyond what one machine
-    can simulate (:func:`sim.work_bounds.check_work_bounds`; ``allow_large=True`` or
+    can simulate (:func:`sim.app.work_bounds.check_work_bounds`; ``allow_large=True`` or
     ``KVSIM_ALLOW_LARGE=1`` in the environment skips that check)."""
     check_cluster(spec)
     check_mode(spec.steps, "steps")
