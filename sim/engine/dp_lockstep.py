@@ -89,3 +89,48 @@ class LockstepForwards:
         while self.env.now < fwd.end:
             yield self.env.timeout(fwd.end - self.env.now)
         fwd.done.succeed()
+
+
+class RankBatches:
+    """One DP rank's batches in flight in the async loop, oldest first, on its group's
+    forward time line: each batch's forward (None until the rank's batch before it
+    ends), duration (s), prefill and decode tokens. A batch without tokens takes no
+    GPU time."""
+
+    def __init__(self, group: LockstepForwards) -> None:
+        self.group = group
+        self._flight: list[tuple[Forward | None, float, int, int]] = []
+
+    @property
+    def empty(self) -> bool:
+        """Whether no batch of this rank is in flight."""
+        return not self._flight
+
+    def add(self, duration: float, prefill: int, decode: int) -> None:
+        """A batch just scheduled: on the GPU now when nothing of this rank runs, else
+        when the batch before it ends."""
+        self._flight.append((None, duration, prefill, decode))
+        if len(self._flight) == 1:
+            self._launch(0)
+
+    def take_oldest(self) -> tuple[Forward, int, int]:
+        """The oldest batch, out of the queue: its forward (on the GPU), prefill and
+        decode tokens. Call :meth:`launch_next` once that forward has ended."""
+        fwd, _, prefill, decode = self._flight.pop(0)
+        assert fwd is not None  # the oldest batch is on the GPU
+        return fwd, prefill, decode
+
+    def launch_next(self) -> None:
+        """After the oldest batch ended: the next one reaches the GPU now."""
+        if self._flight:
+            self._launch(0)
+
+    def _launch(self, i: int) -> None:
+        """Start batch ``i`` on the GPU now: the group's next forward."""
+        _, duration, prefill, decode = self._flight[i]
+        env = self.group.env
+        if duration > 0:
+            fwd = self.group.forward(duration)
+        else:
+            fwd = Forward(env.now, env.now, env.event().succeed())
+        self._flight[i] = (fwd, duration, prefill, decode)

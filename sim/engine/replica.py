@@ -64,7 +64,7 @@ from kvcore.offloading_connector import OffloadingConnectorScheduler
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
-from sim.engine.dp_lockstep import Forward, LockstepForwards
+from sim.engine.dp_lockstep import LockstepForwards, RankBatches
 from sim.engine.regime import EngineRegime, decide_regime, stepping_part
 from sim.engine.step_cost import StepCoster
 from sim.engine.step_timing import make_stretch_timer
@@ -201,9 +201,8 @@ class ReplicaEngine:
         # prefill tokens, decode tokens); and when the last batch launched ends (s).
         self._in_flight: list[tuple[float, float, int, int]] = []
         self._gpu_free = env.now
-        # The same with DP lockstep: each batch's forward (None: waiting for the GPU,
-        # started when the batch before it ends), duration s, prefill and decode tokens.
-        self._lockstep_flight: list[tuple[Forward | None, float, int, int]] = []
+        # The same with DP lockstep, on the group's forward time line.
+        self._rank_batches = None if lockstep is None else RankBatches(lockstep)
         self.num_rejected = 0
         self.num_aborted = 0
         self._aborts: list[str] = []  # ids whose client gave up, not yet aborted
@@ -374,6 +373,7 @@ class ReplicaEngine:
         self._gpu_free = env.now
         timing = self._in_flight
         stretches = self.stretches
+        rank_batches = self._rank_batches
         while True:
             if self._pending:
                 self._admit_pending()
@@ -392,8 +392,8 @@ class ReplicaEngine:
                 yield self._idle()
                 continue
             if (
-                self.lockstep is not None
-                and not self._lockstep_flight
+                rank_batches is not None
+                and rank_batches.empty
                 and (yield from self._await_group_forward())
             ):
                 continue
@@ -404,21 +404,19 @@ class ReplicaEngine:
                     duration, prefill, decode, _ = self.costs.cost(out, batch.sampled_token_ids)
                 else:
                     duration, prefill, decode = 0.0, 0, 0
-                if self.lockstep is not None:
-                    self._queue_lockstep(duration, prefill, decode)
+                if rank_batches is not None:
+                    rank_batches.add(duration, prefill, decode)
                 else:
                     start = max(env.now, self._gpu_free)
                     self._gpu_free = start + duration
                     timing.append((start, duration, prefill, decode))
             if not must_wait:
                 continue
-            if self.lockstep is not None:
-                fwd, duration, prefill, decode = self._lockstep_flight.pop(0)
-                assert fwd is not None  # the oldest batch is on the GPU
+            if rank_batches is not None:
+                fwd, prefill, decode = rank_batches.take_oldest()
                 yield fwd.done
                 start, duration = fwd.start, fwd.duration
-                if self._lockstep_flight:  # the next batch reaches the GPU now
-                    self._launch_lockstep(0)
+                rank_batches.launch_next()  # the next batch reaches the GPU now
             else:
                 start, duration, prefill, decode = timing.pop(0)
                 end = start + duration
@@ -450,7 +448,7 @@ class ReplicaEngine:
             for req in finished:
                 self.finish_request(req, now)
 
-    # -- DP lockstep (a MoE model's DP ranks, sim.engine.dp_lockstep) -----------------------
+    # -- DP lockstep (a MoE model's DP ranks, sim.engine.dp_lockstep) ---------------
 
     def _await_group_forward(self) -> Generator[simpy.Event, Any, bool]:
         """Before scheduling with nothing of its own on the GPU: while a forward of the
@@ -463,26 +461,6 @@ class ReplicaEngine:
             return False
         yield StepTimeout(self.env, until - self.env.now)
         return True
-
-    def _queue_lockstep(self, duration: float, prefill: int, decode: int) -> None:
-        """A scheduled batch of the async loop: on the GPU now when nothing of this rank
-        runs, else when the batch before it ends."""
-        self._lockstep_flight.append((None, duration, prefill, decode))
-        if len(self._lockstep_flight) == 1:
-            self._launch_lockstep(0)
-
-    def _launch_lockstep(self, i: int) -> None:
-        """Start batch ``i`` in flight on the GPU now: the group's next forward (a batch
-        without tokens takes no GPU time)."""
-        lockstep = self.lockstep
-        assert lockstep is not None
-        _, duration, prefill, decode = self._lockstep_flight[i]
-        if duration > 0:
-            fwd = lockstep.forward(duration)
-        else:
-            now = self.env.now
-            fwd = Forward(now, now, self.env.event().succeed())
-        self._lockstep_flight[i] = (fwd, duration, prefill, decode)
 
     def _execute(self, out: SchedulerOutput) -> Generator[simpy.Event, Any, None]:
         """Run one scheduled step: wait its duration, then apply its output.
