@@ -328,7 +328,7 @@ def engine_kv_budget(
     model: ModelSpec, gpu: GPUSpec, engine: object, *, measured: MeasuredMemoryTerms | None = None
 ) -> KVBudget:
     """:func:`compute_kv_budget` with each engine argument of :func:`budget_engine_args`
-    read by name from ``engine`` (a ``sim.engine_config.EngineConfig``: its fields carry
+    read by name from ``engine`` (a ``sim.app.engine_config.EngineConfig``: its fields carry
     vLLM's names), so an argument added to the budget reaches it from the engine
     configuration with no list of keywords in between."""
     args = {name: getattr(engine, name) for name in budget_engine_args()}

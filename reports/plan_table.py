@@ -23,7 +23,7 @@ METRIC_NAMES = {
     "e2e_p99_s": "E2E p99",
     "max_preemptions_per_request": "preemptions / request",
 }
-"""Each SLO (``sim.slo`` names) as the reports name it."""
+"""Each SLO (``sim.records.slo`` names) as the reports name it."""
 
 _ASKS = {
     "max_rate": "Highest arrival rate meeting the SLOs",

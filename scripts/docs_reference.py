@@ -28,8 +28,8 @@ from pydantic_core import PydanticUndefined
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sim.cli_options import DERIVED_DEFAULTS  # noqa: E402
-from sim.engine_config import EngineConfig  # noqa: E402
+from sim.app.engine_config import EngineConfig  # noqa: E402
+from sim.cli.options import DERIVED_DEFAULTS  # noqa: E402
 from sim.plan.spec import SLO, PlanSpec, Search  # noqa: E402
 from sim.plan.spec import Length as PlanLength  # noqa: E402
 from sim.recommend import spec as rspec  # noqa: E402

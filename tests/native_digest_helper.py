@@ -61,9 +61,9 @@ def digests(num_sim: int, num_traces: int) -> dict[str, object]:
 def connector_digests() -> dict[str, str]:
     """The simulator with a KV connector in both engine loops: the CPU offload tier
     under KV pressure (preemptions, flushes, loads) and a P/D split."""
+    from sim.app.engine_config import EngineConfig
+    from sim.app.pd_config import PDSpec
     from sim.app.run import RunSpec, run
-    from sim.engine_config import EngineConfig
-    from sim.pd_config import PDSpec
     from workloads.overrides import WorkloadOverrides
 
     out: dict[str, str] = {}

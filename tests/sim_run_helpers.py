@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 
 REPO = Path(__file__).resolve().parent.parent
 

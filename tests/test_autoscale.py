@@ -133,7 +133,7 @@ def test_each_request_mix_gets_its_own_planned_capacity(
     import sim.plan.runner
     from sim.autoscale.runner import AutoscaleSpec, replica_capacities
     from sim.autoscale.windows import arrival_windows, draw_arrivals
-    from sim.slo import SLO
+    from sim.records.slo import SLO
 
     rows = [
         {"request_id": f"r{i}", "arrival_s": i * 0.25, "prompt_tokens": 32,

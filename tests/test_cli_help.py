@@ -8,9 +8,9 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from sim.app.engine_config import EngineConfig
 from sim.cli import PLAN_PATHS, app
-from sim.cli_options import ENGINE_FLAGS
-from sim.engine_config import EngineConfig
+from sim.cli.options import ENGINE_FLAGS
 from sim.plan.spec import PlanSpec
 
 GROUP = get_command(app)

@@ -9,9 +9,9 @@ from calibrate.catalog import load_gpu, load_model
 from calibrate.cudagraph_sizes import capture_sizes
 from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel
 from calibrate.roofline_scalar import ScalarRoofline
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec
 from sim.app.setup import resolve_run
-from sim.engine_config import EngineConfig
 
 
 def test_padding() -> None:

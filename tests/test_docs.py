@@ -161,7 +161,7 @@ def test_traces_page_names_every_format_and_field():
 
 def test_engine_and_plan_pages_name_every_flag():
     from sim.cli import PLAN_PATHS
-    from sim.cli_options import ENGINE_FLAGS
+    from sim.cli.options import ENGINE_FLAGS
 
     engine, plan = _doc("engine.md"), _doc("plan.md")
     for decl, _ in ENGINE_FLAGS.values():

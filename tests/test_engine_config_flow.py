@@ -14,11 +14,11 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 import calibrate.budget
-import sim.engine_config
+import sim.app.engine_config
 from kvcore.replay import ReplayConfig
+from sim.app.engine_config import EngineConfig
 from sim.cli import app
-from sim.cli_options import ENGINE_FLAGS
-from sim.engine_config import EngineConfig
+from sim.cli.options import ENGINE_FLAGS
 
 GROUP = get_command(app)
 
@@ -75,7 +75,7 @@ def test_each_command_builds_its_engine_from_every_flag_it_declares(
     command, argv, monkeypatch, tmp_path
 ):
     """run, budget, autoscale and calibrate --from-trace hand every engine flag they
-    declare, given, to sim.engine_config.load_engine_config (and nothing else)."""
+    declare, given, to sim.app.engine_config.load_engine_config (and nothing else)."""
     seen: list[dict[str, Any]] = []
 
     def stand_in(path, overrides, defaults=None, *, checked=True):
@@ -83,7 +83,7 @@ def test_each_command_builds_its_engine_from_every_flag_it_declares(
         raise Stop("stop")
 
     modules = (
-        "sim.engine_config",
+        "sim.app.engine_config",
         "sim.app.run_command",
         "sim.app.budget_command",
         "calibrate.trace_fit.cli",
@@ -129,8 +129,8 @@ def test_replay_options_are_the_replay_configs_fields():
 
 def test_budget_and_run_build_the_engine_the_same_way():
     flags = {field: GIVEN[field][1] for field in calibrate.budget.budget_engine_args()}
-    checked = sim.engine_config.load_engine_config(None, flags)
-    unchecked = sim.engine_config.load_engine_config(None, flags, checked=False)
+    checked = sim.app.engine_config.load_engine_config(None, flags)
+    unchecked = sim.app.engine_config.load_engine_config(None, flags, checked=False)
     assert unchecked == checked and isinstance(unchecked, EngineConfig)
 
 

@@ -14,8 +14,8 @@ from calibrate.allreduce import NCCL_LATENCY_2_S
 from calibrate.budget import compute_kv_budget
 from calibrate.catalog import load_gpu, load_model
 from calibrate.roofline import RooflineEfficiency, RooflineLatencyModel
+from sim.app.engine_config import EngineConfig
 from sim.cli import app
-from sim.engine_config import EngineConfig
 
 MOE, DENSE = load_model("DeepSeek-V3"), load_model("Llama-3.1-8B")
 H100 = load_gpu("H100-SXM")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from sim_run_helpers import REPO, kvsim_cli, write_jsonl
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 from sim.interop.guidellm_stats import PERCENTILE_LEVELS
 from sim.interop.run_dir import read_run
 from sim.interop.stats import repeated_percentiles

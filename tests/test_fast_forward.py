@@ -27,12 +27,12 @@ from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheG
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, simulate
 from sim.app.setup import resolve_run
 from sim.engine.cluster import Cluster
 from sim.engine.regime import decide_regime, stepping_part
 from sim.engine.replica import SAMPLE_TOKEN_ID, ReplicaEngine
-from sim.engine_config import EngineConfig
 
 CASES = 200
 FILES = ("requests.csv", "steps.csv", "decisions.jsonl")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from sim_run_helpers import column, read_csv, write_yaml
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 from sim.records.goodput import good_requests, parse_goodput
 
 

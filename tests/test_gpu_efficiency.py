@@ -13,9 +13,9 @@ from calibrate.efficiency_file import sha256_of
 from calibrate.gpu_efficiency import gpu_efficiency, shipped_efficiency
 from calibrate.latency import make_latency_model
 from calibrate.roofline import RooflineEfficiency
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec
 from sim.app.setup import resolve_run
-from sim.engine_config import EngineConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -58,11 +58,11 @@ def test_row7_rejected_request_never_builds_its_prompt(tmp_path: Path) -> None:
     a real cluster, so the compiled engine runs the same path as pure Python)."""
     import simpy
 
+    from sim.app.engine_config import EngineConfig
     from sim.app.run import RunSpec
     from sim.app.setup import resolve_run
     from sim.engine.cluster import Cluster
     from sim.engine.router import make_router
-    from sim.engine_config import EngineConfig
     from sim.records.recorders import RequestRecorder, StepRecorder
     from workloads.request import SimRequest
 

@@ -12,9 +12,9 @@ import pytest
 import simpy
 
 from sim import offload
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, simulate
 from sim.app.setup import resolve_run
-from sim.engine_config import EngineConfig
 from workloads import SyntheticWorkload, WorkloadSpec
 from workloads.loader import workload_from_spec
 

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from sim_run_helpers import write_yaml
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec
 from sim.app.setup import resolve_run
-from sim.engine_config import EngineConfig
 from sim.recommend import ascii_chart
 from sim.recommend.bounds import candidate_bounds
 from sim.recommend.pareto import X, Y, frontier

@@ -22,8 +22,8 @@ from sim_run_helpers import kvsim_cli, write_yaml
 
 from reports.axis_names import axis_label, point_name, short_name
 from reports.run_facts import budget_line, reason_sentence, verdict_text
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 
 
 def test_axis_names_carry_units() -> None:

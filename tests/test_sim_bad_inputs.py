@@ -218,9 +218,9 @@ class _FailingLatency:
 
 def test_failed_run_leaves_no_directory(tmp_path):
     """A run that raises mid-simulation leaves neither --out nor a .tmp folder."""
+    from sim.app.engine_config import EngineConfig
     from sim.app.run import RunSpec, run
     from sim.app.setup import resolve_run
-    from sim.engine_config import EngineConfig
 
     workload = write_yaml(
         tmp_path / "w.yaml",

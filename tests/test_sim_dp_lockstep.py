@@ -16,8 +16,8 @@ import pytest
 import yaml
 from sim_run_helpers import write_yaml
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 
 REPO = Path(__file__).resolve().parent.parent
 GROUND_TRUTH = REPO / "scripts" / "ground_truth"

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from sim_run_helpers import write_jsonl
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 from workloads.overrides import WorkloadOverrides
 
 STEP_S = 0.01  # requests.csv has 8 decimals: times are compared to 1e-8 s

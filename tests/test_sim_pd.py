@@ -16,10 +16,10 @@ import pytest
 from sim_run_helpers import write_jsonl
 from typer.testing import CliRunner
 
+from sim.app.engine_config import EngineConfig
+from sim.app.pd_config import PDSpec, check_decode_fits, parse_pd
 from sim.app.run import RunSpec, run
 from sim.cli import app
-from sim.engine_config import EngineConfig
-from sim.pd_config import PDSpec, check_decode_fits, parse_pd
 
 STEP_S = 0.01
 BLOCK_BYTES = 32 * 2 * 8 * 128 * 2 * 16  # layers x (K, V) x kv heads x head dim x bf16 x 16

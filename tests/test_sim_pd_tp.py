@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 from test_sim_pd import BLOCK_BYTES, _run, _trace
 
-from sim.pd_config import parse_pd
-from sim.pd_setup import pool_layout
+from sim.app.pd_config import parse_pd
+from sim.app.pd_setup import pool_layout
 
 
 def _pools(tmp_path: Path, prefill_tp: int, decode_tp: int, name: str) -> Path:

@@ -15,9 +15,9 @@ from sim_run_helpers import read_csv, write_yaml
 from typer.testing import CliRunner
 
 from reports.run_facts import spec_decode_fact
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
 from sim.cli import app
-from sim.engine_config import EngineConfig
 
 WORKLOAD = {
     "arrival": {"type": "poisson", "rate": 2},

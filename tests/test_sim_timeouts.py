@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from sim_run_helpers import write_yaml
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 
 OVERLOAD: dict[str, Any] = {
     "seed": 5,

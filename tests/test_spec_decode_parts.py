@@ -15,7 +15,7 @@ from calibrate.budget import compute_kv_budget
 from calibrate.catalog import load_gpu, load_model
 from calibrate.latency import make_latency_model
 from kvcore.spec_decode import SpecDecodingStats
-from sim.engine_config import EngineConfig, load_engine_config
+from sim.app.engine_config import EngineConfig, load_engine_config
 from sim.spec_decode.acceptance import AcceptanceModel, AcceptanceSampler, default_rates
 from sim.spec_decode.drafter import NGRAM_S_PER_REQUEST, DrafterCost
 from sim.spec_decode.engine import SpecDecodeRun

@@ -25,8 +25,8 @@ import yaml
 from sim_run_helpers import kvsim_cli, write_yaml
 
 import sim.records.step_thin
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 from sim.records.step_thin import START_WIDTH_S
 
 LEVELS = [

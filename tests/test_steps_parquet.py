@@ -13,8 +13,8 @@ import pytest
 from sim_run_helpers import kvsim_cli, write_yaml
 
 import sim.records.step_thin
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 
 pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'kvsim[parquet]')")
 

@@ -18,8 +18,8 @@ from calibrate.trace_fit.cli import measured_requests
 from calibrate.trace_fit.fit import Measured, fit_trace
 from calibrate.trace_fit.replay import replay
 from calibrate.trace_fit.solve import busy_terms, data_shares, solve
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec
-from sim.engine_config import EngineConfig
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "tests" / "data" / "llmservingsim" / "RTXPRO6000_Llama-3.1-8B"

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from sim_run_helpers import write_yaml
 
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from sim.engine_config import EngineConfig
 from sim.records.verdict import judge, judge_run_dir
 from workloads.loader import PRESET_DIR
 

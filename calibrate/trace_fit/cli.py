@@ -22,9 +22,9 @@ from calibrate.roofline_terms import PARAMETERS
 from calibrate.trace_fit.bench_log import detailed_requests, write_trace
 from calibrate.trace_fit.fit import Measured, TraceFit, fit_trace
 from calibrate.trace_fit.runs_file import FitRun, default_router, is_runs_file, load_runs
+from sim.app.engine_config import load_engine_config
 from sim.app.run import RunSpec
 from sim.app.setup import resolve_run
-from sim.engine_config import load_engine_config
 from sim.interop.real import read_real
 
 ERROR_ROWS = (("ttft_mean", "TTFT mean"), ("tpot_mean", "TPOT mean"), ("e2e_mean", "E2E mean"))

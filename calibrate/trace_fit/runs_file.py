@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from calibrate.calibration_file import validation_message
-from sim.engine_config import EngineConfig
+from sim.app.engine_config import EngineConfig
 
 DP_ROUTER = "least_outstanding"
 """A runs file's default router: vLLM's API server sends each request to the DP rank

@@ -17,8 +17,8 @@ from rich.table import Table
 from calibrate.budget import KVBudget
 from calibrate.gpu_spec import GIB
 from calibrate.use_calibration import budget_inputs, calibration_defaults
+from sim.app.engine_config import load_engine_config
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
-from sim.engine_config import load_engine_config
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "workloads" / "presets"
 
@@ -82,7 +82,7 @@ def budget_command(
     """Print the budget (rich table, or one JSON object); return the exit status.
 
     ``engine_flags``: the engine flags given (``EngineConfig`` field -> value, None when
-    not given; :func:`sim.cli_options.engine_flags`). ``model``, ``gpu`` and
+    not given; :func:`sim.cli.options.engine_flags`). ``model``, ``gpu`` and
     ``tensor_parallel_size`` left out (None) are the calibration file's when there is
     one, else the defaults (Llama-3.1-8B, H100-SXM, 1). The values are checked by the
     budget itself (``calibrate.budget.compute_kv_budget``, its messages), not as a run's

@@ -21,16 +21,16 @@ import yaml
 from kvcore import NATIVE_STATUS, VLLM_VERSION, __version__
 from reports.render_worker import RenderWorker
 from sim import offload
+from sim.app.engine_config import EngineConfig, engine_loop, uses_async_scheduling
+from sim.app.kv_offload import FAST_FORWARD_NOT_APPLICABLE, offload_summary
 from sim.app.outdir import OutputTarget, check_output, discard, publish, staging_dir
+from sim.app.pd_config import PDSpec
 from sim.app.setup import ResolvedRun, resolve_run
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD  # noqa: F401 (re-exported)
 from sim.engine.cluster import Cluster
+from sim.engine.input_limits import nothing_served_message
 from sim.engine.pd_cluster import PDCluster
 from sim.engine.router import Router, make_router
-from sim.engine_config import EngineConfig, engine_loop, uses_async_scheduling
-from sim.input_limits import nothing_served_message
-from sim.kv_offload import FAST_FORWARD_NOT_APPLICABLE, offload_summary
-from sim.pd_config import PDSpec
 from sim.records.pd import append_pd_columns, pd_summary
 from sim.records.recorders import RequestRecorder, StepRecorder
 from sim.records.summary import build_summary
@@ -73,7 +73,7 @@ class RunSpec:
     """``csv`` (``steps.csv``, the default) or ``parquet`` (``steps.parquet``, needs
     pyarrow; :mod:`sim.records.step_parquet`)."""
     pd: PDSpec | str | None = None
-    """Prefill/decode disaggregation (``--pd``, :mod:`sim.pd_config`; its text, as a
+    """Prefill/decode disaggregation (``--pd``, :mod:`sim.app.pd_config`; its text, as a
     sweep's ``pd`` axis gives it, is parsed when the run is resolved); None: colocated."""
 
 
@@ -237,7 +237,7 @@ def simulate(
 
 
 def _offload_block(resolved: ResolvedRun, cluster: Cluster, steps: StepRecorder) -> dict[str, Any]:
-    """``summary.json``'s ``offload`` block (:func:`sim.kv_offload.offload_summary`)."""
+    """``summary.json``'s ``offload`` block (:func:`sim.app.kv_offload.offload_summary`)."""
     assert resolved.offload is not None
     queries = hits = 0
     stats = []

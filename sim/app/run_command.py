@@ -16,7 +16,9 @@ from rich.table import Table
 from calibrate.use_calibration import calibration_defaults
 from reports.html import plus_minus
 from reports.run_facts import spec_decode_fact
+from sim.app.engine_config import load_engine_config
 from sim.app.outdir import OutputError, check_output
+from sim.app.pd_config import parse_pd
 from sim.app.progress import progress_bar
 from sim.app.run import (
     DEFAULT_GPU,
@@ -27,9 +29,7 @@ from sim.app.run import (
     run,
 )
 from sim.app.setup import resolve_run
-from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
-from sim.pd_config import parse_pd
 from sim.records.goodput import parse_goodput
 from sim.records.step_parquet import check_format as check_steps_format
 from sim.records.step_thin import check_mode as check_steps_mode
@@ -77,8 +77,8 @@ def _window_rows(t: Table, window: dict[str, Any]) -> None:
 def _summary_table(summary: dict[str, Any], out: Path) -> Table:
     """The run's summary table. Also writes one ``kvsim: warning:`` line on stderr per
     kind of request that met max_model_len (rejected prompts, capped outputs; see
-    :mod:`sim.input_limits`), as the run is reported."""
-    from sim.input_limits import warnings as limit_warnings
+    :mod:`sim.engine.input_limits`), as the run is reported."""
+    from sim.engine.input_limits import warnings as limit_warnings
 
     for line in limit_warnings(summary):
         print(f"kvsim: warning: {line}", file=sys.stderr)
@@ -198,7 +198,7 @@ def run_command(
     ``export``: formats ``--export`` asked for (:mod:`sim.interop.cli`), written into
     the run directory once it is complete; ``report``: False skips plots and
     ``report.html`` (``--no-report``); ``pd``: ``--pd``'s text
-    (:func:`sim.pd_config.parse_pd`), None: colocated replicas."""
+    (:func:`sim.app.pd_config.parse_pd`), None: colocated replicas."""
     from sim.interop.formats import check_format
 
     try:

@@ -18,12 +18,12 @@ from calibrate.frontend import FrontendModel
 from calibrate.latency import make_latency_model
 from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
+from sim.app.engine_config import EngineConfig
+from sim.app.kv_offload import OffloadSetup, resolve_offload
+from sim.app.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
+from sim.app.pd_setup import pool_layout, pool_link, pool_runs
 from sim.app.work_bounds import check_work_bounds
 from sim.engine.router import make_router
-from sim.engine_config import EngineConfig
-from sim.kv_offload import OffloadSetup, resolve_offload
-from sim.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
-from sim.pd_setup import pool_layout, pool_link, pool_runs
 from sim.records.step_parquet import check_format
 from sim.records.step_thin import check_mode
 from sim.spec_decode.setup import SpecSetup, resolve_spec

@@ -10,7 +10,7 @@ import typer
 from pydantic import ValidationError
 
 from sim.app.outdir import FORCE_HELP, OutputError
-from sim.cli_options import SLO_FLAGS, engine_flags, engine_option, slo_option
+from sim.cli.options import SLO_FLAGS, engine_flags, engine_option, slo_option
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL
 
 SCALING = "Scaling"
@@ -115,10 +115,10 @@ def autoscale(
     """Replicas over time: a replica schedule from the workload's arrival rate, window by
     window, and the autoscaled cluster that follows it simulated against one of the peak
     size: SLOs per window, GPU-hours of both."""
+    from sim.app.engine_config import load_engine_config
     from sim.autoscale.report import print_report
     from sim.autoscale.runner import AutoscaleSpec, run_autoscale
-    from sim.engine_config import load_engine_config
-    from sim.slo import SLO
+    from sim.records.slo import SLO
 
     values = engine_flags(ctx)
     bounds = {k: ctx.params[k] for k in SLO_FLAGS if ctx.params[k] is not None}

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from sim.autoscale.schedule import Schedule
-from sim.slo import SLO
+from sim.records.slo import SLO
 
 
 def billed_intervals(

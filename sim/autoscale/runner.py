@@ -24,6 +24,7 @@ import pandas as pd
 import yaml
 
 from kvcore import __version__
+from sim.app.engine_config import EngineConfig
 from sim.app.outdir import check_output, write_marker
 from sim.app.run import RunSpec, run
 from sim.app.setup import resolve_run
@@ -40,8 +41,7 @@ from sim.autoscale.router import ScheduledRouter
 from sim.autoscale.schedule import Schedule, build_schedule, replicas_needed
 from sim.autoscale.windows import Arrivals, Window, arrival_windows, draw_arrivals
 from sim.engine.router import make_router
-from sim.engine_config import EngineConfig
-from sim.slo import SLO
+from sim.records.slo import SLO
 from workloads.loader import YAML_SUFFIXES, preset_path
 from workloads.spec_lengths import absolute_empirical_paths
 

@@ -21,7 +21,7 @@ list, version                             :mod:`sim.cli.info`
 
 Exit status: 0 on success, 2 on bad input (one message on stderr, no traceback),
 1 on an internal error. Every option shows its help and default in ``--help``; engine
-flags come from :mod:`sim.cli_options`.
+flags come from :mod:`sim.cli.options`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import typer
 from kvcore import VLLM_VERSION
 from sim.autoscale.command import autoscale as _autoscale
 from sim.cli import budget, calibrate, info, interop, plan, replay, run, sweep
+from sim.cli.options import KvsimCommand, KvsimGroup
 from sim.cli.plan import PLAN_PATHS
-from sim.cli_options import KvsimCommand, KvsimGroup
 from sim.recommend.command import recommend as _recommend
 from sim.signals import install as install_signal_handlers
 

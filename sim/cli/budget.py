@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from sim.cli_options import (
+from sim.cli.options import (
     calibration_option,
     engine_flags,
     engine_option,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 from kvcore import __version__
-from sim.cli_options import TRACE_FIT_PANEL, engine_flags, engine_option, gpu_option, model_option
+from sim.cli.options import TRACE_FIT_PANEL, engine_flags, engine_option, gpu_option, model_option
 from sim.defaults import DEFAULT_MODEL
 
 CALIBRATE_HELP = (

@@ -11,7 +11,7 @@ import typer
 
 from sim.app.outdir import FORCE_HELP
 from sim.cli.help_texts import ROUTER_HELP, STEPS_FORMAT_HELP, STEPS_HELP
-from sim.cli_options import (
+from sim.cli.options import (
     OUTPUT_PANEL,
     WORKLOAD_PANEL,
     calibration_option,

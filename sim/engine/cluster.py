@@ -19,15 +19,15 @@ from kvcore.async_scheduler import AsyncScheduler
 from kvcore.block_hashing import FastBlockHasher
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
+from sim.app.engine_config import uses_async_scheduling
+from sim.app.kv_offload import build_connector, make_host_link
 from sim.engine.dp_lockstep import LockstepForwards
+from sim.engine.input_limits import InputLimits
 from sim.engine.offload import OffloadReplicaEngine
 from sim.engine.offload_worker import OffloadWorker
 from sim.engine.regime import decide_regime, stepping_part
 from sim.engine.replica import ReplicaEngine, ReplicaParts, kvcore_request
 from sim.engine.router import Router
-from sim.engine_config import uses_async_scheduling
-from sim.input_limits import InputLimits
-from sim.kv_offload import build_connector, make_host_link
 from sim.records.recorders import RequestRecorder, StepRecorder
 
 _UNCACHEABLE = object()
@@ -39,7 +39,7 @@ never hashed (vLLM rejects it before any cache lookup)."""
 def build_scheduler(resolved: Any, connector: Any = None) -> Scheduler:
     """A fresh kvcore scheduler for one replica of a resolved run: an
     :class:`AsyncScheduler` with async scheduling (vLLM 0.33.0's default,
-    :func:`sim.engine_config.uses_async_scheduling`), else a :class:`Scheduler`; with
+    :func:`sim.app.engine_config.uses_async_scheduling`), else a :class:`Scheduler`; with
     the run's CPU KV tier (``resolved.offload``) a fresh offloading connector, else
     ``connector`` (a P/D instance's, :mod:`sim.engine.pd_cluster`)."""
     engine_cfg = resolved.engine
@@ -177,7 +177,7 @@ class Cluster:
         self.engines = [engine(i) for i in range(num_replicas)]
         self.max_model_len: int = resolved.max_model_len
         self.limits = InputLimits(self.max_model_len)
-        """Rejected and capped requests (see :mod:`sim.input_limits`)."""
+        """Rejected and capped requests (see :mod:`sim.engine.input_limits`)."""
         self.views = [EngineView(e) for e in self.engines]
         self.num_routed = [0] * num_replicas
         if num_replicas == 1:

@@ -16,7 +16,7 @@ the metadata of each step or batch, in simulated time on a
 
 The engine (:mod:`sim.engine.replica`) owns one per replica and calls these; the worker owns
 the link, the deferred stores, which request each load is for, and the tier's
-:class:`sim.kv_offload.OffloadStats`. Units: bytes, seconds.
+:class:`sim.app.kv_offload.OffloadStats`. Units: bytes, seconds.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from kvcore.offloading_connector import (
     OffloadingConnectorMetadata,
     OffloadingConnectorScheduler,
 )
+from sim.app.kv_offload import OffloadStats
 from sim.engine.offload_transfers import HostLink, job_bytes
-from sim.kv_offload import OffloadStats
 
 
 class OffloadWorker:

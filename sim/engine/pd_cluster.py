@@ -1,12 +1,12 @@
 """Prefill/decode disaggregation: a prefill pool, a decode pool and the proxy.
 
 **How a user asks for it.** ``kvsim run WORKLOAD --pd prefill=P,decode=D``
-(``RunSpec.pd``, :mod:`sim.pd_config`; either engine loop): ``P`` prefill
+(``RunSpec.pd``, :mod:`sim.app.pd_config`; either engine loop): ``P`` prefill
 instances (vLLM's ``--kv-transfer-config '{"kv_connector": "NixlConnector",
 "kv_role": "kv_producer"}'``) and ``D`` decode instances (``kv_role:
 kv_consumer``), each one replica of the run's model, GPU, tensor-parallel size,
 engine arguments and KV budget, or, with ``--pd FILE.yaml``, of its pool's own GPU and
-engine arguments (:mod:`sim.pd_setup`). ``--router`` picks the instance within each pool, for
+engine arguments (:mod:`sim.app.pd_setup`). ``--router`` picks the instance within each pool, for
 each pool separately (default ``round_robin``, as vLLM's example proxy cycles
 through its instances; ``least_outstanding`` as llm-d's load-aware pickers).
 
@@ -50,12 +50,12 @@ from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 from sim.engine.cluster import _UNCACHEABLE, EngineView, build_scheduler
+from sim.engine.input_limits import InputLimits
 from sim.engine.pd import PDReplicaEngine, Role
 from sim.engine.pd_transfers import PDLinks, PDRead
 from sim.engine.replica import ReplicaParts, kvcore_request
 from sim.engine.router import Router, make_router
 from sim.errors import SimulationStuck
-from sim.input_limits import InputLimits
 from sim.records.recorders import RequestRecorder, StepRecorder
 
 

@@ -17,7 +17,7 @@ reads on one direction run one after another in submission order, so a read star
 when both its directions are free (the simulation submits in time order, so this is
 first come, first served). With tensor parallelism every rank moves its own shard
 over its own NIC at the same time: ``bytes`` is one rank's share on the side that
-moves more per rank (the smaller TP size, when the pools' differ: :mod:`sim.pd_setup`)
+moves more per rank (the smaller TP size, when the pools' differ: :mod:`sim.app.pd_setup`)
 and one queue stands for all ranks.
 
 Units: bytes, seconds, bytes per second.

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from calibrate.use_calibration import budget_inputs
 from kvcore.kv_cache_planning import blocks_per_request, max_in_flight_tokens
+from sim.app.engine_config import EngineConfig
 from sim.app.setup import ResolvedRun
-from sim.engine_config import EngineConfig
 from sim.plan.spec import PlanSpec
 
 KNOB_FIELD = {

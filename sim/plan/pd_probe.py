@@ -12,8 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from sim.app.pd_config import PDSpec, parse_pd
 from sim.app.run import RunSpec
-from sim.pd_config import PDSpec, parse_pd
 from sim.plan.pd_search import OutOfProbes, Split
 from sim.plan.probe import OnRun, ProbeRunner
 from sim.plan.spec import PlanSpec

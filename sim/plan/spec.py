@@ -50,12 +50,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim.app.engine_config import EngineConfig
+from sim.app.pd_config import parse_pd
 from sim.app.run import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
+from sim.app.spec_file import spec_data
 from sim.engine.router import ROUTERS
-from sim.engine_config import EngineConfig
-from sim.pd_config import parse_pd
-from sim.slo import SLO, SLO_KEYS  # noqa: F401 (SLO_KEYS: the names, re-exported)
-from sim.spec_file import spec_data
+from sim.records.slo import SLO, SLO_KEYS  # noqa: F401 (SLO_KEYS: the names, re-exported)
 from workloads.errors import from_validation_error
 
 QUESTIONS = ("max_rate", "min_replicas", "min_kv")
@@ -122,7 +122,7 @@ class PlanSpec(_Strict):
     num_replicas: int = Field(default=1, ge=1)
     router: str = "round_robin"
     pd: str | None = None
-    """``--pd``'s text or file (:mod:`sim.pd_config`). ``max_rate``: every probe runs
+    """``--pd``'s text or file (:mod:`sim.app.pd_config`). ``max_rate``: every probe runs
     that prefill:decode split; ``min_replicas``: the fewest prefill + decode instances
     at ``rate`` and their split, at most pd's counts of each (:mod:`sim.plan.pd_search`);
     None: colocated replicas."""

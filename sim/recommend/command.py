@@ -11,7 +11,7 @@ from __future__ import annotations
 import typer
 
 from sim.app.outdir import FORCE_HELP
-from sim.cli_options import given, model_option, rate_workload_option, slo_option
+from sim.cli.options import given, model_option, rate_workload_option, slo_option
 
 RECOMMEND_PATHS = {
     "model": "model",

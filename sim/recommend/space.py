@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from calibrate.catalog import load_gpu, load_model
 from kvcore import __version__
-from sim.engine_config import EngineConfig
+from sim.app.engine_config import EngineConfig
 from sim.recommend.spec import DEFAULT_TP_SIZES, RecommendSpec
 
 AXES = (

@@ -35,12 +35,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim.app.engine_config import EngineConfig
+from sim.app.spec_file import spec_data
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
 from sim.engine.router import ROUTERS
-from sim.engine_config import EngineConfig
 from sim.plan.spec import SLO
 from sim.plan.spec import Length as PlanLength
-from sim.spec_file import spec_data
 from workloads.errors import from_validation_error
 
 OBJECTIVES = ("cost", "goodput_per_gpu")

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from sim import offload
+from sim.app.engine_config import EngineConfig
 from sim.app.run import NothingServed, RunSpec, run
-from sim.engine_config import EngineConfig
 from sim.errors import SimulationStuck
 from sim.plan.probe import judge_summary
 from sim.plan.spec import Length

@@ -14,8 +14,8 @@ import shlex
 from pathlib import Path
 
 from calibrate.catalog import MODEL_DIR
+from sim.app.engine_config import EngineConfig
 from sim.app.setup import ResolvedRun
-from sim.engine_config import EngineConfig
 
 _HF = re.compile(r"https://huggingface\.co/([^/\s]+/[^/\s]+)")
 

@@ -41,7 +41,7 @@ def build_summary(
 ) -> dict[str, Any]:
     """Everything INTERFACES.md lists for ``summary.json``, plus ``num_rejected`` and
     the ``input_limits`` fields after it (``rejected``, ``num_capped_outputs``,
-    ``capped_outputs``: :mod:`sim.input_limits`). ``goodput``: per-request SLOs in ms
+    ``capped_outputs``: :mod:`sim.engine.input_limits`). ``goodput``: per-request SLOs in ms
     (:mod:`sim.records.goodput`); the window then reports ``goodput_rps``. ``frontend``: the
     API server's costs, for the ``client`` block (client-side latencies,
     :mod:`sim.records.client_side`); the top-level latencies are engine-side. ``timeouts``: the

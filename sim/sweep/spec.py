@@ -40,7 +40,7 @@ from pydantic import (
 )
 
 from sim.app.run import RunSpec
-from sim.slo import SLO
+from sim.records.slo import SLO
 from workloads.errors import WorkloadError, from_validation_error, yaml_problem
 
 Scalar = bool | int | float | str | None

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sim.app.engine_config import EngineConfig
 from sim.app.setup import resolve_run
-from sim.engine_config import EngineConfig
 from sim.sweep.points import Point
 from sim.sweep.spec import SweepSpecError
 from sim.sweep.worker import make_run_spec

@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
+from sim.app.engine_config import load_engine_config
 from sim.app.outdir import check_output, discard, publish, staging_dir
 from sim.app.run import NothingServed, RunSpec, run
-from sim.engine_config import load_engine_config
 from sim.errors import SimulationStuck
 from sim.records.verdict import UNDECIDED
 from workloads.loader import YAML_SUFFIXES, load_spec, preset_path

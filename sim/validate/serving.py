@@ -23,9 +23,9 @@ import pandas as pd
 from calibrate.roofline import RooflineEfficiency
 from calibrate.trace_fit.cli import measured_requests
 from calibrate.trace_fit.fit import errors
+from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, simulate
 from sim.app.setup import resolve_run
-from sim.engine_config import EngineConfig
 
 REPO = Path(__file__).resolve().parents[2]
 GROUND_TRUTH = REPO / "scripts" / "ground_truth"

@@ -63,9 +63,9 @@ def _child(
     import resource
 
     sys.path.insert(0, str(REPO))
+    from sim.app.engine_config import EngineConfig
     from sim.app.run import RunSpec, simulate
     from sim.app.setup import resolve_run
-    from sim.engine_config import EngineConfig
 
     engine = EngineConfig(max_num_seqs=max_num_seqs, async_scheduling=async_scheduling)
     resolved = resolve_run(RunSpec(workload=workload, model=model, gpu=gpu, engine=engine))

@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_sim import chat_workload  # noqa: E402
 
+from sim.app.engine_config import EngineConfig  # noqa: E402
 from sim.app.run import RunSpec, simulate  # noqa: E402
 from sim.app.setup import resolve_run  # noqa: E402
-from sim.engine_config import EngineConfig  # noqa: E402
 
 CASES: list[tuple[str, bool, dict[str, Any]]] = [
     ("plain", True, {}),

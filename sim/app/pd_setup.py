@@ -1,5 +1,5 @@
 """Each P/D pool's own resolved run, when ``--pd FILE.yaml`` gives it a GPU or engine
-arguments of its own (:mod:`sim.pd_config`).
+arguments of its own (:mod:`sim.app.pd_config`).
 
 A pool's run is the run's spec with the pool's GPU and its engine arguments laid over
 the run's, resolved as any run is (its KV budget, step-time model, limits); the
@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from calibrate.catalog import load_gpu
-from sim.engine_config import EngineConfig, format_validation_error
-from sim.kv_offload import worker_kv_bytes_per_block
-from sim.pd_config import PDSpec, check_pd_run
+from sim.app.engine_config import EngineConfig, format_validation_error
+from sim.app.kv_offload import worker_kv_bytes_per_block
+from sim.app.pd_config import PDSpec, check_pd_run
 
 _SAME = ("block_size", "kv_cache_dtype")
 
@@ -81,7 +81,7 @@ def pool_runs(pd: PDSpec, spec: Any, base: Any) -> dict[str, Any]:
 
 
 def pool_layout(runs: dict[str, Any], base: Any) -> dict[str, int]:
-    """The :class:`sim.pd_config.PDSetup` fields of the pools' KV layouts
+    """The :class:`sim.app.pd_config.PDSetup` fields of the pools' KV layouts
     (``worker_kv_bytes_per_block``, ``world_size``, ``moved_bytes_per_block``; see
     the module) from each pool's run (``runs``, else ``base``); ValueError naming
     ``--pd`` when neither tensor-parallel size divides the other."""

@@ -17,7 +17,7 @@ vLLM's names), e.g.::
 Both pools serve the run's model with one block size, KV cache dtype and
 max_model_len (the KV layout a read copies block for block), else the file is
 refused; their tensor-parallel sizes may differ when one divides the other
-(:mod:`sim.pd_setup`).
+(:mod:`sim.app.pd_setup`).
 
 Units: GB/s (10**9 bytes/s), microseconds, bytes per block on one TP rank.
 """
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.nixl_connector import NixlConnectorScheduler
-from sim.kv_offload import worker_kv_bytes_per_block
+from sim.app.kv_offload import worker_kv_bytes_per_block
 
 PD_KEYS = ("prefill", "decode", "kv_transfer_gbps", "kv_transfer_latency_us")
 """The keys ``--pd`` takes."""
@@ -170,7 +170,7 @@ class PDSetup:
     latency_s: float
     moved_bytes_per_block: int = 0
     runs: dict[str, Any] = field(default_factory=dict)
-    """``prefill`` / ``decode`` -> that pool's own resolved run (:mod:`sim.pd_setup`),
+    """``prefill`` / ``decode`` -> that pool's own resolved run (:mod:`sim.app.pd_setup`),
     for a pool with a GPU or engine arguments of its own; else the run's."""
 
     def read_bytes(self, num_blocks: int) -> int:

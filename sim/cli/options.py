@@ -15,8 +15,8 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from sim.app.engine_config import EngineConfig
 from sim.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_WORKLOAD
-from sim.engine_config import EngineConfig
 
 ENGINE_FLAGS: dict[str, tuple[str, str]] = {
     "block_size": ("--block-size", "tokens per KV cache block (a multiple of 16)"),
@@ -110,7 +110,7 @@ SLO_FLAGS: dict[str, tuple[str, str]] = {
         "preemptions per request, at most",
     ),
 }
-"""Each SLO flag (a ``sim.slo.SLO`` field) of plan, recommend and autoscale: its option
+"""Each SLO flag (a ``sim.records.slo.SLO`` field) of plan, recommend and autoscale: its option
 and help."""
 
 ENGINE_PANEL = "Engine (vLLM's engine arguments and defaults)"
@@ -205,7 +205,7 @@ def given(ctx: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
 def engine_flags(ctx: typer.Context) -> dict[str, Any]:
     """The engine flags of the command ``ctx`` runs: each of its parameters named as an
     :data:`ENGINE_FLAGS` field (an ``EngineConfig`` field), None where not given
-    (:func:`given`). What every command hands to ``sim.engine_config.load_engine_config``,
+    (:func:`given`). What every command hands to ``sim.app.engine_config.load_engine_config``,
     so a flag declared with :func:`engine_option` reaches the engine with no list of
     names in between."""
     return given(ctx, {k: v for k, v in ctx.params.items() if k in ENGINE_FLAGS})

@@ -6,7 +6,7 @@ floats must be finite, and values vLLM 0.33.0 refuses are refused here.
 
 ``kvsim run``, ``budget``, ``autoscale``, ``calibrate --from-trace`` and a sweep's points
 build it through :func:`load_engine_config` (defaults, then the file, then the flags
-given, which ``sim.cli_options.engine_flags`` collects); a plan's engine mapping, a
+given, which ``sim.cli.options.engine_flags`` collects); a plan's engine mapping, a
 recommend space's and a ``--from-trace`` runs file's are validated inside their own
 specs (so their messages name the spec's field). The one frozen object is passed down
 whole: the run's setup and the KV budget (``calibrate.budget.engine_kv_budget`` reads
