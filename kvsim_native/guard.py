@@ -49,6 +49,7 @@ NATIVE_MODULES = (
     "sim.records.step_row",
     "sim.records.recorders",
     "sim.engine.stretches",
+    "sim.engine.stretches_async",
     "sim.engine.replica",
     "sim.engine.connector",
     "sim.engine.offload",

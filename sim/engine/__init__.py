@@ -1,7 +1,8 @@
 """The engine: one vLLM replica's loop in simulated time and what composes it.
 
 - :mod:`sim.engine.replica`: a replica's engine loop (sync and async scheduling),
-  arrivals, aborts, records; :mod:`sim.engine.stretches` its fast-forward;
+  arrivals, aborts, records; :mod:`sim.engine.stretches` its fast-forward
+  (:mod:`sim.engine.stretches_async` in the async loop);
   :mod:`sim.engine.step_cost` and :mod:`sim.engine.step_timing` what a step costs;
   :mod:`sim.engine.regime` whether an engine fast-forwards.
 - :mod:`sim.engine.connector`: the async loop with a KV connector, for

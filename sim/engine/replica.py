@@ -69,6 +69,7 @@ from sim.engine.regime import EngineRegime, decide_regime, stepping_part
 from sim.engine.step_cost import StepCoster
 from sim.engine.step_timing import make_stretch_timer
 from sim.engine.stretches import SAMPLE_TOKEN_ID, StepTimeout, StretchRunner
+from sim.engine.stretches_async import AsyncStretchRunner
 from sim.errors import SimulationStuck
 from sim.records.decision_line import decision_line
 from sim.records.recorders import RequestRecorder, StepRecorder
@@ -210,8 +211,9 @@ class ReplicaEngine:
         self._meta: dict[str, _Meta] = {}
         self._wake = env.event()
         # Fast-forward, when the regime allows it: the stretch runner composed in.
+        runner = StretchRunner if self.batch_queue is None else AsyncStretchRunner
         self.stretches: StretchRunner | None = (
-            StretchRunner(
+            runner(
                 self,
                 make_stretch_timer(latency_model, self.costs.decode_time),
                 one_writer=regime.one_writer,
@@ -373,6 +375,7 @@ class ReplicaEngine:
         self._gpu_free = env.now
         timing = self._in_flight
         stretches = self.stretches
+        assert stretches is None or isinstance(stretches, AsyncStretchRunner)
         rank_batches = self._rank_batches
         while True:
             if self._pending:
