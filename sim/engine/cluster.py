@@ -138,6 +138,8 @@ class Cluster:
         latency = getattr(resolved, "replica_latency_models", None) or (
             [resolved.latency_model] * num_replicas
         )
+        if offload is not None and groups:
+            raise ValueError("DP lockstep runs without a KV connector")
         stepped_by = stepping_part(
             offload=offload is not None, spec=spec is not None, lockstep=bool(groups)
         )
@@ -168,8 +170,6 @@ class Cluster:
             if offload is None:
                 lockstep = groups[i // dp] if groups else None
                 return ReplicaEngine(parts, regime, spec_run, lockstep)
-            if groups:
-                raise ValueError("DP lockstep runs without a KV connector")
             # The CPU offload tier: the engine with the tier's worker side.
             worker = OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block)
             return OffloadReplicaEngine(parts, worker, regime, spec_run)

@@ -156,9 +156,9 @@ class ConnectorEngine(ReplicaEngine):
         return _Flight(batch, t0, end, prefill, decode)
 
     def _merge_carried(self, result: EngineStepOutput, recorded: bool) -> None:
-        """Lookups of batches that scheduled no token (``recorded`` false) count in
-        the next recorded step (steps.csv has no row for such a batch), as in the
-        synchronous loops."""
+        """Lookups of steps or batches that scheduled no token (``recorded`` false)
+        count in the next recorded step (steps.csv has no row for them); both loops
+        with a connector merge them here."""
         stats = result.prefix_cache_stats
         if not recorded:
             if stats is not None:

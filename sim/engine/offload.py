@@ -90,9 +90,9 @@ class OffloadReplicaEngine(ConnectorEngine):
                 self._connector_after_output()
                 if kvo.completed_jobs or worker.has_deferred_stores:
                     continue  # progress (or stores to submit): schedule again now
-                next_end = worker.next_done_s()
-                if next_end is not None:
-                    yield env.timeout(next_end - env.now) | self._idle()
+                wait = self._connector_wait()
+                if wait is not None:  # the next transfer's end, or an arrival
+                    yield wait
                     continue
                 if (yield from self._after_empty_step()):
                     continue

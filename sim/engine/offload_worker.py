@@ -2,7 +2,7 @@
 
 kvcore's :class:`kvcore.offloading_connector.OffloadingConnectorScheduler` decides which
 blocks move; this is what vLLM 0.33.0's ``OffloadingConnectorWorker``
-(``vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py``) does with
+(``vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py``) does with
 the metadata of each step or batch, in simulated time on a
 :class:`sim.engine.offload_transfers.HostLink` (see that module for the plan):
 

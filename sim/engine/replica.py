@@ -374,8 +374,7 @@ class ReplicaEngine:
         scheduler = self.scheduler
         self._gpu_free = env.now
         timing = self._in_flight
-        stretches = self.stretches
-        assert stretches is None or isinstance(stretches, AsyncStretchRunner)
+        stretches = self.stretches  # an AsyncStretchRunner here
         rank_batches = self._rank_batches
         while True:
             if self._pending:
@@ -386,7 +385,7 @@ class ReplicaEngine:
                 stretches is not None
                 and len(timing) == 1
                 and not scheduler.waiting
-                and (yield from stretches.try_async_fast_forward(queue))
+                and (yield from stretches.try_fast_forward())
             ):
                 continue
             if not queue.has_work():

@@ -25,10 +25,12 @@ from sim.records.step_row import StepRow
 
 
 class AsyncStretchRunner(StretchRunner):
-    """The fast-forward of one replica's engine in the async-scheduling loop."""
+    """The fast-forward of one replica's engine in the async-scheduling loop: its
+    :meth:`try_fast_forward` is the async loop's (the engine's batch queue)."""
 
-    def try_async_fast_forward(self, queue: BatchQueue) -> Generator[simpy.Event, Any, bool]:
-        """At the top of an iteration of the async loop: advance stretches of steady
+    def try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
+        """At the top of an iteration of the async loop (one batch in flight, nothing
+        waiting: the loop checks that before it calls this): advance stretches of steady
         decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
         event, until the last of them applied its batch. Returns True when it advanced.
 
@@ -43,6 +45,8 @@ class AsyncStretchRunner(StretchRunner):
         recorded at their own finish times)."""
         env = self.env
         engine = self.engine
+        queue = engine.batch_queue
+        assert queue is not None  # built for an engine with a batch queue
         if engine.has_pending or not self._one_writer or env.now > engine.gpu_free:
             return False
         until = env.peek()
