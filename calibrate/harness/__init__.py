@@ -10,7 +10,8 @@ paged attention of :mod:`calibrate.harness.paged_attention` (torch) or
 :mod:`calibrate.harness.memory_backend`; outputs checked and written by
 :mod:`calibrate.harness.output_files`; :mod:`calibrate.harness.gpu_check` (run by
 ``calibrate/gpu_check.sh``) checks the CUDA paths on hardware. Importing this package
-imports no torch; the modules that need it import it where they run.
+imports no torch (``tests/test_calibrate_no_torch.py``): ``paged_attention`` and
+``torch_model`` import it at their top, the others in the functions that use it.
 
 The hardware model every run uses (catalog, roofline, KV budget, all-reduce, front
 end, fits) is the rest of :mod:`calibrate`.
