@@ -350,10 +350,13 @@ def run(
     resolved = resolved or resolve_run(spec)
     target = check_output(out, "run", force=force) if target is None else target
     tmp = staging_dir(target)
-    # plots and report.html by a process that imports the renderer while the run runs
-    # (reports.render_worker); with helpers off, in process
-    worker = RenderWorker() if render and helpers is not False and offload.allowed() else None
+    worker: RenderWorker | None = None
     try:
+        # Plots and report.html by a process that imports the renderer while the run
+        # runs (reports.render_worker); with helpers off, in process. Started inside the
+        # try: a signal while it starts must discard the staging directory too.
+        if render and helpers is not False and offload.allowed():
+            worker = RenderWorker()
         summary = simulate(
             resolved,
             tmp,
