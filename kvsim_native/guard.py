@@ -50,16 +50,19 @@ NATIVE_MODULES = (
     "sim.records.recorders",
     "sim.engine.stretches",
     "sim.engine.stretches_async",
+    "sim.engine.replica_parts",
+    "sim.engine.replica_requests",
     "sim.engine.replica",
+    "sim.engine.replica_async",
     "sim.engine.connector",
     "sim.engine.offload",
     "sim.engine.pd",
 )
 """Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
 async one subclasses the sync one, and a compiled class takes only compiled subclasses)
-with the batch queue that drives the async one, and the simulator's engine loop
-(``sim.engine``) with its step timing and costs, typed step rows and records (the
-per-step path), and the engines with a KV connector (subclasses of the engine's: the
+with the batch queue that drives the async one, and the simulator's engine loops
+(``sim.engine``: the requests' side, the synchronous and async loops) with their
+step timing and costs, typed step rows and records (the per-step path), and the engines with a KV connector (subclasses of the engine's: the
 async loop with a connector, the CPU offload tier's, the P/D instance's).
 They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
 a subclass of ``collections.deque``). ``kvcore``, ``sim`` and ``calibrate`` import

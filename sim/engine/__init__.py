@@ -1,7 +1,10 @@
 """The engine: one vLLM replica's loop in simulated time and what composes it.
 
-- :mod:`sim.engine.replica`: a replica's engine loop (sync and async scheduling),
-  arrivals, aborts, records; :mod:`sim.engine.stretches` its fast-forward
+- :mod:`sim.engine.replica`: a replica's synchronous engine loop and its step records;
+  :mod:`sim.engine.replica_async` the async-scheduling loop (vLLM's default);
+  :mod:`sim.engine.replica_requests` what every loop shares (arrivals, client
+  timeouts and aborts, finished requests' records); :mod:`sim.engine.replica_parts`
+  what an engine is built from; :mod:`sim.engine.stretches` its fast-forward
   (:mod:`sim.engine.stretches_async` in the async loop);
   :mod:`sim.engine.step_cost` and :mod:`sim.engine.step_timing` what a step costs;
   :mod:`sim.engine.regime` whether an engine fast-forwards.

@@ -26,7 +26,9 @@ from sim.engine.input_limits import InputLimits
 from sim.engine.offload import OffloadReplicaEngine
 from sim.engine.offload_worker import OffloadWorker
 from sim.engine.regime import decide_regime, stepping_part
-from sim.engine.replica import ReplicaEngine, ReplicaParts, kvcore_request
+from sim.engine.replica import ReplicaEngine
+from sim.engine.replica_async import make_replica_engine
+from sim.engine.replica_parts import ReplicaParts, kvcore_request
 from sim.engine.router import Router
 from sim.records.recorders import RequestRecorder, StepRecorder
 
@@ -169,7 +171,7 @@ class Cluster:
             spec_run = None if spec is None else spec.make_run(i, run_seed, loop_async)
             if offload is None:
                 lockstep = groups[i // dp] if groups else None
-                return ReplicaEngine(parts, regime, spec_run, lockstep)
+                return make_replica_engine(parts, regime, spec_run, lockstep)
             # The CPU offload tier: the engine with the tier's worker side.
             worker = OffloadWorker(make_host_link(offload), offload.worker_kv_bytes_per_block)
             return OffloadReplicaEngine(parts, worker, regime, spec_run)

@@ -26,7 +26,7 @@ from kvcore.sched_output import SchedulerOutput
 from sim.engine.connector import ConnectorEngine
 from sim.engine.offload_worker import OffloadWorker
 from sim.engine.regime import EngineRegime
-from sim.engine.replica import ReplicaParts
+from sim.engine.replica_parts import ReplicaParts
 from sim.engine.stretches import StepTimeout
 from sim.errors import SimulationStuck
 from sim.spec_decode.engine import SpecDecodeRun

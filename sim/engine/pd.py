@@ -44,7 +44,7 @@ from kvcore.nixl_connector import NixlConnectorMetadata
 from kvcore.request import LoRARequest, Request
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from sim.engine.connector import ConnectorEngine
-from sim.engine.replica import ReplicaParts, _Meta
+from sim.engine.replica_parts import ReplicaParts, RequestMeta
 from sim.engine.stretches import StepTimeout
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class PDReplicaEngine(ConnectorEngine):
                 block_hashes=sr.prompt_block_hashes or (),
                 kv_transfer_params=dict(PREFILL_PARAMS) if prefill else self._params.pop(rid),
             )
-            self._meta[rid] = _Meta(sr.arrival_s, req.num_prompt_tokens)
+            self._meta[rid] = RequestMeta(sr.arrival_s, req.num_prompt_tokens)
             self.scheduler.add_request(req)
         self._pending.clear()
 

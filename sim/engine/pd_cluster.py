@@ -53,7 +53,7 @@ from sim.engine.cluster import _UNCACHEABLE, EngineView, build_scheduler
 from sim.engine.input_limits import InputLimits
 from sim.engine.pd import PDReplicaEngine, Role
 from sim.engine.pd_transfers import PDLinks, PDRead
-from sim.engine.replica import ReplicaParts, kvcore_request
+from sim.engine.replica_parts import ReplicaParts, kvcore_request
 from sim.engine.router import Router, make_router
 from sim.errors import SimulationStuck
 from sim.records.recorders import RequestRecorder, StepRecorder

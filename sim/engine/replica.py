@@ -1,21 +1,16 @@
 """One vLLM replica as a SimPy process: schedule, time the step, apply the output.
 
-Two loops, as vLLM 0.33.0's engine core has:
-
-- **synchronous** (``EngineCore.step``, a :class:`kvcore.scheduler.Scheduler`):
-  requests that arrived while a step ran are added before the next ``schedule()``;
-  the step's duration comes from the latency model; sampled tokens (a fixed id, EOS
-  ignored) are applied with ``update_from_output`` at the end of the step.
-- **async scheduling**, vLLM 0.33.0's default (``EngineCore.step_with_batch_queue``,
-  a :class:`kvcore.async_scheduler.AsyncScheduler` behind a
-  :class:`kvcore.batch_queue.BatchQueue` of 2 batches): step N+1 is scheduled, with
-  output placeholders, as soon as step N is launched; the GPU runs batches one after
-  another; the engine then waits for the oldest batch, applies its output at its end
-  and schedules the next. A request that arrives while step N runs is added when N's
-  output is applied and scheduled in N+2, one step later than the synchronous loop
-  would run it. Host time (scheduling, input preparation, output processing) is not
-  charged separately: it overlaps the GPU's in this loop and is part of the latency
-  model's per-step overhead in both.
+:class:`ReplicaEngine` is vLLM 0.33.0's synchronous loop (``EngineCore.step``, a
+:class:`kvcore.scheduler.Scheduler`): requests that arrived while a step ran are added
+before the next ``schedule()``; the step's duration comes from the latency model;
+sampled tokens (a fixed id, EOS ignored) are applied with ``update_from_output`` at the
+end of the step. Its subclasses run the other loops:
+:class:`sim.engine.replica_async.AsyncReplicaEngine` async scheduling, vLLM 0.33.0's
+default, and, for a scheduler with a KV connector (the CPU KV offload tier's, P/D's),
+:class:`sim.engine.connector.ConnectorEngine` (the async loop with a connector),
+:class:`sim.engine.offload.OffloadReplicaEngine` and :class:`sim.engine.pd.PDReplicaEngine`.
+What every loop shares (arrivals, client timeouts and aborts, the records of finished
+requests) is the base class, :class:`sim.engine.replica_requests.ReplicaRequests`.
 
 Fast-forward (on by default) advances stretches of decode-only steps at once, exactly
 as the loop would step them (same records, byte for byte): in the synchronous loop
@@ -26,106 +21,42 @@ stop at the first step in which requests finish, before a step whose blocks the 
 cannot serve, and at the next SimPy event (an arrival, a timer); see
 :mod:`sim.engine.stretches`. Whether an engine fast-forwards, and how (one writer of
 the records or several), is decided once where the engines are built
-(:mod:`sim.engine.regime`) and passed in.
-
-A replica whose scheduler has a KV connector (the CPU KV offload tier's, P/D's) runs
-in a subclass with the connector's worker side: :class:`sim.engine.connector.ConnectorEngine`
-(the async loop with a connector), :class:`sim.engine.offload.OffloadReplicaEngine`,
-:class:`sim.engine.pd.PDReplicaEngine`. Fast-forward is off there.
+(:mod:`sim.engine.regime`) and passed in. Fast-forward is off with a KV connector.
 
 With speculative decoding (``--speculative-config``, both loops) the fake model samples
 ``1 + a`` tokens per decoding request with drafts (``a`` accepted, drawn by the
 replica's acceptance model) and the drafter's proposals and cost come from
 :class:`sim.spec_decode.engine.SpecDecodeRun`; fast-forward is off (every step is stepped:
 its stretches assume one token per request per step).
-
-A request with ``timeout_s`` that has not finished ``timeout_s`` seconds after it
-arrived is aborted as vLLM 0.33.0 aborts a request whose client went away: the
-engine core calls ``Scheduler.finish_requests([id], FINISHED_ABORTED)``
-(``EngineCore.abort_requests``), before the next ``schedule()`` (the input queue) or,
-when a step is running, before that step's output is applied (the aborts queue);
-output of an aborted request still in flight is dropped. A request not yet admitted
-is dropped from the queue of arrivals. Fast-forward is off for such workloads (a
-stretch could not stop at an abort in the middle of a step).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import IO, Any
+from collections.abc import Generator
+from typing import Any
 
 import simpy
 
 from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue, sample_fixed_token
-from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.offloading_connector import OffloadingConnectorScheduler
-from kvcore.request import LoRARequest, Request, RequestStatus
+from kvcore.request import Request
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
-from kvcore.scheduler import Scheduler
-from sim.engine.dp_lockstep import LockstepForwards, RankBatches
+from sim.engine.dp_lockstep import LockstepForwards
 from sim.engine.regime import EngineRegime, decide_regime, stepping_part
+from sim.engine.replica_parts import ReplicaParts
+from sim.engine.replica_requests import ReplicaRequests
 from sim.engine.step_cost import StepCoster
-from sim.engine.step_timing import make_stretch_timer
+from sim.engine.step_timing import StretchTimer, make_stretch_timer
 from sim.engine.stretches import SAMPLE_TOKEN_ID, StepTimeout, StretchRunner
-from sim.engine.stretches_async import AsyncStretchRunner
 from sim.errors import SimulationStuck
 from sim.records.decision_line import decision_line
-from sim.records.recorders import RequestRecorder, StepRecorder
 from sim.records.step_row import StepRow
 from sim.spec_decode.engine import SpecDecodeRun
 
 
-def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
-    """The kvcore ``Request`` of a workload request ``sr`` arriving at ``now`` (s),
-    hashed into blocks by ``hasher``."""
-    return Request(
-        sr.request_id,
-        sr.prompt_token_ids,
-        sr.max_tokens,
-        arrival_time=now,
-        priority=sr.priority,
-        lora_request=LoRARequest.from_id(sr.lora_id) if sr.lora_id else None,
-        cache_salt=sr.cache_salt,
-        block_hasher=hasher,
-        block_hashes=sr.prompt_block_hashes or (),
-    )
-
-
-class _Meta:
-    __slots__ = ("arrival_s", "first_token_s", "prompt_tokens")
-
-    def __init__(self, arrival_s: float, prompt_tokens: int) -> None:
-        self.arrival_s = arrival_s
-        self.first_token_s = -1.0
-        self.prompt_tokens = prompt_tokens
-
-
-@dataclass(frozen=True)
-class ReplicaParts:
-    """What every replica's engine is built from (:class:`ReplicaEngine` and its
-    subclasses; the cluster or the P/D proxy makes one per replica)."""
-
-    env: simpy.Environment
-    replica_id: int
-    """The replica's id in steps.csv and requests.csv."""
-    scheduler: Scheduler
-    latency_model: Any
-    hasher: BlockHasher | FastBlockHasher
-    steps: StepRecorder
-    requests: RequestRecorder
-    workload: Any
-    check: bool = False
-    """Check the scheduler's invariants after every step."""
-    decisions: IO[str] | None = None
-    """Where to write decisions.jsonl's lines; None: nowhere."""
-    on_progress: Callable[[int], None] | None = None
-    """Called with the number of requests that just finished."""
-
-
-class ReplicaEngine:
-    """Drives one kvcore Scheduler in simulated time (seconds)."""
+class ReplicaEngine(ReplicaRequests):
+    """Drives one kvcore Scheduler in simulated time (seconds), in the synchronous loop."""
 
     def __init__(
         self,
@@ -140,23 +71,15 @@ class ReplicaEngine:
         that has the same speculative config); ``lockstep``: the forward time line of
         this replica's DP group, a MoE model's DP ranks stepping together
         (:mod:`sim.engine.dp_lockstep`; no connector)."""
+        super().__init__(parts)
         env = parts.env
         scheduler = parts.scheduler
         latency_model = parts.latency_model
         workload = parts.workload
-        self.env = env
-        self.replica_id = parts.replica_id
-        self.scheduler = scheduler
         self.latency_model = latency_model
-        self.hasher = parts.hasher
         self.steps = parts.steps
-        self.requests = parts.requests
-        self.workload = workload
-        self.on_finish: Callable[[str, list[int], float], None] = workload.on_finish
-        self.arrivals_done: Callable[[], bool] = workload.done
         self.check = parts.check
         self.decisions = parts.decisions
-        self.on_progress = parts.on_progress
         if regime is None:
             regime = decide_regime(
                 fast_forward=False,
@@ -195,128 +118,27 @@ class ReplicaEngine:
             vector_decode=regime.vector_decode,
             spec=spec,
         )
-        self.max_model_len = scheduler.max_model_len
         self.pool = scheduler.kv_cache_manager.block_pool
         self.num_steps = 0
-        # The async loop's batches in flight, oldest first: (start s, duration s,
-        # prefill tokens, decode tokens); and when the last batch launched ends (s).
-        self._in_flight: list[tuple[float, float, int, int]] = []
+        # The async loops: when the last batch launched ends (s).
         self._gpu_free = env.now
-        # The same with DP lockstep, on the group's forward time line.
-        self._rank_batches = None if lockstep is None else RankBatches(lockstep)
-        self.num_rejected = 0
-        self.num_aborted = 0
-        self._aborts: list[str] = []  # ids whose client gave up, not yet aborted
-        self._pending: list[Any] = []
-        self._meta: dict[str, _Meta] = {}
-        self._wake = env.event()
         # Fast-forward, when the regime allows it: the stretch runner composed in.
-        runner = StretchRunner if self.batch_queue is None else AsyncStretchRunner
         self.stretches: StretchRunner | None = (
-            runner(
-                self,
-                make_stretch_timer(latency_model, self.costs.decode_time),
-                one_writer=regime.one_writer,
-                reacts_to_finish=regime.reacts_to_finish,
-            )
+            self._make_stretches(make_stretch_timer(latency_model, self.costs.decode_time), regime)
             if regime.fast_forward
             else None
         )
         self.process = env.process(self.run())
 
-    # -- arrivals ------------------------------------------------------------------
-
-    def submit(self, sim_request: Any) -> None:
-        """Hand a request to this replica (it joins the queue before the next step)."""
-        if sim_request.num_prompt_tokens >= self.max_model_len:
-            # vLLM rejects such prompts at the API; the request never runs (and its
-            # token ids, when the workload defers them, are never built).
-            self.num_rejected += 1
-            self.on_finish(sim_request.request_id, [], self.env.now)
-            return
-        self._pending.append(sim_request)
-        if sim_request.timeout_s is not None:
-            rid = sim_request.request_id
-            timer = self.env.timeout(sim_request.timeout_s)
-            timer.callbacks.append(lambda _event: self._timed_out(rid))
-        if not self._wake.triggered:
-            self._wake.succeed()
-
-    def _timed_out(self, rid: str) -> None:
-        """The client of ``rid`` gives up now: abort it at the engine's next chance."""
-        if rid in self._meta or any(sr.request_id == rid for sr in self._pending):
-            self._aborts.append(rid)
-            if not self._wake.triggered:
-                self._wake.succeed()
-
-    def _apply_aborts(self) -> None:
-        """Abort the requests whose clients gave up, one ``finish_requests`` call each
-        (in the order they timed out), as vLLM's ``EngineCore.abort_requests``."""
-        now = self.env.now
-        aborts, self._aborts = self._aborts, []
-        for rid in aborts:
-            queued = next((sr for sr in self._pending if sr.request_id == rid), None)
-            if queued is not None:  # never admitted: gone before the engine saw it
-                self._pending.remove(queued)
-                self._meta[rid] = _Meta(queued.arrival_s, queued.num_prompt_tokens)
-                self._aborted(rid, 0, 0, 0, now)
-                continue
-            for req in self.scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED):
-                self._aborted(
-                    rid,
-                    req.num_output_tokens,
-                    max(req.num_cached_tokens, 0),
-                    req.num_preemptions,
-                    now,
-                )
-
-    def _aborted(
-        self, rid: str, output_tokens: int, cached_tokens: int, preemptions: int, now: float
-    ) -> None:
-        m = self._meta.pop(rid)
-        self.num_aborted += 1
-        self.requests.add_aborted(
-            rid,
-            self.replica_id,
-            m.arrival_s,
-            m.first_token_s,
-            now,
-            m.prompt_tokens,
-            output_tokens,
-            cached_tokens,
-            preemptions,
-        )
-        if self.on_progress is not None:
-            self.on_progress(1)
-        self.workload.on_abort(rid, now)
-
-    @property
-    def num_outstanding(self) -> int:
-        """Requests submitted and not finished."""
-        return len(self._pending) + self.scheduler.get_num_unfinished_requests()
-
-    def _admit_pending(self) -> None:
-        now = self.env.now
-        for sr in self._pending:
-            req = kvcore_request(sr, now, self.hasher)
-            self._meta[sr.request_id] = _Meta(sr.arrival_s, req.num_prompt_tokens)
-            self.scheduler.add_request(req)
-        self._pending.clear()
-
-    # -- the loop ------------------------------------------------------------------
-
-    def _idle(self) -> simpy.Event:
-        """An event that fires at the next submit, or when arrivals end."""
-        self._wake = self.env.event()
-        done = getattr(self.workload, "all_submitted", None)
-        if done is not None and not done.triggered:
-            return self._wake | done
-        return self._wake
+    def _make_stretches(self, timer: StretchTimer, regime: EngineRegime) -> StretchRunner:
+        """This engine's stretch runner (the async loop's engine makes its own)."""
+        if self.batch_queue is not None:
+            raise ValueError("the async loop fast-forwards in AsyncReplicaEngine")
+        return StretchRunner(self, timer, regime)
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         if self.batch_queue is not None:
-            yield from self._run_batch_queue(self.batch_queue)
-            return
+            raise TypeError("an AsyncScheduler's engine is an AsyncReplicaEngine")
         scheduler = self.scheduler
         stretches = self.stretches
         while True:
@@ -360,95 +182,6 @@ class ReplicaEngine:
                 raise self._no_fit()
             yield self._idle()
         return True
-
-    def _run_batch_queue(self, queue: BatchQueue) -> Generator[simpy.Event, Any, None]:
-        """vLLM 0.33.0's async-scheduling loop (``EngineCore.step_with_batch_queue``)
-        in simulated time; see the module docstring.
-
-        Each batch starts on the GPU when the one before it ends (or when it is
-        scheduled, if the GPU is idle) and runs for the latency model's step time; a
-        batch that schedules no tokens takes no GPU time. Arrivals join before every
-        ``schedule()``; an engine that can schedule nothing with nothing in flight
-        waits for an arrival (or is stuck, as in the synchronous loop)."""
-        env = self.env
-        scheduler = self.scheduler
-        self._gpu_free = env.now
-        timing = self._in_flight
-        stretches = self.stretches  # an AsyncStretchRunner here
-        rank_batches = self._rank_batches
-        while True:
-            if self._pending:
-                self._admit_pending()
-            if self._aborts:
-                self._apply_aborts()
-            if (
-                stretches is not None
-                and len(timing) == 1
-                and not scheduler.waiting
-                and (yield from stretches.try_fast_forward())
-            ):
-                continue
-            if not queue.has_work():
-                if self.arrivals_done() and not self._pending:
-                    return
-                yield self._idle()
-                continue
-            if (
-                rank_batches is not None
-                and rank_batches.empty
-                and (yield from self._await_group_forward())
-            ):
-                continue
-            batch, must_wait = queue.schedule_next()
-            if batch is not None:
-                out = batch.scheduler_output
-                if out.total_num_scheduled_tokens:
-                    duration, prefill, decode, _ = self.costs.cost(out, batch.sampled_token_ids)
-                else:
-                    duration, prefill, decode = 0.0, 0, 0
-                if rank_batches is not None:
-                    rank_batches.add(duration, prefill, decode)
-                else:
-                    start = max(env.now, self._gpu_free)
-                    self._gpu_free = start + duration
-                    timing.append((start, duration, prefill, decode))
-            if not must_wait:
-                continue
-            if rank_batches is not None:
-                fwd, prefill, decode = rank_batches.take_oldest()
-                yield fwd.done
-                start, duration = fwd.start, fwd.duration
-                rank_batches.launch_next()  # the next batch reaches the GPU now
-            else:
-                start, duration, prefill, decode = timing.pop(0)
-                end = start + duration
-                if end > env.now:
-                    yield StepTimeout(env, end - env.now)
-            if env.peek() <= env.now:
-                # Arrivals due at this instant join before the next schedule().
-                yield env.timeout(0)
-            if self._aborts:  # aborts that came while the batch ran (the aborts queue)
-                self._apply_aborts()
-            applied, result = queue.apply_oldest()
-            now = env.now
-            out = applied.scheduler_output
-            if self.spec is not None:
-                self.spec.observe(result.spec_decoding_stats, now)
-            if out.total_num_scheduled_tokens == 0:
-                for req in result.finished_requests:  # earlier finishes only
-                    self.finish_request(req, now)
-                if not queue.queue and not scheduler.running and scheduler.waiting:
-                    if self._pending:
-                        continue
-                    if self.arrivals_done():
-                        raise self._no_fit()
-                    yield self._idle()
-                continue
-            finished = self._record_step(out, result, start, duration, prefill, decode, now)
-            if self.check:
-                scheduler.check_invariants()
-            for req in finished:
-                self.finish_request(req, now)
 
     # -- DP lockstep (a MoE model's DP ranks, sim.engine.dp_lockstep) ---------------
 
@@ -594,11 +327,6 @@ class ReplicaEngine:
     # -- what the stretch runner (sim.engine.stretches) reads and changes ----------
 
     @property
-    def has_pending(self) -> bool:
-        """Whether arrivals wait to be added before the next ``schedule()``."""
-        return bool(self._pending)
-
-    @property
     def gpu_free(self) -> float:
         """The async loop: when the last batch launched ends (s)."""
         return self._gpu_free
@@ -618,39 +346,3 @@ class ReplicaEngine:
         step0 = self.num_steps
         self.num_steps += k
         return step0
-
-    def note_first_token(self, rid: str, now: float) -> None:
-        """``rid``'s first token comes at ``now`` (s) unless an earlier one did."""
-        m = self._meta[rid]
-        if m.first_token_s < 0:
-            m.first_token_s = now
-
-    def oldest_in_flight(self) -> tuple[float, float, int, int]:
-        """The async loop's oldest batch in flight: start s, duration s, prefill and
-        decode tokens."""
-        return self._in_flight[0]
-
-    def relaunch_in_flight(self, start: float, duration: float, prefill: int, decode: int) -> None:
-        """The async loop after a stretch: the one batch in flight is the stretch's
-        last scheduled, starting at ``start`` (s) for ``duration`` (s)."""
-        self._in_flight[0] = (start, duration, prefill, decode)
-        self._gpu_free = start + duration
-
-    def finish_request(self, req: Request, now: float) -> None:
-        """Record ``req``, finished at ``now`` (s), and tell the workload."""
-        rid = req.request_id
-        m = self._meta.pop(rid)
-        self.requests.add(
-            rid,
-            self.replica_id,
-            m.arrival_s,
-            m.first_token_s,
-            now,
-            m.prompt_tokens,
-            req.num_output_tokens,
-            max(req.num_cached_tokens, 0),
-            req.num_preemptions,
-        )
-        if self.on_progress is not None:
-            self.on_progress(1)
-        self.on_finish(rid, req.output_token_ids, now)

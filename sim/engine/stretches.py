@@ -30,6 +30,7 @@ from sim.records.recorders import StepRecorder
 from sim.records.step_row import DecodeRows
 
 if TYPE_CHECKING:
+    from sim.engine.regime import EngineRegime
     from sim.engine.replica import ReplicaEngine
 
 SAMPLE_TOKEN_ID = 7
@@ -68,14 +69,12 @@ class StretchRunner:
         self,
         engine: ReplicaEngine,
         timer: StretchTimer,
-        *,
-        one_writer: bool,
-        reacts_to_finish: bool,
+        regime: EngineRegime,
     ) -> None:
         """``timer``: the stretches' step times (:func:`sim.engine.step_timing.make_stretch_timer`);
-        ``one_writer``: this replica writes the records alone (one replica);
-        ``reacts_to_finish``: the workload may submit when a request finishes (see
-        :class:`sim.engine.regime.EngineRegime`)."""
+        ``regime``: the engine's (:class:`sim.engine.regime.EngineRegime`): whether this
+        replica writes the records alone (one replica) and whether the workload may
+        submit when a request finishes."""
         self.engine = engine
         self.env: simpy.Environment = engine.env
         self.scheduler: Scheduler = engine.scheduler
@@ -85,8 +84,8 @@ class StretchRunner:
         self.replica_id: int = engine.replica_id
         self.check: bool = engine.check
         self._stretch = timer
-        self._one_writer = one_writer
-        self._reacts_to_finish = reacts_to_finish
+        self._one_writer = regime.one_writer
+        self._reacts_to_finish = regime.reacts_to_finish
         self.num_fast_forwarded = 0  # steps advanced by fast-forward
         self.num_stretches = 0  # fast-forward stretches (of one step or more)
 

@@ -11,7 +11,7 @@ not a plain decode. Units: seconds.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -23,10 +23,26 @@ from sim.engine.stretches import FAST_FORWARD_HORIZON, SAMPLE_TOKEN_ID, Segment,
 from sim.records.decision_line import decision_line
 from sim.records.step_row import StepRow
 
+if TYPE_CHECKING:
+    from sim.engine.regime import EngineRegime
+    from sim.engine.replica_async import AsyncReplicaEngine
+    from sim.engine.step_timing import StretchTimer
+
 
 class AsyncStretchRunner(StretchRunner):
     """The fast-forward of one replica's engine in the async-scheduling loop: its
     :meth:`try_fast_forward` is the async loop's (the engine's batch queue)."""
+
+    def __init__(
+        self,
+        engine: AsyncReplicaEngine,
+        timer: StretchTimer,
+        regime: EngineRegime,
+    ) -> None:
+        """:class:`sim.engine.stretches.StretchRunner`'s arguments, for an engine of
+        the async loop (whose batches in flight it reads and relaunches)."""
+        super().__init__(engine, timer, regime)
+        self.async_engine = engine
 
     def try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
         """At the top of an iteration of the async loop (one batch in flight, nothing
@@ -76,7 +92,7 @@ class AsyncStretchRunner(StretchRunner):
         last applied batch's end) and returns the applied batches as a segment (its
         ``end``: that time); None when no iteration can be fast-forwarded (then nothing
         changed)."""
-        engine = self.engine
+        engine = self.async_engine
         start0, duration0, prefill0, decode0 = engine.oldest_in_flight()
         head_out = queue.queue[0].scheduler_output
         stretch = plan_async_decode_stretch(queue, FAST_FORWARD_HORIZON)
