@@ -26,59 +26,16 @@ shortcut whose results equal vLLM's step-by-step behaviour (see the tests).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
-
-from kvcore.block_pool import BlockPool
 from kvcore.request import Request, RequestStatus
 from kvcore.scheduler import Scheduler
-from kvcore.single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager
-
-
-class StretchRecords(NamedTuple):
-    """Per-step state after each fast-forwarded step (lists of length ``k``)."""
-
-    num_free_blocks: list[int]
-    num_cached_blocks: list[int]
-    num_cached_free_blocks: list[int]
-
-
-def record_event_steps(
-    pool: BlockPool, k: int, event_steps: list[int], run_step: Callable[[int], None]
-) -> StretchRecords:
-    """Per-step block counts of ``k`` steps in which only ``event_steps`` (sorted,
-    1-based) change the pool: ``run_step(j)`` performs step ``j``'s changes; the counts
-    of every other step are those of the step before it."""
-    free_queue = pool.free_block_queue
-    cur_free = free_queue.num_free_blocks
-    cur_cached = pool.num_cached_blocks
-    cur_cached_free = pool.num_cached_free_blocks
-    if not event_steps:
-        return StretchRecords([cur_free] * k, [cur_cached] * k, [cur_cached_free] * k)
-    free: list[int] = []
-    cached: list[int] = []
-    cached_free: list[int] = []
-    done = 0  # steps whose counts are recorded
-    for j in event_steps:
-        if j - 1 > done:  # steps without events keep the counts
-            gap = j - 1 - done
-            free += [cur_free] * gap
-            cached += [cur_cached] * gap
-            cached_free += [cur_cached_free] * gap
-        run_step(j)
-        cur_free = free_queue.num_free_blocks
-        cur_cached = pool.num_cached_blocks
-        cur_cached_free = pool.num_cached_free_blocks
-        free.append(cur_free)
-        cached.append(cur_cached)
-        cached_free.append(cur_cached_free)
-        done = j
-    if done < k:
-        gap = k - done
-        free += [cur_free] * gap
-        cached += [cur_cached] * gap
-        cached_free += [cur_cached_free] * gap
-    return StretchRecords(free, cached, cached_free)
+from kvcore.stretch_blocks import (
+    StretchRecords,
+    add_allocations,
+    affordable_steps,
+    block_events,
+    record_event_steps,
+    stretch_possible,
+)
 
 
 class DecodeStretch:
@@ -173,93 +130,6 @@ class DecodeStretch:
         sched.reset_preempted_req_ids = set()
         kvm.make_prefix_cache_stats()
         return records, finished
-
-
-def add_allocations(
-    alloc: dict[int, list[tuple[Request, int]]],
-    req: Request,
-    c0: int,
-    held: int,
-    last: int,
-    k: int,
-    la: int,
-    mml: int,
-    bs: int,
-) -> int:
-    """Add to ``alloc[j]`` the allocation ``(req, slots)`` of each step ``j`` in
-    ``1 .. last`` whose slots cross into a block ``req`` does not hold yet: step ``j``
-    schedules token ``c0 + j - 1`` and needs ``min(c0 + j + la, mml)`` slots (``la``
-    lookahead tokens, ``mml`` the model's length, ``bs`` tokens a block); ``req`` holds
-    ``held`` blocks before step 1. Returns the blocks it holds before step ``k``'s
-    allocation when step ``k`` allocates, else -1."""
-    before_k = -1
-    j = 1
-    while j <= last:
-        slots = min(c0 + j + la, mml)
-        required = -(-slots // bs)
-        if required > held:
-            if j == k:
-                before_k = held
-            alloc.setdefault(j, []).append((req, slots))
-            held = required
-            j += 1
-            continue
-        # Jump to the next step whose slot count crosses a block boundary.
-        j = max(j + 1, held * bs - la - c0 + 1)
-    return before_k
-
-
-def block_events(
-    managers: Sequence[SingleTypeKVCacheManager],
-    allocs: Iterable[tuple[Request, int]],
-    caches: Iterable[tuple[Request, int]],
-) -> None:
-    """One step's block events through the managers, as ``allocate_slots`` makes them
-    for a decode: the allocations ``(request, slots)``, then the prefix-cache
-    registrations ``(request, tokens)``, each in the order given, then group order."""
-    for req, slots in allocs:
-        for m in managers:
-            m.allocate_new_blocks(req.request_id, slots)
-    for req, num_tokens in caches:
-        for m in managers:
-            m.cache_blocks(req, num_tokens)
-
-
-def affordable_steps(needed: Callable[[int], int], max_steps: int, free: int) -> int:
-    """The most steps ``s <= max_steps`` whose new blocks the ``free`` blocks cover:
-    ``needed(s)`` (all groups) grows with ``s`` and ``needed(0)`` is 0. Bisection:
-    a few ``needed`` calls for a stretch of thousands of steps."""
-    if needed(max_steps) <= free:
-        return max_steps
-    lo, hi = 0, max_steps  # needed(lo) <= free < needed(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if needed(mid) <= free:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def stretch_possible(scheduler: Scheduler) -> bool:
-    """Whether the scheduler's state admits a decode stretch at all (either loop):
-    requests run and none waits, every KV cache group is full attention, KV events are
-    off, speculative decoding is off (its drafts' acceptance varies step by step), no
-    KV connector is set (its hooks run every step), and the token budget covers one
-    token per running request."""
-    running = scheduler.running
-    if not running or scheduler.waiting or scheduler.num_spec_tokens:
-        return False
-    if scheduler.connector is not None:
-        return False
-    kvm = scheduler.kv_cache_manager
-    if (
-        kvm.full_attention_managers is None
-        or kvm.block_pool.enable_kv_cache_events
-        or len(running) > scheduler.max_num_scheduled_tokens
-    ):
-        return False
-    return all(type(m) is FullAttentionManager for m in kvm.coordinator.single_type_managers)
 
 
 def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | None:

@@ -34,7 +34,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kvcore.batch_queue import BatchQueue
-from kvcore.fast_forward import (
+from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
+from kvcore.request import Request, RequestStatus
+from kvcore.sched_output import SchedulerOutput
+from kvcore.single_type_kv_cache_manager import SingleTypeKVCacheManager
+from kvcore.stretch_blocks import (
     StretchRecords,
     add_allocations,
     affordable_steps,
@@ -42,9 +46,6 @@ from kvcore.fast_forward import (
     record_event_steps,
     stretch_possible,
 )
-from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
-from kvcore.request import Request, RequestStatus
-from kvcore.sched_output import SchedulerOutput
 
 
 class AsyncStretchResult(NamedTuple):
@@ -109,45 +110,12 @@ class AsyncDecodeStretch:
         sched = queue.scheduler
         kvm = sched.kv_cache_manager
         managers = kvm.coordinator.single_type_managers
-        req_to_blocks = managers[0].req_to_blocks
-        bs = kvm.coordinator.block_size
-        la = sched.num_lookahead_tokens
-        mml = sched.max_model_len
         running = sched.running
-        caching = kvm.enable_caching
         finishing = self.finishes and k == self.max_steps
         gone = [finishing and left == k for left in self.steps_left]
         finished = [r for r, g in zip(running, gone) if g]
-        # Schedule-time events, keyed by iteration, in running order: allocations
-        # (request, slots) and prefix-cache registrations (request, tokens).
-        alloc: dict[int, list[tuple[Request, int]]] = {}
-        cache: dict[int, list[tuple[Request, int]]] = {}
-        held_before_last: dict[str, int] = {}  # blocks held before iteration k's schedule
-        for req, c0, g in zip(running, self.computed0, gone):
-            rid = req.request_id
-            last = k - 1 if g else k  # iterations that schedule it
-            held = len(req_to_blocks.get(rid) or ())
-            # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
-            before_k = add_allocations(alloc, req, c0, held, last, k, la, mml, bs)
-            if before_k >= 0:
-                held_before_last[rid] = before_k
-            if caching:
-                # Iteration j registers the blocks the first c0 + j - 1 tokens fill.
-                for q in range(-(-c0 // bs), (c0 + last - 1) // bs + 1):
-                    if q:
-                        cache.setdefault(q * bs - c0 + 1, []).append((req, q * bs))
-        # Tokens first (hashes must exist before caching); the counters as the batch
-        # queue leaves them: one token in flight for those still running.
-        tokens = [sample_token_id] * k
-        for req, g in zip(running, gone):
-            req.append_output_token_ids(tokens)
-            if g:
-                req.num_computed_tokens += k - 1
-                req.num_in_flight_tokens = 0
-                req.num_output_placeholders = 0
-            else:
-                req.num_computed_tokens += k
-                req.num_in_flight_tokens = 1
+        alloc, cache, held_before_last = self._block_events(k, gone)
+        self._advance_tokens(k, gone, sample_token_id)
         finished_before = sched.finished_req_ids
         sched.finished_req_ids = set()
         event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
@@ -165,9 +133,69 @@ class AsyncDecodeStretch:
         sched.reset_preempted_req_ids = set()
         stats = kvm.make_prefix_cache_stats()  # iteration 1's; the others' are empty
         kvm.take_events()
+        out = self._last_batch(held_before_last, finished_before if k == 1 else set())
+        queue.replace_in_flight(k, out)
+        return AsyncStretchResult(records, finished, out, stats)
+
+    def _block_events(
+        self, k: int, gone: list[bool]
+    ) -> tuple[
+        dict[int, list[tuple[Request, int]]], dict[int, list[tuple[Request, int]]], dict[str, int]
+    ]:
+        """The schedule-time events of ``k`` iterations, keyed by iteration, in running
+        order: allocations (request, slots) and prefix-cache registrations (request,
+        tokens); and the blocks each request still scheduled in iteration ``k`` holds
+        before that iteration's schedule."""
+        sched = self.queue.scheduler
+        kvm = sched.kv_cache_manager
+        req_to_blocks = kvm.coordinator.single_type_managers[0].req_to_blocks
+        bs = kvm.coordinator.block_size
+        la = sched.num_lookahead_tokens
+        mml = sched.max_model_len
+        caching = kvm.enable_caching
+        alloc: dict[int, list[tuple[Request, int]]] = {}
+        cache: dict[int, list[tuple[Request, int]]] = {}
+        held_before_last: dict[str, int] = {}
+        for req, c0, g in zip(sched.running, self.computed0, gone):
+            rid = req.request_id
+            last = k - 1 if g else k  # iterations that schedule it
+            held = len(req_to_blocks.get(rid) or ())
+            # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
+            before_k = add_allocations(alloc, req, c0, held, last, k, la, mml, bs)
+            if before_k >= 0:
+                held_before_last[rid] = before_k
+            if caching:
+                # Iteration j registers the blocks the first c0 + j - 1 tokens fill.
+                for q in range(-(-c0 // bs), (c0 + last - 1) // bs + 1):
+                    if q:
+                        cache.setdefault(q * bs - c0 + 1, []).append((req, q * bs))
+        return alloc, cache, held_before_last
+
+    def _advance_tokens(self, k: int, gone: list[bool], sample_token_id: int) -> None:
+        """Append the ``k`` sampled tokens (before any caching: hashes must exist) and
+        leave the counters as the batch queue would: one token in flight for the
+        requests still running, none for those that finish."""
+        tokens = [sample_token_id] * k
+        for req, g in zip(self.queue.scheduler.running, gone):
+            req.append_output_token_ids(tokens)
+            if g:
+                req.num_computed_tokens += k - 1
+                req.num_in_flight_tokens = 0
+                req.num_output_placeholders = 0
+            else:
+                req.num_computed_tokens += k
+                req.num_in_flight_tokens = 1
+
+    def _last_batch(
+        self, held_before_last: dict[str, int], finished_req_ids: set[str]
+    ) -> SchedulerOutput:
+        """The batch the last iteration scheduled (one token per running request, the
+        blocks it allocated), which stays in flight after the stretch."""
+        kvm = self.queue.scheduler.kv_cache_manager
+        managers = kvm.coordinator.single_type_managers
         new_blocks: dict[str, KVCacheBlocks] = {}
         num_scheduled: dict[str, int] = {}
-        for req in sched.running:
+        for req in self.queue.scheduler.running:
             rid = req.request_id
             num_scheduled[rid] = 1
             before = held_before_last.get(rid)
@@ -177,7 +205,7 @@ class AsyncDecodeStretch:
                 new_blocks[rid] = kvm.create_kv_cache_blocks(
                     tuple(m.req_to_blocks[rid][before:] for m in managers)
                 )
-        out = SchedulerOutput(
+        return SchedulerOutput(
             num_scheduled_tokens=num_scheduled,
             total_num_scheduled_tokens=len(num_scheduled),
             scheduled_new_reqs=[],
@@ -185,10 +213,40 @@ class AsyncDecodeStretch:
             scheduled_running_reqs=list(num_scheduled),
             req_to_new_blocks=new_blocks,
             preempted_req_ids=set(),
-            finished_req_ids=finished_before if k == 1 else set(),
+            finished_req_ids=finished_req_ids,
         )
-        queue.replace_in_flight(k, out)
-        return AsyncStretchResult(records, finished, out, stats)
+
+
+def _steady(
+    req: Request,
+    n: int,
+    managers: tuple[SingleTypeKVCacheManager, ...],
+    bs: int,
+    caching: bool,
+) -> bool:
+    """Whether ``req``, with ``n`` tokens in the batch in flight, is a steady decode:
+    computed up to the token in flight (one placeholder, only that batch's tokens in
+    flight, no stale output, no drafts, its prompt done), stopping only on length and,
+    with caching, registered in the prefix cache up to its last computed token."""
+    c = req.num_computed_tokens
+    if (
+        c != req.num_tokens
+        or req.num_output_placeholders != 1
+        or req.num_in_flight_tokens != n
+        or req.num_stale_output_tokens
+        or req.spec_token_ids
+        or req.is_prefill_chunk
+        or req.eos_token_id is not None
+        or req.stop_token_ids
+    ):
+        return False
+    if caching:
+        rid = req.request_id
+        full = min(c - 1, len(req.block_hashes) * bs) // bs
+        for m in managers:
+            if m.num_cached_block.get(rid, 0) < full:
+                return False
+    return True
 
 
 def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStretch | None:
@@ -222,23 +280,8 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
     steps_left: list[int] = []
     for req, (rid, n) in zip(running, in_flight.items()):
         c = req.num_computed_tokens
-        if (
-            rid != req.request_id
-            or c != req.num_tokens
-            or req.num_output_placeholders != 1
-            or req.num_in_flight_tokens != n
-            or req.num_stale_output_tokens
-            or req.spec_token_ids
-            or req.is_prefill_chunk
-            or req.eos_token_id is not None
-            or req.stop_token_ids
-        ):
+        if rid != req.request_id or not _steady(req, n, managers, bs, caching):
             return None
-        if caching:
-            full = min(c - 1, len(req.block_hashes) * bs) // bs
-            for m in managers:
-                if m.num_cached_block.get(rid, 0) < full:
-                    return None
         # Finishes in iteration f: its output reaches max_tokens or length max_model_len.
         f = min(req.max_tokens - req.num_output_tokens, mml - c)
         if f < 1:

@@ -187,6 +187,10 @@ class KVCacheManager:
         computed tokens (first, before the new tokens' blocks) but are not registered
         in the prefix cache here (the caller passes ``delay_cache_blocks`` while the
         load is in flight). Full-attention groups only.
+
+        Why long: it mirrors vLLM's KVCacheManager.allocate_slots (248 lines there) step
+        for step: the checks, the removal of skipped blocks, the allocation and the
+        caching share its token counts.
         """
         if (
             num_new_tokens == 0

@@ -437,6 +437,9 @@ class OffloadingConnectorScheduler:
     def _build_store_jobs(
         self, num_scheduled: dict[str, int], finished: Iterable[str]
     ) -> dict[int, TransferJob]:
+        """Why long: it mirrors vLLM's OffloadingConnectorScheduler._build_store_jobs (287
+        lines there) in vLLM's order: one pass over the scheduled and finished requests
+        that shares the chunk and group bookkeeping."""
         bpc = self.blocks_per_chunk
         store_jobs: dict[int, TransferJob] = {}
         for rid in chain(num_scheduled, finished):

@@ -140,7 +140,10 @@ class Scheduler:
         with a connector (that combination is not covered by kvcore's conformance).
         ``use_v2_model_runner``: vLLM's default model runner, whose drafter skips steps
         whose drafts nobody can use (``skip_drafts``); with the V1 runner it never
-        does."""
+        does.
+
+        Why long: it sets the fields of vLLM's Scheduler.__init__ (414 lines there) in
+        vLLM's order, so every field has its counterpart in one place."""
         if speculative_config is not None:
             if connector is not None:
                 raise ValueError(
@@ -287,6 +290,9 @@ class Scheduler:
         return out
 
     def _schedule_running(self, plan: _StepPlan, threshold: int) -> None:
+        """Why long: it mirrors the running-queue loop of vLLM's Scheduler.schedule (1,086
+        lines there) in vLLM's order; allocation, preemption and the spec-token budget
+        share the loop's locals."""
         running = self.running
         kvm = self.kv_cache_manager
         allocate = kvm.allocate_running_slots
@@ -383,6 +389,10 @@ class Scheduler:
         return self.running[-1]
 
     def _schedule_waiting(self, plan: _StepPlan, threshold: int) -> None:
+        """Why long: it mirrors the waiting-queue loop of vLLM's Scheduler.schedule (1,086
+        lines there) in vLLM's order; its branches (connector loads, prefix hits,
+        chunking, skipping) share the loop's token budget and locals, so pieces cut out
+        would each take most of them."""
         kvm = self.kv_cache_manager
         waiting = self.waiting
         holding = self.kv_holding_waiting  # empty without a connector
@@ -621,7 +631,10 @@ class Scheduler:
 
         ``kv_connector_output``: what the connector's workers report for the step
         (finished transfers), applied after the tokens (vLLM's
-        ``_update_from_kv_xfer_finished``); failed loads are handled first."""
+        ``_update_from_kv_xfer_finished``); failed loads are handled first.
+
+        Why long: it mirrors vLLM's Scheduler.update_from_output (418 lines there) step
+        for step, in vLLM's order, so the two read side by side."""
         result = EngineStepOutput()
         if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:
             # Every write of this and earlier steps is done: deferred frees may go.

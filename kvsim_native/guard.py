@@ -41,6 +41,7 @@ NATIVE_MODULES = (
     "kvcore.scheduler",
     "kvcore.async_scheduler",
     "kvcore.batch_queue",
+    "kvcore.stretch_blocks",
     "kvcore.fast_forward",
     "kvcore.fast_forward_async",
     "calibrate.roofline_scalar",
@@ -60,9 +61,10 @@ NATIVE_MODULES = (
 )
 """Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
 async one subclasses the sync one, and a compiled class takes only compiled subclasses)
-with the batch queue that drives the async one, and the simulator's engine loops
-(``sim.engine``: the requests' side, the synchronous and async loops) with their
-step timing and costs, typed step rows and records (the per-step path), and the engines with a KV connector (subclasses of the engine's: the
+with the batch queue that drives the async one and the exact fast-forwards, and the
+simulator's engine loops (``sim.engine``: the requests' side, the synchronous and
+async loops) with their step timing and costs, typed step rows and records (the
+per-step path), and the engines with a KV connector (subclasses of the engine's: the
 async loop with a connector, the CPU offload tier's, the P/D instance's).
 They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
 a subclass of ``collections.deque``). ``kvcore``, ``sim`` and ``calibrate`` import

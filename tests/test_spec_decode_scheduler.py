@@ -7,7 +7,6 @@ import pytest
 from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue
 from kvcore.block_hashing import BlockHasher
-from kvcore.fast_forward import stretch_possible
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from kvcore.replay import ReplayConfig, replay
 from kvcore.replay_trace import parse_trace
@@ -15,6 +14,7 @@ from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 from kvcore.scheduler_config import SchedulerConfig
 from kvcore.spec_decode import SpecDecodingStats, SpeculativeConfig
+from kvcore.stretch_blocks import stretch_possible
 
 BS = 16
 HASHER = BlockHasher.from_name(BS, "sha256")

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from kvcore.block_pool import BlockPool
-from kvcore.fast_forward import StretchRecords, plan_decode_stretch
+from kvcore.fast_forward import plan_decode_stretch
 from kvcore.request import Request
 from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
+from kvcore.stretch_blocks import StretchRecords
 from sim.engine.simpy_internals import next_event_time
 from sim.engine.step_timing import StretchTimer, timeout_at
 from sim.records.decision_line import decode_decision_lines
