@@ -25,6 +25,7 @@ import simpy
 
 from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue
+from kvcore.sched_output import SchedulerOutput
 from sim.engine.dp_lockstep import LockstepForwards, RankBatches
 from sim.engine.regime import EngineRegime
 from sim.engine.replica import ReplicaEngine
@@ -109,34 +110,10 @@ class AsyncReplicaEngine(ReplicaEngine):
                 continue
             batch, must_wait = queue.schedule_next()
             if batch is not None:
-                out = batch.scheduler_output
-                if out.total_num_scheduled_tokens:
-                    duration, prefill, decode, _ = self.costs.cost(out, batch.sampled_token_ids)
-                else:
-                    duration, prefill, decode = 0.0, 0, 0
-                if rank_batches is not None:
-                    rank_batches.add(duration, prefill, decode)
-                else:
-                    start = max(env.now, self._gpu_free)
-                    self._gpu_free = start + duration
-                    timing.append((start, duration, prefill, decode))
+                self._launch(batch.scheduler_output, batch.sampled_token_ids)
             if not must_wait:
                 continue
-            if rank_batches is not None:
-                fwd, prefill, decode = rank_batches.take_oldest()
-                yield fwd.done
-                start, duration = fwd.start, fwd.duration
-                rank_batches.launch_next()  # the next batch reaches the GPU now
-            else:
-                start, duration, prefill, decode = timing.pop(0)
-                end = start + duration
-                if end > env.now:
-                    yield StepTimeout(env, end - env.now)
-            if env.peek() <= env.now:
-                # Arrivals due at this instant join before the next schedule().
-                yield env.timeout(0)
-            if self._aborts:  # aborts that came while the batch ran (the aborts queue)
-                self._apply_aborts()
+            start, duration, prefill, decode = yield from self._await_oldest()
             applied, result = queue.apply_oldest()
             now = env.now
             out = applied.scheduler_output
@@ -157,6 +134,44 @@ class AsyncReplicaEngine(ReplicaEngine):
                 scheduler.check_invariants()
             for req in finished:
                 self.finish_request(req, now)
+
+    def _launch(self, out: SchedulerOutput, sampled: Any) -> None:
+        """Put a scheduled batch on the GPU's time line (the DP group's with lockstep):
+        it starts when the batch before it ends, or now if the GPU is idle, and runs for
+        its step time (none when it schedules no token)."""
+        if out.total_num_scheduled_tokens:
+            duration, prefill, decode, _ = self.costs.cost(out, sampled)
+        else:
+            duration, prefill, decode = 0.0, 0, 0
+        if self._rank_batches is not None:
+            self._rank_batches.add(duration, prefill, decode)
+        else:
+            start = max(self.env.now, self._gpu_free)
+            self._gpu_free = start + duration
+            self._in_flight.append((start, duration, prefill, decode))
+
+    def _await_oldest(self) -> Generator[simpy.Event, Any, tuple[float, float, int, int]]:
+        """Wait for the oldest batch in flight to end, then let arrivals due at that
+        instant join and apply the aborts that came while it ran (the aborts queue);
+        returns its start (s), duration (s), prefill and decode tokens."""
+        env = self.env
+        rank_batches = self._rank_batches
+        if rank_batches is not None:
+            fwd, prefill, decode = rank_batches.take_oldest()
+            yield fwd.done
+            start, duration = fwd.start, fwd.duration
+            rank_batches.launch_next()  # the next batch reaches the GPU now
+        else:
+            start, duration, prefill, decode = self._in_flight.pop(0)
+            end = start + duration
+            if end > env.now:
+                yield StepTimeout(env, end - env.now)
+        if env.peek() <= env.now:
+            # Arrivals due at this instant join before the next schedule().
+            yield env.timeout(0)
+        if self._aborts:
+            self._apply_aborts()
+        return start, duration, prefill, decode
 
     # -- what the stretch runner (sim.engine.stretches_async) reads and changes ----
 
