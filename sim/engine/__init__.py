@@ -13,7 +13,8 @@
   :mod:`sim.engine.offload_worker` and its copies in :mod:`sim.engine.offload_transfers`)
   and :mod:`sim.engine.pd` (a P/D instance; the proxy in :mod:`sim.engine.pd_cluster`,
   its KV reads in :mod:`sim.engine.pd_transfers`).
-- :mod:`sim.engine.cluster`: the replicas and the :mod:`sim.engine.router`;
+- :mod:`sim.engine.cluster`: the replicas and the :mod:`sim.engine.router`, each
+  replica's scheduler and engine built by :mod:`sim.engine.replica_build`;
   :mod:`sim.engine.dp_lockstep`: a MoE model's DP ranks stepping together;
   :mod:`sim.engine.simpy_internals`: the only uses of SimPy's private names.
 """

@@ -49,10 +49,11 @@ from kvcore.block_hashing import FastBlockHasher
 from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
-from sim.engine.cluster import _UNCACHEABLE, EngineView, build_scheduler
+from sim.engine.cluster import _UNCACHEABLE, EngineView
 from sim.engine.input_limits import InputLimits
 from sim.engine.pd import PDReplicaEngine, Role
 from sim.engine.pd_transfers import PDLinks, PDRead
+from sim.engine.replica_build import build_scheduler
 from sim.engine.replica_parts import ReplicaParts, kvcore_request
 from sim.engine.router import Router, make_router
 from sim.errors import SimulationStuck
