@@ -54,6 +54,7 @@ def _x_limits(values: list[float], log_x: bool) -> tuple[float, float]:
 
 
 def _scale(metric: str) -> float:
+    """The factor a metric is drawn at: ms for seconds, else as it is."""
     return 1e3 if metric.endswith("_s") else 1.0
 
 
@@ -63,58 +64,10 @@ def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
     probes = doc["probes"]
     fig, axes = plt.subplots(len(slo), 1, figsize=(11, 2.9 * len(slo) + 0.4), squeeze=False)
     log_x = doc["param"] in ("rate", "num_gpu_blocks")
-    unit = doc.get("unit") or ""
     for ax, (metric, bound) in zip(axes[:, 0], slo.items()):
-        k = _scale(metric)
-        worst_x, worst_y = [], []
-        crossed = False
-        for p in probes:
-            ys = [s["metrics"][metric] * k for s in p["seeds"] if s.get("metrics")]
-            ax.scatter([p["value"]] * len(ys), ys, s=18, color="tab:blue", alpha=0.7)
-            for s in p["seeds"]:
-                ci = _interval(s, metric)
-                if ci is not None:
-                    ax.vlines(p["value"], ci[0] * k, ci[1] * k, color="tab:blue", alpha=0.5, lw=1)
-            if len(ys) == len(p["seeds"]):
-                worst_x.append(p["value"])
-                worst_y.append(max(ys))
-            if len(ys) < len(p["seeds"]):
-                ax.scatter(
-                    [p["value"]],
-                    [1.0],
-                    marker="x",
-                    color="tab:red",
-                    s=50,
-                    transform=ax.get_xaxis_transform(),
-                    clip_on=False,
-                    label=None if crossed else "not steady or failed",
-                )
-                crossed = True
-        if worst_x:
-            ax.plot(worst_x, worst_y, color="tab:blue", lw=1, label="worst seed")
-        shown = metric_value(metric, bound) + (" ms" if metric.endswith("_s") else "")
-        ax.axhline(bound * k, color="tab:orange", ls="--", label=f"SLO {shown}")
-        b = doc["bracket"]
-        if b["last_pass"] is not None and b["first_fail"] is not None:
-            lo, hi = sorted((b["last_pass"], b["first_fail"]))
-            ax.axvspan(lo, hi, color="tab:green", alpha=0.12, label="bracket")
-        if doc["answer"] is not None:
-            ax.axvline(
-                doc["answer"],
-                color="tab:green",
-                label=f"answer {probe_value(doc['answer'])} {unit}".rstrip(),
-            )
-        if log_x:
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.xaxis.set_minor_locator(NullLocator())
-        values = [p["value"] for p in probes]
-        if values:
-            ax.set_xlim(*_x_limits(values, log_x))
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel(metric_header(metric))
-        ax.legend(fontsize=9, loc="upper left", framealpha=0.9)
+        _draw_seeds(ax, probes, metric)
+        _draw_slo_and_answer(ax, doc, metric, bound)
+        _finish_panel(ax, [p["value"] for p in probes], metric, log_x)
     axes[-1, 0].set_xlabel(
         f"{axis_label(doc['param'])}; red x: not steady or failed (latency not meaningful)"
     )
@@ -123,6 +76,71 @@ def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _draw_seeds(ax: plt.Axes, probes: list[dict[str, Any]], metric: str) -> None:
+    """One SLO panel's seeds: each steady seed's metric (dot, ms for seconds) with its
+    95% interval (bar), the worst seed per probe (line), a red cross along the top
+    for a probe with a seed not steady or failed."""
+    k = _scale(metric)
+    worst_x, worst_y = [], []
+    crossed = False
+    for p in probes:
+        ys = [s["metrics"][metric] * k for s in p["seeds"] if s.get("metrics")]
+        ax.scatter([p["value"]] * len(ys), ys, s=18, color="tab:blue", alpha=0.7)
+        for s in p["seeds"]:
+            ci = _interval(s, metric)
+            if ci is not None:
+                ax.vlines(p["value"], ci[0] * k, ci[1] * k, color="tab:blue", alpha=0.5, lw=1)
+        if len(ys) == len(p["seeds"]):
+            worst_x.append(p["value"])
+            worst_y.append(max(ys))
+        if len(ys) < len(p["seeds"]):
+            ax.scatter(
+                [p["value"]],
+                [1.0],
+                marker="x",
+                color="tab:red",
+                s=50,
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+                label=None if crossed else "not steady or failed",
+            )
+            crossed = True
+    if worst_x:
+        ax.plot(worst_x, worst_y, color="tab:blue", lw=1, label="worst seed")
+
+
+def _draw_slo_and_answer(ax: plt.Axes, doc: dict[str, Any], metric: str, bound: float) -> None:
+    """One SLO panel's bound (dashed), the bracket (shaded) and the answer (green)."""
+    unit = doc.get("unit") or ""
+    shown = metric_value(metric, bound) + (" ms" if metric.endswith("_s") else "")
+    ax.axhline(bound * _scale(metric), color="tab:orange", ls="--", label=f"SLO {shown}")
+    b = doc["bracket"]
+    if b["last_pass"] is not None and b["first_fail"] is not None:
+        lo, hi = sorted((b["last_pass"], b["first_fail"]))
+        ax.axvspan(lo, hi, color="tab:green", alpha=0.12, label="bracket")
+    if doc["answer"] is not None:
+        ax.axvline(
+            doc["answer"],
+            color="tab:green",
+            label=f"answer {probe_value(doc['answer'])} {unit}".rstrip(),
+        )
+
+
+def _finish_panel(ax: plt.Axes, values: list[float], metric: str, log_x: bool) -> None:
+    """One SLO panel's axes (log x with 1-2-5 ticks for ``log_x``, limits around the
+    probed ``values``), its label and legend."""
+    if log_x:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_locator(NullLocator())
+    if values:
+        ax.set_xlim(*_x_limits(values, log_x))
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel(metric_header(metric))
+    ax.legend(fontsize=9, loc="upper left", framealpha=0.9)
 
 
 def _interval(seed: dict[str, Any], metric: str) -> list[float] | None:

@@ -16,8 +16,8 @@ import yaml
 from sim_run_helpers import kvsim_cli, write_yaml
 
 from sim.plan import PlanError, load_plan, run_plan
-from sim.plan.probe import judge_summary
-from sim.plan.runner import describe
+from sim.plan.describe import describe
+from sim.plan.judge import judge_summary
 from sim.plan.search import Bisection
 from sim.records.verdict import judge_run_dir
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sim_run_helpers import write_yaml
 
+from sim.plan.judge import drift_failures, judge_summary
 from sim.plan.length import confirm_factor, decided_fail, needs_longer
-from sim.plan.probe import drift_failures, judge_summary
 from sim.plan.runner import run_plan
 from sim.plan.search import Bisection
 from sim.plan.spec import load_plan

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.plan.describe import describe
 from sim.plan.pd_search import OutOfProbes, seed_split_answers, walk_splits
-from sim.plan.runner import describe, run_plan
+from sim.plan.runner import run_plan
 from sim.plan.spec import PlanError, load_plan
 
 INF = math.inf

@@ -146,6 +146,8 @@ def _mix_marks(windows: list[Window], prompt: float, output: float) -> list[bool
 def _cluster_doc(
     schedule: Schedule | None, requests: pd.DataFrame, peak: int, tp: int, slo: SLO | None
 ) -> dict[str, Any]:
+    """One cluster's figures: GPU-hours and GPUs (peak, mean) billed, and its SLO
+    figures over the whole run and (autoscaled, ``schedule`` given) per window."""
     end = float(requests["finish_s"].max())
     if schedule is None:
         spans = [[(0.0, end)] for _ in range(peak)]
@@ -221,31 +223,52 @@ def run_autoscale(
         "scale_up_delay_s": delay,
         "scale_down_delay_s": spec.scale_down_delay_s,
         "lead_s": spec.lead_s,
-        "schedule": [
-            {
-                "start_s": w.start_s,
-                "rate": w.rate,
-                "replicas": n,
-                "replica_rate": r,
-                "mix_group": g,
-                "mean_prompt_tokens": w.mean_prompt_tokens,
-                "mean_output_tokens": w.mean_output_tokens,
-                "mix_differs": mark,
-            }
-            for w, n, mark, r, g in zip(windows, need, marks, rates, member)
-        ],
+        "schedule": _schedule_rows(windows, need, marks, rates, member),
     }
     if dry_run:
         return doc
-    cluster = dataclasses.replace(base, num_replicas=peak)
-    router = ScheduledRouter(make_router(spec.router), schedule)
-    run(cluster, out / "autoscaled", render=False, force=True, router=router)
-    run(cluster, out / "peak", render=False, force=True)
-    frames = {
-        name: pd.read_csv(out / name / "requests.csv", dtype={"request_id": str})
-        for name in ("autoscaled", "peak")
-    }
+    frames = _simulate_both(spec, base, schedule, out)
     doc["autoscaled"] = _cluster_doc(schedule, frames["autoscaled"], peak, tp, spec.slo)
     doc["peak"] = _cluster_doc(None, frames["peak"], peak, tp, spec.slo)
     (out / "autoscale.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return doc
+
+
+def _schedule_rows(
+    windows: list[Window],
+    need: list[int],
+    marks: list[bool],
+    rates: list[float],
+    member: list[int],
+) -> list[dict[str, Any]]:
+    """``autoscale.json``'s ``schedule``: per window its start (s), arrival rate
+    (req/s), replicas, one replica's capacity (req/s), mix group and mean lengths."""
+    return [
+        {
+            "start_s": w.start_s,
+            "rate": w.rate,
+            "replicas": n,
+            "replica_rate": r,
+            "mix_group": g,
+            "mean_prompt_tokens": w.mean_prompt_tokens,
+            "mean_output_tokens": w.mean_output_tokens,
+            "mix_differs": mark,
+        }
+        for w, n, mark, r, g in zip(windows, need, marks, rates, member)
+    ]
+
+
+def _simulate_both(
+    spec: AutoscaleSpec, base: RunSpec, schedule: Schedule, out: Path
+) -> dict[str, pd.DataFrame]:
+    """Run the whole workload on the peak number of replicas twice: routed by the
+    schedule (``autoscaled/``) and all of them always (``peak/``); each run's
+    ``requests.csv`` by name."""
+    cluster = dataclasses.replace(base, num_replicas=schedule.peak)
+    router = ScheduledRouter(make_router(spec.router), schedule)
+    run(cluster, out / "autoscaled", render=False, force=True, router=router)
+    run(cluster, out / "peak", render=False, force=True)
+    return {
+        name: pd.read_csv(out / name / "requests.csv", dtype={"request_id": str})
+        for name in ("autoscaled", "peak")
+    }

@@ -80,51 +80,11 @@ def _token_events(run: RunData) -> tuple[np.ndarray, np.ndarray]:
 
 def build_guidellm(run: RunData) -> dict[str, Any]:
     """The ``benchmarks.json`` content for ``run`` (see the module docstring)."""
-    cfg, s = run.config, run.summary
+    cfg = run.config
     n_ok = run.num_finished
-    rejected = int(s.get("num_rejected", 0))
     start = float(run.arrival_s.min()) if n_ok else 0.0
     end = float(run.finish_s.max()) if n_ok else 0.0
-    out_tok = run.output_tokens.astype(np.float64)
-    in_tok = run.prompt_tokens.astype(np.float64)
-    latency = run.e2e_s
-    ttft_ms = run.ttft_s * 1e3
-    many = run.output_tokens > 1
-    itl_ms = np.where(
-        many, (run.finish_s - run.first_token_s) / np.maximum(out_tok - 1, 1) * 1e3, 0.0
-    )
-    tpot_ms = np.where(out_tok > 0, latency / np.maximum(out_tok, 1) * 1e3, 0.0)
-    tok_t, tok_w = _token_events(run)
-    metrics = {
-        "request_totals": {
-            "successful": n_ok,
-            "incomplete": 0,
-            "errored": rejected,
-            "total": n_ok + rejected,
-        },
-        "requests_per_second": by_status(rate_summary(run.finish_s, np.ones(n_ok), start, end)),
-        "request_concurrency": by_status(
-            concurrency_summary(run.arrival_s, run.finish_s, start, end)
-        ),
-        "request_latency": by_status(summary(latency)),
-        "request_streaming_iterations_count": by_status(summary(out_tok)),
-        "prompt_token_count": by_status(summary(in_tok)),
-        "output_token_count": by_status(summary(out_tok)),
-        "total_token_count": by_status(summary(in_tok + out_tok)),
-        "time_to_first_token_ms": by_status(summary(ttft_ms)),
-        "time_to_first_output_token_ms": by_status(summary(ttft_ms)),
-        "time_per_output_token_ms": by_status(summary(tpot_ms, out_tok, count=n_ok)),
-        "inter_token_latency_ms": by_status(summary(itl_ms, out_tok - 1, count=n_ok)),
-        "prompt_tokens_per_second": by_status(rate_summary(run.first_token_s, in_tok)),
-        "output_tokens_per_second": by_status(rate_summary(tok_t, tok_w)),
-        "tokens_per_second": by_status(
-            rate_summary(
-                np.concatenate((run.first_token_s, tok_t)), np.concatenate((in_tok, tok_w))
-            )
-        ),
-        "output_tokens_per_iteration": by_status(summary(np.ones(n_ok))),
-        "iter_tokens_per_iteration": by_status(summary(np.ones(int(many.sum())))),
-    }
+    metrics = _metrics(run, start, end)
     benchmark = {
         "type_": "generative_benchmark",
         "config": {"id_": "kvsim", "run_id": "kvsim", "run_index": 0, "strategy": _strategy(cfg)},
@@ -161,4 +121,52 @@ def build_guidellm(run: RunData) -> dict[str, Any]:
             }
         },
         "benchmarks": [benchmark],
+    }
+
+
+def _metrics(run: RunData, start: float, end: float) -> dict[str, Any]:
+    """The benchmark's ``metrics``: request totals, rates (per second of the run from
+    ``start`` to ``end``, seconds), concurrency, latencies (``request_latency`` in
+    seconds, the rest in ms) and token counts, each by status."""
+    n_ok = run.num_finished
+    rejected = int(run.summary.get("num_rejected", 0))
+    out_tok = run.output_tokens.astype(np.float64)
+    in_tok = run.prompt_tokens.astype(np.float64)
+    latency = run.e2e_s
+    ttft_ms = run.ttft_s * 1e3
+    many = run.output_tokens > 1
+    itl_ms = np.where(
+        many, (run.finish_s - run.first_token_s) / np.maximum(out_tok - 1, 1) * 1e3, 0.0
+    )
+    tpot_ms = np.where(out_tok > 0, latency / np.maximum(out_tok, 1) * 1e3, 0.0)
+    tok_t, tok_w = _token_events(run)
+    return {
+        "request_totals": {
+            "successful": n_ok,
+            "incomplete": 0,
+            "errored": rejected,
+            "total": n_ok + rejected,
+        },
+        "requests_per_second": by_status(rate_summary(run.finish_s, np.ones(n_ok), start, end)),
+        "request_concurrency": by_status(
+            concurrency_summary(run.arrival_s, run.finish_s, start, end)
+        ),
+        "request_latency": by_status(summary(latency)),
+        "request_streaming_iterations_count": by_status(summary(out_tok)),
+        "prompt_token_count": by_status(summary(in_tok)),
+        "output_token_count": by_status(summary(out_tok)),
+        "total_token_count": by_status(summary(in_tok + out_tok)),
+        "time_to_first_token_ms": by_status(summary(ttft_ms)),
+        "time_to_first_output_token_ms": by_status(summary(ttft_ms)),
+        "time_per_output_token_ms": by_status(summary(tpot_ms, out_tok, count=n_ok)),
+        "inter_token_latency_ms": by_status(summary(itl_ms, out_tok - 1, count=n_ok)),
+        "prompt_tokens_per_second": by_status(rate_summary(run.first_token_s, in_tok)),
+        "output_tokens_per_second": by_status(rate_summary(tok_t, tok_w)),
+        "tokens_per_second": by_status(
+            rate_summary(
+                np.concatenate((run.first_token_s, tok_t)), np.concatenate((in_tok, tok_w))
+            )
+        ),
+        "output_tokens_per_iteration": by_status(summary(np.ones(n_ok))),
+        "iter_tokens_per_iteration": by_status(summary(np.ones(int(many.sum())))),
     }

@@ -79,58 +79,14 @@ def build_vllm_bench(
 ) -> dict[str, Any]:
     """The result JSON of ``vllm bench serve --save-result`` for ``run`` (see the
     module docstring for what is exact, approximated and left out)."""
-    summary, config = run.summary, run.config
-    model = str(config.get("model", ""))
-    request_rate, burstiness = _traffic(config)
-    duration = float(summary.get("sim_duration_s", 0.0))
-    setup: dict[str, Any] = {
-        "date": None,
-        "endpoint_type": BACKEND,
-        "backend": BACKEND,
-        "label": BACKEND,
-        "model_id": model,
-        "tokenizer_id": model,
-        "num_prompts": int(summary.get("num_requests", run.num_finished)),
-        "request_rate": request_rate,
-        "burstiness": burstiness,
-        "max_concurrency": None,
-    }
-    completed = run.num_finished
-    total_in = int(run.prompt_tokens.sum())
-    total_out = int(run.output_tokens.sum())
+    config = run.config
+    setup = _setup(run)
     tpot_all = np.where(
         run.output_tokens > 1,
         (run.finish_s - run.first_token_s) / np.maximum(run.output_tokens - 1, 1),
         np.nan,
     )
-    slo = config.get("goodput_slo_ms")
-    goodput = None
-    if slo and duration:
-        good = good_requests(slo, run.ttft_s, tpot_all, run.e2e_s)
-        goodput = int(good.sum()) / duration
-    peak_tokens, peak_requests = peak_per_second(
-        run.arrival_s, run.first_token_s, run.finish_s, run.output_tokens
-    )
-
-    def per_s(x: float) -> float:
-        return x / duration if duration else 0.0
-
-    result: dict[str, Any] = {
-        "duration": duration,
-        "completed": completed,
-        "failed": int(summary.get("num_rejected", 0)),
-        "total_input_tokens": total_in,
-        "total_output_tokens": total_out,
-        "request_throughput": per_s(completed),
-        "request_goodput": goodput,
-        "output_throughput": per_s(total_out),
-        "total_token_throughput": per_s(total_in + total_out),
-        "latencies": run.e2e_s.tolist(),
-        "queue_times": [0.0] * completed,
-        "max_output_tokens_per_s": peak_tokens,
-        "max_concurrent_requests": peak_requests,
-        "rtfx": 0.0,
-    }
+    result = _result(run, tpot_all)
     many = run.output_tokens > 1
     samples = {
         "ttft": (run.ttft_s, None),
@@ -147,3 +103,62 @@ def build_vllm_bench(
     assert tuple(setup) == SETUP_FIELDS
     kvsim_version = str(config.get("kvsim_version", ""))
     return {**setup, **ordered, **metrics, "kvsim_version": kvsim_version}
+
+
+def _setup(run: RunData) -> dict[str, Any]:
+    """The keys ``vllm bench serve`` records before its results: the client's
+    settings, as a kvsim run would have given them."""
+    summary, config = run.summary, run.config
+    model = str(config.get("model", ""))
+    request_rate, burstiness = _traffic(config)
+    return {
+        "date": None,
+        "endpoint_type": BACKEND,
+        "backend": BACKEND,
+        "label": BACKEND,
+        "model_id": model,
+        "tokenizer_id": model,
+        "num_prompts": int(summary.get("num_requests", run.num_finished)),
+        "request_rate": request_rate,
+        "burstiness": burstiness,
+        "max_concurrency": None,
+    }
+
+
+def _result(run: RunData, tpot_all: np.ndarray) -> dict[str, Any]:
+    """The benchmark's totals and throughputs (per second of ``duration``, s), goodput
+    (with the run's goodput SLOs), latencies (s) and peaks; ``tpot_all``: each
+    request's TPOT in seconds (NaN with one output token)."""
+    summary, config = run.summary, run.config
+    duration = float(summary.get("sim_duration_s", 0.0))
+    completed = run.num_finished
+    total_in = int(run.prompt_tokens.sum())
+    total_out = int(run.output_tokens.sum())
+    slo = config.get("goodput_slo_ms")
+    goodput = None
+    if slo and duration:
+        good = good_requests(slo, run.ttft_s, tpot_all, run.e2e_s)
+        goodput = int(good.sum()) / duration
+    peak_tokens, peak_requests = peak_per_second(
+        run.arrival_s, run.first_token_s, run.finish_s, run.output_tokens
+    )
+
+    def per_s(x: float) -> float:
+        return x / duration if duration else 0.0
+
+    return {
+        "duration": duration,
+        "completed": completed,
+        "failed": int(summary.get("num_rejected", 0)),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": per_s(completed),
+        "request_goodput": goodput,
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
+        "latencies": run.e2e_s.tolist(),
+        "queue_times": [0.0] * completed,
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_requests,
+        "rtfx": 0.0,
+    }

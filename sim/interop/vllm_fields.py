@@ -112,6 +112,7 @@ def saved_fields(
 
 
 def _str_constants(node: ast.AST) -> list[str]:
+    """The string constants of a literal list or tuple node."""
     return [
         e.value
         for e in getattr(node, "elts", [])
@@ -142,11 +143,33 @@ def fields_from_source(serve_py: str | Path) -> dict[str, tuple[str, ...]]:
     funcs = {
         n.name: n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)
     }
-    setup: list[str] = []
-    ramp: list[str] = []
     main = funcs.get("main_async")
     if main is None:
         raise ValueError(f"{serve_py}: no main_async")
+    setup, ramp = _setup_fields(main)
+    detailed = _detailed_fields(main)
+    bench = funcs.get("benchmark")
+    if bench is None:
+        raise ValueError(f"{serve_py}: no benchmark()")
+    groups = {
+        "setup": tuple(setup),
+        "ramp_up": tuple(ramp),
+        "result": tuple(_result_fields(bench)),
+        "detailed": tuple(detailed),
+        "metric_key_patterns": tuple(_metric_key_patterns(bench)),
+        "generation_metrics": tuple(_generation_metrics(bench)),
+    }
+    empty = [k for k, v in groups.items() if not v]
+    if empty:
+        raise ValueError(f"{serve_py}: found no {', '.join(empty)} fields (the source changed)")
+    return groups
+
+
+def _setup_fields(main: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], list[str]]:
+    """``(setup, ramp_up)``: the ``result_json`` keys ``main_async`` sets, those under
+    its ``ramp_up_strategy`` test apart."""
+    setup: list[str] = []
+    ramp: list[str] = []
     for node in ast.walk(main):
         if isinstance(node, ast.If) and "ramp_up_strategy" in ast.unparse(node.test):
             for sub in ast.walk(node):
@@ -158,6 +181,11 @@ def fields_from_source(serve_py: str | Path) -> dict[str, tuple[str, ...]]:
                 key = sub.targets[0].slice.value  # type: ignore[attr-defined]
                 if key not in ramp and key not in setup:
                     setup.append(key)
+    return setup, ramp
+
+
+def _detailed_fields(main: ast.AST) -> list[str]:
+    """The keys ``main_async`` removes unless ``--save-detailed`` (its loop's list)."""
     detailed: list[str] = []
     for node in ast.walk(main):
         if isinstance(node, ast.If) and ast.unparse(node.test) == "not args.save_detailed":
@@ -165,9 +193,11 @@ def fields_from_source(serve_py: str | Path) -> dict[str, tuple[str, ...]]:
                 if isinstance(sub, ast.For):
                     detailed = _str_constants(sub.iter)
                     break
-    bench = funcs.get("benchmark")
-    if bench is None:
-        raise ValueError(f"{serve_py}: no benchmark()")
+    return detailed
+
+
+def _result_fields(bench: ast.AST) -> list[str]:
+    """The keys of the ``result`` dict ``benchmark()`` builds for a generation task."""
     result: list[str] = []
     for node in ast.walk(bench):
         if (
@@ -178,8 +208,13 @@ def fields_from_source(serve_py: str | Path) -> dict[str, tuple[str, ...]]:
             keys = [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
             if "ttfts" in keys:  # the generation branch
                 result = keys
+    return result
+
+
+def _metric_key_patterns(bench: ast.AST) -> list[str]:
+    """The f-string keys ``process_one_metric`` (inside ``benchmark()``) writes into
+    ``result``, as patterns (:func:`_fstring_pattern`)."""
     patterns: list[str] = []
-    metrics: list[str] = []
     one = next(
         (
             n
@@ -196,6 +231,13 @@ def fields_from_source(serve_py: str | Path) -> dict[str, tuple[str, ...]]:
                     target.slice, ast.JoinedStr
                 ):
                     patterns.append(_fstring_pattern(target.slice))
+    return patterns
+
+
+def _generation_metrics(bench: ast.AST) -> list[str]:
+    """The metric names ``benchmark()`` passes to ``process_one_metric`` without a
+    values list of their own, in source order."""
+    metrics: list[str] = []
     calls = [
         n
         for n in ast.walk(bench)
@@ -205,21 +247,11 @@ def fields_from_source(serve_py: str | Path) -> dict[str, tuple[str, ...]]:
         arg = node.args[0] if node.args else None
         if isinstance(arg, ast.Constant) and len(node.args) == 3:  # no values list of its own
             metrics.append(arg.value)
-    groups = {
-        "setup": tuple(setup),
-        "ramp_up": tuple(ramp),
-        "result": tuple(result),
-        "detailed": tuple(detailed),
-        "metric_key_patterns": tuple(patterns),
-        "generation_metrics": tuple(metrics),
-    }
-    empty = [k for k, v in groups.items() if not v]
-    if empty:
-        raise ValueError(f"{serve_py}: found no {', '.join(empty)} fields (the source changed)")
-    return groups
+    return metrics
 
 
 def _is_result_json_key(node: ast.Assign) -> bool:
+    """Whether ``node`` assigns ``result_json["<key>"]``."""
     t = node.targets[0]
     return (
         isinstance(t, ast.Subscript)

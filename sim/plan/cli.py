@@ -17,7 +17,8 @@ from rich.console import Console
 
 from sim.app.outdir import OutputError
 from sim.app.progress import progress_bar
-from sim.plan.runner import describe, run_plan
+from sim.plan.describe import describe
+from sim.plan.runner import run_plan
 from sim.plan.spec import PlanError, load_plan
 from sim.signals import exit_status, interrupted
 

@@ -15,7 +15,7 @@ It stops as soon as the run is saturated, every SLO's interval lies on one side 
 bound (or is narrower than ``precision``), or one SLO fails decidedly; and at
 ``max_factor`` times the start, where it says so: a seed whose verdict is still
 undecided there must clear every SLO bound by ``precision``
-(:func:`sim.plan.probe.judge_summary`), one whose SLO interval is still wide is
+(:func:`sim.plan.judge.judge_summary`), one whose SLO interval is still wide is
 judged on the point value.
 With ``fixed`` the start length is the only length (a note where an interval is wider
 than ``precision``).
@@ -40,7 +40,7 @@ from sim.records.verdict import UNDECIDED
 
 
 def undecided_slos(judged: dict[str, Any], bounds: dict[str, float], precision: float) -> list[str]:
-    """The SLOs a judged seed (``sim.plan.probe.judge_summary``) cannot decide yet:
+    """The SLOs a judged seed (``sim.plan.judge.judge_summary``) cannot decide yet:
     no interval, or one that straddles the bound and is wider than ``precision``."""
     metrics = judged.get("metrics")
     intervals = judged.get("intervals") or {}

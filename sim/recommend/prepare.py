@@ -95,35 +95,89 @@ def prepare(spec: RecommendSpec, source: str, base_dir: Path | None = None) -> P
         raise RecommendError(f"{source}: {e}") from None
     lengths = draw_lengths(wspec, wdir, wfile)
     by_price = spec.goal == "cost" and all(p is not None for p in prices.values())
-    scoring = Scoring(spec.goal, spec.target_rate, by_price)
-    slo = spec.slo.bounds()
-    workload_dump = wspec.model_dump(mode="json")
+    judging = _Judging(
+        spec=spec,
+        workload=workload,
+        model=model,
+        lengths=lengths,
+        scoring=Scoring(spec.goal, spec.target_rate, by_price),
+        slo=spec.slo.bounds(),
+        workload_dump=wspec.model_dump(mode="json"),
+    )
     entries, by_key, resolved_by_key = [], {}, {}
     for cand in candidates:
+        entry, resolved = judging.judge(cand, prices[cand.gpu], heads[cand.tensor_parallel_size])
+        entries.append(entry)
+        by_key[cand.key] = cand
+        if resolved is not None:
+            resolved_by_key[cand.key] = resolved
+    return Prepared(
+        spec=spec,
+        source=source,
+        model=model,
+        workload=workload,
+        workload_spec=wspec,
+        lengths=lengths,
+        scoring=judging.scoring,
+        prices=prices,
+        entries=entries,
+        candidates=by_key,
+        resolved=resolved_by_key,
+    )
+
+
+@dataclass(frozen=True)
+class _Judging:
+    """What every candidate is judged with: the spec, the workload argument for runs,
+    the model, the workload's drawn lengths, the scoring, the SLO bounds (seconds) and
+    the workload spec as JSON (for the configuration hash)."""
+
+    spec: RecommendSpec
+    workload: str
+    model: str
+    lengths: LengthSample
+    scoring: Scoring
+    slo: dict[str, float]
+    workload_dump: dict[str, Any]
+
+    def judge(
+        self, cand: Candidate, price: float | None, heads_reason: str | None
+    ) -> tuple[dict[str, Any], ResolvedRun | None]:
+        """``(entry, resolved)`` of one candidate: its entry with its status
+        (``configuration``, ``infeasible`` or ``open``), and its resolved run when it
+        is open (None otherwise)."""
         entry: dict[str, Any] = {
             "key": cand.key,
             "gpu": cand.gpu,
             "tensor_parallel_size": cand.tensor_parallel_size,
             "settings": dict(cand.settings),
-            "price_per_gpu_hour": prices[cand.gpu],
+            "price_per_gpu_hour": price,
             "status": "open",
             "reason": None,
         }
-        entries.append(entry)
-        by_key[cand.key] = cand
-        reason = cand.error or heads[cand.tensor_parallel_size]
+        reason = cand.error or heads_reason
         resolved = None
         if reason is None:
             assert cand.engine is not None
             try:
-                resolved = resolve_run(
-                    RunSpec(workload=workload, model=model, gpu=cand.gpu_arg, engine=cand.engine)
+                run_spec = RunSpec(
+                    workload=self.workload, model=self.model, gpu=cand.gpu_arg, engine=cand.engine
                 )
+                resolved = resolve_run(run_spec)
             except ValueError as e:
                 reason = str(e)
         if reason is not None or resolved is None:
             entry.update(status="configuration", reason=reason)
-            continue
+            return entry, None
+        return entry, (resolved if self._judge_bounds(entry, cand, resolved, price) else None)
+
+    def _judge_bounds(
+        self, entry: dict[str, Any], cand: Candidate, resolved: ResolvedRun, price: float | None
+    ) -> bool:
+        """Fill a startable candidate's engine, serve command and analytic bounds;
+        True when it stays open (then with its search range, optimistic score and
+        hash), False when the bounds make it infeasible."""
+        spec = self.spec
         assert cand.engine is not None
         entry["engine"] = {
             **cand.engine.model_dump(mode="json"),
@@ -134,34 +188,21 @@ def prepare(spec: RecommendSpec, source: str, base_dir: Path | None = None) -> P
         entry["num_gpu_blocks"] = resolved.num_gpu_blocks
         entry["vllm_serve"] = serve_command(spec.model, resolved, cand.engine)
         bounds = candidate_bounds(
-            resolved, lengths.within(resolved.max_model_len), slo, spec.search.bound_slack
+            resolved, self.lengths.within(resolved.max_model_len), self.slo, spec.search.bound_slack
         )
         entry["bounds"] = bounds.to_dict()
         if bounds.infeasible:
             entry.update(status="infeasible", reason="; ".join(bounds.infeasible))
-            continue
+            return False
         high = bounds.rate_bound
         if high <= 0:
             entry.update(status="infeasible", reason=f"the {bounds.binding} bound is 0 req/s")
-            continue
+            return False
         low = high * spec.search.low_fraction
         entry["search_range"] = {"low": low, "high": high}
-        entry["optimistic_score"] = scoring.score(high, cand.tensor_parallel_size, prices[cand.gpu])
-        entry["hash"] = config_hash(cand, spec, workload_dump, {"low": low, "high": high})
-        resolved_by_key[cand.key] = resolved
-    return Prepared(
-        spec=spec,
-        source=source,
-        model=model,
-        workload=workload,
-        workload_spec=wspec,
-        lengths=lengths,
-        scoring=scoring,
-        prices=prices,
-        entries=entries,
-        candidates=by_key,
-        resolved=resolved_by_key,
-    )
+        entry["optimistic_score"] = self.scoring.score(high, cand.tensor_parallel_size, price)
+        entry["hash"] = config_hash(cand, spec, self.workload_dump, {"low": low, "high": high})
+        return True
 
 
 def plan_payload(prep: Prepared, entry: dict[str, Any]) -> dict[str, Any]:

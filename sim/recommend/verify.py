@@ -4,7 +4,7 @@
 evenly and that the per-replica search's answer holds; one simulation of the whole
 cluster at the target rate, ``verify.num_requests`` long, checks both. Its measurement
 window is judged against the SLOs as a plan probe's is
-(:func:`sim.plan.probe.judge_summary`, at the length limit). Each check is a run
+(:func:`sim.plan.judge.judge_summary`, at the length limit). Each check is a run
 directory ``OUT/verify/<hash>-x<replicas>/seed_<s>/`` with ``verdict.json`` beside
 it; a check whose ``verdict.json`` exists is reused.
 """
@@ -22,7 +22,7 @@ from sim import offload
 from sim.app.engine_config import EngineConfig
 from sim.app.run import NothingServed, RunSpec, run
 from sim.errors import SimulationStuck
-from sim.plan.probe import judge_summary
+from sim.plan.judge import judge_summary
 from sim.plan.spec import Length
 from sim.recommend.evaluate import RUN_FILES
 from sim.sweep.table import write_atomic

@@ -1,10 +1,10 @@
 """Verdicts: did a run reach a steady state, or is the configuration saturated?
 
 Judged from the step and request records alone: during a run from the recorders'
-running aggregates (:class:`VerdictInputs`), afterwards from any run directory's
-``steps.csv`` and ``requests.csv`` (:func:`judge_run_dir`). The offered load is the
-arrival rate seen in ``requests.csv``; the *arrival window* runs from the first to
-the last arrival. A run is **saturated** when any of these holds:
+running aggregates (:class:`~sim.records.verdict_inputs.VerdictInputs`), afterwards
+from any run directory's ``steps.csv`` and ``requests.csv`` (:func:`judge_run_dir`).
+The offered load is the arrival rate seen in ``requests.csv``; the *arrival window*
+runs from the first to the last arrival. A run is **saturated** when any of these holds:
 
 - ``queue``: the waiting queue (``num_waiting`` summed over replicas) grows over the
   second half of the arrival window: least-squares slope above
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.records.verdict_inputs import VerdictInputs
 from sim.records.window import find_window, trend
 
 if TYPE_CHECKING:  # pandas only for reading run directories back
@@ -75,93 +76,10 @@ def _step_fn(times: np.ndarray, values: np.ndarray, grid: np.ndarray) -> np.ndar
 
 
 def _slope(grid: np.ndarray, y: np.ndarray) -> float:
+    """The least-squares slope of ``y`` over ``grid`` (0 for a single point)."""
     t = grid - grid.mean()
     denom = float((t * t).sum())
     return float((t * (y - y.mean())).sum() / denom) if denom > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class VerdictInputs:
-    """What a verdict is judged from.
-
-    ``arrivals`` / ``finishes``: seconds, one per finished request; ``waiting``: per
-    replica, ``(times, values)`` of ``num_waiting`` at step starts (every step or only
-    where it changes: the value of the last record at or before a time is the same);
-    ``longest_no_progress``: the longest streak, on one replica, of steps that decode
-    nothing, counted when the streak holds a preemption; ``ttft`` / ``tpot``: seconds,
-    one per finished request in the order of ``arrivals`` (TPOT NaN with one output
-    token), for the measurement window.
-    """
-
-    arrivals: np.ndarray
-    finishes: np.ndarray
-    ttft: np.ndarray
-    tpot: np.ndarray
-    num_preemptions: int
-    waiting: list[tuple[np.ndarray, np.ndarray]]
-    longest_no_progress: int
-
-    @classmethod
-    def from_recorders(cls, steps: StepRecorder, requests: RequestRecorder) -> VerdictInputs:
-        """From the recorders of a run that just ended (no file is read)."""
-        waiting = [  # a replica whose queue stayed empty adds nothing
-            (np.frombuffer(r.waiting_s, dtype=np.float64), np.frombuffer(r.waiting, dtype=np.int64))
-            for _, r in sorted(steps.per_replica.items())
-            if len(r.waiting)
-        ]
-        return cls(
-            arrivals=np.array(requests.arrival_s, dtype=np.float64),
-            finishes=np.array(requests.finish_s, dtype=np.float64),
-            ttft=np.array(requests.ttft_s, dtype=np.float64),
-            tpot=np.array(requests.tpot_s, dtype=np.float64),
-            num_preemptions=requests.num_preemptions,
-            waiting=waiting,
-            longest_no_progress=max(
-                (r.longest_stuck for r in steps.per_replica.values()), default=0
-            ),
-        )
-
-    @classmethod
-    def from_frames(cls, steps: pd.DataFrame, requests: pd.DataFrame) -> VerdictInputs:
-        """From ``steps.csv`` / ``requests.csv`` columns (``STEP_USECOLS``, ...)."""
-        arrivals = requests["arrival_s"].to_numpy(dtype=np.float64)
-        finishes = requests["finish_s"].to_numpy(dtype=np.float64)
-        first = requests["first_token_s"].to_numpy(dtype=np.float64)
-        tokens = requests["output_tokens"].to_numpy(dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tpot = np.where(tokens > 1, (finishes - first) / (tokens - 1), np.nan)
-        return cls(
-            arrivals=arrivals,
-            finishes=finishes,
-            ttft=first - arrivals,
-            tpot=tpot,
-            num_preemptions=int(requests["num_preemptions"].sum()),
-            waiting=[
-                (g["start_s"].to_numpy(np.float64), g["num_waiting"].to_numpy())
-                for _, g in steps.groupby("replica", sort=True)
-            ],
-            longest_no_progress=_longest_no_progress(steps) if len(steps) else 0,
-        )
-
-
-def _longest_no_progress(steps: pd.DataFrame) -> int:
-    """Longest run, on one replica, of steps that decode nothing, if it preempts."""
-    best = 0
-    for _, g in steps.groupby("replica", sort=True):
-        pre = g["num_preempted"].to_numpy()
-        if not pre.any():
-            continue
-        stuck = (g["num_decode_tokens"].to_numpy() == 0).astype(np.int8)
-        run = pre_in_run = 0
-        for s, p in zip(stuck, pre):
-            if s:
-                run += 1
-                pre_in_run += int(p)
-                if pre_in_run > 0:
-                    best = max(best, run)
-            else:
-                run = pre_in_run = 0
-    return best
 
 
 def judge(
@@ -178,41 +96,8 @@ def judge_inputs(
 ) -> dict[str, Any]:
     """``{state, reasons, notes, offered_rps, finish_rps_second_half}`` of one run."""
     th = thresholds or VerdictThresholds()
-    reasons: list[str] = []
-    notes: list[str] = []
-    arrivals = np.sort(inputs.arrivals)
-    finishes = np.sort(inputs.finishes)
-    n = arrivals.size
-    out: dict[str, Any] = {"offered_rps": 0.0, "finish_rps_second_half": 0.0}
-    window = float(arrivals[-1] - arrivals[0]) if n else 0.0
-    if n < th.min_arrivals or window <= 0:
-        notes.append(
-            f"{n} arrivals over {window:.3g} s: too few or too short to judge queue growth"
-        )
-    else:
-        rate = (n - 1) / window
-        mid, end = arrivals[0] + window / 2, arrivals[-1]
-        half = end - mid
-        arrived = np.searchsorted(arrivals, end, "right") - np.searchsorted(arrivals, mid, "right")
-        done = np.searchsorted(finishes, end, "right") - np.searchsorted(finishes, mid, "right")
-        out["offered_rps"] = rate
-        out["finish_rps_second_half"] = done / half
-        if arrived > 0 and done < th.throughput_frac * arrived:
-            reasons.append(
-                f"throughput: {done / half:.3g} req/s finished in the second half of the "
-                f"arrival window, below the offered {arrived / half:.3g} req/s"
-            )
-        grid = np.linspace(mid, end, _GRID)
-        waiting = np.zeros(_GRID)
-        for times, values in inputs.waiting:
-            waiting += _step_fn(times, values, grid)
-        slope = _slope(grid, waiting)
-        growth = slope * half
-        if slope > th.queue_growth_frac * rate and growth >= max(th.min_queue_growth, 0.05 * n):
-            reasons.append(
-                f"queue: the waiting queue grows by {slope:.3g} req/s over the second half "
-                f"of the arrival window (to {waiting[-1]:.0f} waiting)"
-            )
+    n = inputs.arrivals.size
+    reasons, notes, out = _arrival_window_reasons(inputs, th)
     finished = n
     preempt = inputs.num_preemptions / finished if finished else 0.0
     if preempt > th.max_preemptions_per_request:
@@ -225,36 +110,89 @@ def judge_inputs(
         reasons.append(f"livelock: {stuck} consecutive steps decode nothing while preempting")
     state = SATURATED if reasons else STEADY
     if state == STEADY and n >= th.min_arrivals:
-        win = find_window(inputs.arrivals, inputs.finishes, inputs.ttft, inputs.tpot)
-        rise = trend(inputs.arrivals, inputs.finishes, win.start_s, win.end_s)
-        if rise["rising"] or win.no_steady_part:
-            sojourn = inputs.finishes[win.mask] - inputs.arrivals[win.mask]
-            mean_sojourn = float(sojourn.mean()) if sojourn.size else 0.0
-            span = win.end_s - win.start_s
-            # A short run cannot tell an engine still filling from one saturating: only
-            # a window many sojourn times long can.
-            long_enough = span >= th.sojourns_to_judge_rise * mean_sojourn
-            state = UNDECIDED
-            how = "still filling or slowly saturating: run longer"
-            clear = rise["t"] >= th.rise_t_to_saturate
-            if rise["rising"] and clear and win.no_steady_part and long_enough:
-                state = SATURATED
-                how = (
-                    "with no steady part (the warm-up cut reached its limit) over "
-                    f"{span / mean_sojourn:.0f} mean sojourn times"
-                )
-            if rise["rising"]:
-                reasons.append(
-                    f"rising: requests in the system rise by {rise['growth_frac']:.0%} of "
-                    f"their mean ({rise['mean_in_system']:.0f}) over the measurement window "
-                    f"(t = {rise['t']:.1f}), {how}"
-                )
-            else:
-                reasons.append(
-                    "no steady part: the warm-up cut reached its limit (half the run); "
-                    "latencies or the number in system still trend: run longer"
-                )
+        state = _rise_verdict(inputs, th, reasons)
     return {"state": state, "reasons": reasons, "notes": notes, **out}
+
+
+def _arrival_window_reasons(
+    inputs: VerdictInputs, th: VerdictThresholds
+) -> tuple[list[str], list[str], dict[str, Any]]:
+    """``(reasons, notes, rates)`` from the second half of the arrival window: the
+    ``throughput`` and ``queue`` reasons, a note when the run is too short to judge,
+    and ``offered_rps`` / ``finish_rps_second_half`` (req/s)."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    arrivals = np.sort(inputs.arrivals)
+    finishes = np.sort(inputs.finishes)
+    n = arrivals.size
+    out: dict[str, Any] = {"offered_rps": 0.0, "finish_rps_second_half": 0.0}
+    window = float(arrivals[-1] - arrivals[0]) if n else 0.0
+    if n < th.min_arrivals or window <= 0:
+        notes.append(
+            f"{n} arrivals over {window:.3g} s: too few or too short to judge queue growth"
+        )
+        return reasons, notes, out
+    rate = (n - 1) / window
+    mid, end = arrivals[0] + window / 2, arrivals[-1]
+    half = end - mid
+    arrived = np.searchsorted(arrivals, end, "right") - np.searchsorted(arrivals, mid, "right")
+    done = np.searchsorted(finishes, end, "right") - np.searchsorted(finishes, mid, "right")
+    out["offered_rps"] = rate
+    out["finish_rps_second_half"] = done / half
+    if arrived > 0 and done < th.throughput_frac * arrived:
+        reasons.append(
+            f"throughput: {done / half:.3g} req/s finished in the second half of the "
+            f"arrival window, below the offered {arrived / half:.3g} req/s"
+        )
+    grid = np.linspace(mid, end, _GRID)
+    waiting = np.zeros(_GRID)
+    for times, values in inputs.waiting:
+        waiting += _step_fn(times, values, grid)
+    slope = _slope(grid, waiting)
+    growth = slope * half
+    if slope > th.queue_growth_frac * rate and growth >= max(th.min_queue_growth, 0.05 * n):
+        reasons.append(
+            f"queue: the waiting queue grows by {slope:.3g} req/s over the second half "
+            f"of the arrival window (to {waiting[-1]:.0f} waiting)"
+        )
+    return reasons, notes, out
+
+
+def _rise_verdict(inputs: VerdictInputs, th: VerdictThresholds, reasons: list[str]) -> str:
+    """The state of a run no other reason saturates, from the number in system over
+    its measurement window: ``steady``, ``undecided`` or (a clear rise, no steady part,
+    a long enough window) ``saturated``; the reason is appended to ``reasons``."""
+    win = find_window(inputs.arrivals, inputs.finishes, inputs.ttft, inputs.tpot)
+    rise = trend(inputs.arrivals, inputs.finishes, win.start_s, win.end_s)
+    if not (rise["rising"] or win.no_steady_part):
+        return STEADY
+    sojourn = inputs.finishes[win.mask] - inputs.arrivals[win.mask]
+    mean_sojourn = float(sojourn.mean()) if sojourn.size else 0.0
+    span = win.end_s - win.start_s
+    # A short run cannot tell an engine still filling from one saturating: only
+    # a window many sojourn times long can.
+    long_enough = span >= th.sojourns_to_judge_rise * mean_sojourn
+    state = UNDECIDED
+    how = "still filling or slowly saturating: run longer"
+    clear = rise["t"] >= th.rise_t_to_saturate
+    if rise["rising"] and clear and win.no_steady_part and long_enough:
+        state = SATURATED
+        how = (
+            "with no steady part (the warm-up cut reached its limit) over "
+            f"{span / mean_sojourn:.0f} mean sojourn times"
+        )
+    if rise["rising"]:
+        reasons.append(
+            f"rising: requests in the system rise by {rise['growth_frac']:.0%} of "
+            f"their mean ({rise['mean_in_system']:.0f}) over the measurement window "
+            f"(t = {rise['t']:.1f}), {how}"
+        )
+    else:
+        reasons.append(
+            "no steady part: the warm-up cut reached its limit (half the run); "
+            "latencies or the number in system still trend: run longer"
+        )
+    return state
 
 
 STEP_USECOLS = ["replica", "start_s", "num_waiting", "num_decode_tokens", "num_preempted"]

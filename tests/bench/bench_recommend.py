@@ -46,7 +46,7 @@ def _long_check(doc: dict, out: Path, replicas: int, num_requests: int) -> dict:
     """The top candidate with ``replicas`` replicas at the target rate, one long run."""
     from sim.app.engine_config import EngineConfig
     from sim.app.run import RunSpec, run
-    from sim.plan.probe import judge_summary
+    from sim.plan.judge import judge_summary
     from sim.recommend.verify import cluster_workload
     from workloads.loader import load_spec, preset_path
 

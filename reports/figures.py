@@ -1,0 +1,47 @@
+"""What kvsim's PNG plots share: saving a figure (100 dpi) and a run's measurement
+window (``summary["window"]``) as a time span to shade.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+DPI = 100
+"""Dots per inch of every PNG."""
+WINDOW_COLOR = "#2ca02c"
+"""The measurement window's shade."""
+
+
+def save_png(fig: plt.Figure, path: Path) -> Path:
+    """Write ``fig`` to ``path`` as a PNG at :data:`DPI` and close it; return ``path``."""
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def measurement_window(summary: dict[str, Any] | None) -> tuple[float, float] | None:
+    """``(start_s, end_s)`` of the summary's measurement window (simulated seconds), or
+    None when it has none (or an empty one)."""
+    window = (summary or {}).get("window")
+    if isinstance(window, dict) and window.get("end_s", 0) > window.get("start_s", 0):
+        return float(window["start_s"]), float(window["end_s"])
+    return None
+
+
+def shade_window(ax: plt.Axes, window: tuple[float, float] | None, label: bool = False) -> None:
+    """Shade the measurement window on ``ax`` (nothing without one); ``label``: name it
+    in the legend."""
+    if window is not None:
+        ax.axvspan(
+            *window,
+            color=WINDOW_COLOR,
+            alpha=0.1,
+            lw=0,
+            label="measurement window" if label else None,
+        )
