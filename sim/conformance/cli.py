@@ -15,13 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sim.conformance.differential import (
-    DEFAULT_VLLM_PYTHON,
-    MIRRORED_VLLM,
-    OracleError,
-    Report,
-    run,
-)
+from sim.conformance.differential import DEFAULT_VLLM_PYTHON, MIRRORED_VLLM, Report, run
+from sim.conformance.oracle_batch import OracleError
 
 _VERSION_PROBE = "import importlib.metadata as m; print(m.version('vllm'))"
 

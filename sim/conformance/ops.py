@@ -83,61 +83,17 @@ def run_ops(
     """Yield one ``op`` line per op, then a summary (as the driver's ops mode)."""
     cfg = dict(OPS_DEFAULTS, **config)
     manager = build_manager(cfg)
-    pool = manager.block_pool
     hasher = BlockHasher.from_name(int(cfg["block_size"]), cfg["hash_algo"], cfg["none_hash_seed"])
-    reqs: dict[str, Request] = {}
-    lookups: dict[str, tuple[Any, int]] = {}
+    session = _OpSession(manager, hasher)
     for i, op in enumerate(ops):
         line: dict[str, Any] = {"type": "op", "i": i, "op": op["op"]}
         rid = op.get("request_id")
         if rid is not None:
             line["request_id"] = rid
-        kind = op["op"]
-        if kind == "add":
-            lora = LoRARequest.from_id(op["lora_id"]) if op.get("lora_id") else None
-            req = Request(
-                rid,
-                op["prompt_token_ids"],
-                int(op.get("max_tokens", 1 << 20)),
-                arrival_time=float(op.get("arrival_time", len(reqs))),
-                priority=int(op.get("priority", 0)),
-                lora_request=lora,
-                cache_salt=op.get("cache_salt"),
-                block_hasher=hasher,
-            )
-            reqs[rid] = req
-            line["num_block_hashes"] = len(req.block_hashes)
-        elif kind == "get_computed_blocks":
-            blocks, hits = manager.get_computed_blocks(reqs[rid], op.get("max_cache_hit_length"))
-            lookups[rid] = (blocks, hits)
-            line.update(
-                block_ids=[list(g) for g in blocks.get_block_ids()], num_computed_tokens=hits
-            )
-        elif kind == "allocate_slots":
-            line.update(_allocate(manager, reqs[rid], op, lookups.pop(rid, None)))
-        elif kind == "block_hashes":
-            line["block_hashes"] = [bytes(h).hex() for h in reqs[rid].block_hashes]
-        elif kind == "append_tokens":
-            reqs[rid].append_output_token_ids(list(op["token_ids"]))
-            line.update(
-                num_tokens=reqs[rid].num_tokens, num_block_hashes=len(reqs[rid].block_hashes)
-            )
-        elif kind == "free":
-            manager.free(reqs[rid])
-        elif kind == "reset_prefix_cache":
-            line["ok"] = bool(manager.reset_prefix_cache())
-        elif kind == "get_block_ids":
-            line["block_ids"] = [list(g) for g in manager.get_block_ids(rid)]
-        else:
-            raise ValueError(f"unknown op {kind!r}")
+        line.update(session.apply(op, rid))
         if check_invariants:
             manager.check_invariants()
-        line.update(
-            num_free_blocks=pool.get_num_free_blocks(),
-            usage=round(manager.usage, 6),
-            free_queue=[b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-            cached_block_ids=sorted(b.block_id for b in pool.blocks if b.block_hash is not None),
-        )
+        line.update(_manager_state(manager))
         if cfg["enable_kv_cache_events"]:
             line["kv_events"] = [type(e).__name__ for e in manager.take_events()]
         yield line
@@ -148,9 +104,81 @@ def run_ops(
     }
 
 
+def _manager_state(manager: KVCacheManager) -> dict[str, Any]:
+    """The manager's state after an op: free block count, usage (rounded to 6
+    digits), the free queue's block ids in order, the cached block ids (sorted)."""
+    pool = manager.block_pool
+    return {
+        "num_free_blocks": pool.get_num_free_blocks(),
+        "usage": round(manager.usage, 6),
+        "free_queue": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
+        "cached_block_ids": sorted(b.block_id for b in pool.blocks if b.block_hash is not None),
+    }
+
+
+class _OpSession:
+    """The requests of an op sequence on one manager, and the prefix-cache lookups
+    waiting for their ``allocate_slots``."""
+
+    def __init__(self, manager: KVCacheManager, hasher: BlockHasher) -> None:
+        self.manager = manager
+        self.hasher = hasher
+        self.reqs: dict[str, Request] = {}
+        self.lookups: dict[str, tuple[Any, int]] = {}
+
+    def add(self, rid: str, op: dict[str, Any]) -> Request:
+        """Create the request of an ``add`` op (arrival time: its index by default)."""
+        lora = LoRARequest.from_id(op["lora_id"]) if op.get("lora_id") else None
+        req = Request(
+            rid,
+            op["prompt_token_ids"],
+            int(op.get("max_tokens", 1 << 20)),
+            arrival_time=float(op.get("arrival_time", len(self.reqs))),
+            priority=int(op.get("priority", 0)),
+            lora_request=lora,
+            cache_salt=op.get("cache_salt"),
+            block_hasher=self.hasher,
+        )
+        self.reqs[rid] = req
+        return req
+
+    def apply(self, op: dict[str, Any], rid: Any) -> dict[str, Any]:
+        """Run one op on request ``rid``; the result fields of its line."""
+        manager, reqs, kind = self.manager, self.reqs, op["op"]
+        if kind == "add":
+            return {"num_block_hashes": len(self.add(rid, op).block_hashes)}
+        if kind == "get_computed_blocks":
+            blocks, hits = manager.get_computed_blocks(reqs[rid], op.get("max_cache_hit_length"))
+            self.lookups[rid] = (blocks, hits)
+            return {
+                "block_ids": [list(g) for g in blocks.get_block_ids()],
+                "num_computed_tokens": hits,
+            }
+        if kind == "allocate_slots":
+            return _allocate(manager, reqs[rid], op, self.lookups.pop(rid, None))
+        if kind == "block_hashes":
+            return {"block_hashes": [bytes(h).hex() for h in reqs[rid].block_hashes]}
+        if kind == "append_tokens":
+            reqs[rid].append_output_token_ids(list(op["token_ids"]))
+            return {
+                "num_tokens": reqs[rid].num_tokens,
+                "num_block_hashes": len(reqs[rid].block_hashes),
+            }
+        if kind == "free":
+            manager.free(reqs[rid])
+            return {}
+        if kind == "reset_prefix_cache":
+            return {"ok": bool(manager.reset_prefix_cache())}
+        if kind == "get_block_ids":
+            return {"block_ids": [list(g) for g in manager.get_block_ids(rid)]}
+        raise ValueError(f"unknown op {kind!r}")
+
+
 def _allocate(
     manager: KVCacheManager, req: Request, op: dict[str, Any], lookup: tuple[Any, int] | None
 ) -> dict[str, Any]:
+    """An ``allocate_slots`` op (after the request's lookup ``lookup``, if any); the
+    result fields of its line."""
     blocks, hits = lookup if lookup else (None, 0)
     n = op["num_new_tokens"]
     if n == "rest":

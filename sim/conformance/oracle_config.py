@@ -3,7 +3,8 @@ offline model (and its draft models), vLLM's NONE_HASH, the hand-made KV-cache
 configuration and the ``VllmConfig`` a CPU-only scheduler is built from.
 
 Part of the oracle driver (``vllm_driver.py``, whose docstring lists the knobs); the
-siblings ``pd_driver.py`` and ``offload_driver.py`` build their engines from it too.
+siblings ``pd_driver.py`` and ``offload_driver.py`` build their engines from it too,
+through ``oracle_pd.py`` and ``oracle_offload.py``.
 Standard library and vLLM only.
 """
 

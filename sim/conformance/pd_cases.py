@@ -4,7 +4,6 @@ for ``kvsim conformance --pd``."""
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from pathlib import Path
@@ -12,8 +11,8 @@ from typing import Any
 
 from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
-from sim.conformance.differential import Mismatch, Report
 from sim.conformance.pd import compare, run_kvcore_or_error, run_oracle
+from sim.conformance.report import Mismatch, Report, write_case
 
 
 def random_case(
@@ -24,7 +23,22 @@ def random_case(
     transfers of 1-4 steps, unread leases, failed loads, aborts, sometimes push mode."""
     rng = random.Random(f"pd-{role}-{int(async_scheduling)}-{seed}-{index}")
     bs = 16
-    cfg: dict[str, Any] = {
+    cfg = _random_config(rng, role, async_scheduling, bs)
+    trace = _random_trace(rng, role, bs)
+    longest = max(len(r["prompt_token_ids"]) + r["max_tokens"] for r in trace)
+    cfg["num_gpu_blocks"] = max(cfg["num_gpu_blocks"], -(-longest // bs) + 2)
+    if rng.random() < 0.2:  # whole prefills: the budget must hold max_model_len
+        cfg["enable_chunked_prefill"] = False
+        cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], longest)
+    return cfg, trace
+
+
+def _random_config(
+    rng: random.Random, role: str, async_scheduling: bool, bs: int
+) -> dict[str, Any]:
+    """A case's knobs (``bs``: block size in tokens); the GPU cache is grown later to
+    fit the longest request."""
+    return {
         "role": role,
         "kv_both": rng.random() < 0.15,
         "mode": "push" if rng.random() < 0.25 else "pull",
@@ -41,6 +55,11 @@ def random_case(
         "policy": rng.choice(["fcfs", "fcfs", "priority"]),
         "lease_steps": rng.randint(2, 12),
     }
+
+
+def _random_trace(rng: random.Random, role: str, bs: int) -> list[dict[str, Any]]:
+    """6-20 requests over 1-3 shared prompt prefixes, arriving 0-8 steps apart; about
+    15% of them aborted up to 8 steps after their arrival."""
     prefixes = [
         [rng.randrange(50_000) for _ in range(rng.choice([16, 32, 48, 64, 96]))]
         for _ in range(rng.randint(1, 3))
@@ -58,36 +77,39 @@ def random_case(
             "priority": rng.randint(0, 2),
             "xfer_steps": rng.randint(1, 4),
         }
-        plain = rng.random() < 0.15
-        if role == "prefill":
-            req["max_tokens"] = 1 if rng.random() < 0.4 else rng.randint(2, 16)
-            req["read"] = rng.random() < 0.8
-            if not plain:
-                req["kv_transfer_params"] = {"do_remote_decode": True, "do_remote_prefill": False}
-        else:
-            req["max_tokens"] = rng.randint(1, 30)
-            req["fail_load"] = rng.random() < 0.15
-            if not plain:
-                req["kv_transfer_params"] = {
-                    "do_remote_prefill": True,
-                    "do_remote_decode": False,
-                    "remote_block_ids": [list(range(1, 1 + -(-len(prompt) // bs)))],
-                    "remote_engine_id": "kvsim-prefill",
-                    "remote_request_id": f"p{i}",
-                    "remote_host": "localhost",
-                    "remote_port": 5600,
-                    "tp_size": 1,
-                    "remote_num_tokens": len(prompt),
-                }
+        _draw_transfer(rng, req, role, i, bs)
         if rng.random() < 0.15:
             req["abort_step"] = step + rng.randint(0, 8)
         trace.append(req)
-    longest = max(len(r["prompt_token_ids"]) + r["max_tokens"] for r in trace)
-    cfg["num_gpu_blocks"] = max(cfg["num_gpu_blocks"], -(-longest // bs) + 2)
-    if rng.random() < 0.2:  # whole prefills: the budget must hold max_model_len
-        cfg["enable_chunked_prefill"] = False
-        cfg["max_num_batched_tokens"] = max(cfg["max_num_batched_tokens"], longest)
-    return cfg, trace
+    return trace
+
+
+def _draw_transfer(rng: random.Random, req: dict[str, Any], role: str, i: int, bs: int) -> None:
+    """Fill in request ``i``'s role-specific fields: its output length, the fake
+    worker's fate of its transfer (read lease, failed load) and, but for about 15%
+    plain requests, its ``kv_transfer_params``."""
+    plain = rng.random() < 0.15
+    prompt = req["prompt_token_ids"]
+    if role == "prefill":
+        req["max_tokens"] = 1 if rng.random() < 0.4 else rng.randint(2, 16)
+        req["read"] = rng.random() < 0.8
+        if not plain:
+            req["kv_transfer_params"] = {"do_remote_decode": True, "do_remote_prefill": False}
+    else:
+        req["max_tokens"] = rng.randint(1, 30)
+        req["fail_load"] = rng.random() < 0.15
+        if not plain:
+            req["kv_transfer_params"] = {
+                "do_remote_prefill": True,
+                "do_remote_decode": False,
+                "remote_block_ids": [list(range(1, 1 + -(-len(prompt) // bs)))],
+                "remote_engine_id": "kvsim-prefill",
+                "remote_request_id": f"p{i}",
+                "remote_host": "localhost",
+                "remote_port": 5600,
+                "tp_size": 1,
+                "remote_num_tokens": len(prompt),
+            }
 
 
 def coverage(lines_per_case: list[list[dict[str, Any]]]) -> dict[str, int]:
@@ -172,13 +194,7 @@ def run_pd(
         diff = compare(lines, run_kvcore_or_error(config, trace))
         if diff is not None:
             name = f"pd_{role}_seed{seed}_case{i}" + ("_async" if async_scheduling else "")
-            out = Path(out_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            files = []
-            for suffix, data in (("trace", trace), ("config", config)):
-                path = out / f"{name}.{suffix}.json"
-                path.write_text(json.dumps(data, indent=1) + "\n")
-                files.append(str(path))
+            files = write_case(Path(out_dir), name, {"trace": trace, "config": config})
             report.mismatches.append(Mismatch(f"pd-{role}", i, diff, files))
     report.wall_s = time.perf_counter() - t0
     return report

@@ -7,8 +7,10 @@ never imports it. Uses the standard library, vLLM, and sibling files loaded by p
 (``oracle_load.py``): the oracle driver's ``oracle_config.py`` (model directory,
 VllmConfig, NONE_HASH), ``oracle_scheduler.py`` (the recording async scheduler, the
 prefix-cache counters) and ``oracle_async.py`` (the held-output executor, the engine
-shell), ``pd_worker.py`` (the fake worker both replays share), ``pd_case.py`` (a case's
-knobs, also kvsim's) and ``trace_feed.py`` (a trace's arrivals and aborts).
+shell), ``oracle_pd.py`` (the engine of a case, its requests, the fake model's
+output), and kvsim's standard-library files: ``pd_worker.py`` (the fake worker both
+replays share), ``pd_case.py`` (a case's knobs), ``trace_feed.py`` (a trace's
+arrivals and aborts) and ``step_loop.py`` (the step loop).
 
 The connector is built as ``--kv-transfer-config`` does it:
 ``KVTransferConfig(kv_connector="NixlConnector" | "NixlPushConnector",
@@ -26,29 +28,27 @@ Usage: ``pd_driver.py JOBS`` where JOBS is a JSON file holding
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from typing import Any
 
 import vllm
 from oracle_load import load_by_path
-from vllm.config import KVTransferConfig
-from vllm.sampling_params import SamplingParams
 from vllm.v1.core import kv_cache_utils
-from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.request import Request, RequestStatus
-from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.request import RequestStatus
 
 oracle_config = load_by_path("oracle_config.py")
 oracle_scheduler = load_by_path("oracle_scheduler.py")
 oracle_async = load_by_path("oracle_async.py")
+oracle_pd = load_by_path("oracle_pd.py")
 FakeNixlWorker = load_by_path("pd_worker.py").FakeNixlWorker
 pd_case = load_by_path("pd_case.py")
 TraceFeed = load_by_path("trace_feed.py").TraceFeed
 summary_line = load_by_path("trace_feed.py").summary_line
+replay_steps = load_by_path("step_loop.py").replay_steps
+
+MAX_STEPS = 5000
+"""Steps after which the replay gives up on a case (it never ends)."""
 
 
 class SortedIterSet(set):
@@ -57,61 +57,6 @@ class SortedIterSet(set):
 
     def __iter__(self):  # type: ignore[override]
         return iter(sorted(set.__iter__(self)))
-
-
-def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
-    steps_cfg = oracle_config.merged(
-        oracle_config.STEPS_DEFAULTS,
-        {
-            k: cfg[k]
-            for k in (
-                "block_size",
-                "num_gpu_blocks",
-                "max_num_seqs",
-                "max_num_batched_tokens",
-                "enable_chunked_prefill",
-                "long_prefill_token_threshold",
-                "policy",
-                "scheduler_reserve_full_isl",
-                "prefix_caching_hash_algo",
-                "async_scheduling",
-            )
-        },
-    )
-    ktc = KVTransferConfig(
-        kv_connector="NixlPushConnector" if cfg["mode"] == "push" else "NixlConnector",
-        kv_role=pd_case.kv_role(cfg),
-        engine_id="kvsim-" + cfg["role"],
-        kv_load_failure_policy=cfg["kv_load_failure_policy"],
-    )
-    vllm_config = oracle_config.build_vllm_config(steps_cfg, max_model_len, kv_transfer_config=ktc)
-    if bool(cfg["async_scheduling"]) != bool(vllm_config.scheduler_config.async_scheduling):
-        raise ValueError("vLLM changed async scheduling for this configuration")
-    register_all_kvcache_specs(vllm_config)
-    cls = oracle_scheduler.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
-    return cls(
-        vllm_config=vllm_config,
-        kv_cache_config=oracle_config.kv_cache_config_for(steps_cfg),
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=int(cfg["block_size"]),
-        log_stats=True,
-    )
-
-
-def make_request(spec: dict[str, Any], arrival: float, hasher: Any) -> Request:
-    extra = None
-    if spec.get("kv_transfer_params") is not None:
-        extra = {"kv_transfer_params": copy.deepcopy(spec["kv_transfer_params"])}
-    params = SamplingParams(max_tokens=int(spec["max_tokens"]), ignore_eos=True, extra_args=extra)
-    return Request(
-        request_id=str(spec["request_id"]),
-        prompt_token_ids=list(spec["prompt_token_ids"]),
-        sampling_params=params,
-        pooling_params=None,
-        arrival_time=arrival,
-        priority=int(spec.get("priority", 0)),
-        block_hasher=hasher,
-    )
 
 
 def meta_json(meta: Any) -> dict[str, Any]:
@@ -135,31 +80,6 @@ def meta_json(meta: Any) -> dict[str, Any]:
             for rid, g in meta.push_finished_blocks.items()
         ),
     }
-
-
-def kv_output(report: dict[str, list[Any]]) -> KVConnectorOutput:
-    return KVConnectorOutput(
-        # lists, not sets: vLLM iterates them, the order stays fixed
-        finished_sending=report["sending"] or None,
-        finished_recving=report["recving"] or None,
-        failed_recving=set(report["failed"]),
-        invalid_block_ids=set(report["invalid"]),
-    )
-
-
-def sampled_for(sched: Scheduler, out: Any, token: int) -> list[list[int]]:
-    return [
-        [] if sched.requests[rid].is_prefill_chunk else [token] for rid in out.num_scheduled_tokens
-    ]
-
-
-def model_output(req_ids: list[str], sampled: list[list[int]], report: dict) -> ModelRunnerOutput:
-    return ModelRunnerOutput(
-        req_ids=req_ids,
-        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-        sampled_token_ids=sampled,
-        kv_connector_output=kv_output(report),
-    )
 
 
 def cache_json(engine_outputs: dict[int, Any] | None) -> dict[str, Any] | None:
@@ -203,12 +123,15 @@ class PDExecutor(oracle_async.HeldOutputExecutor):
         self.executed: list[tuple[Any, dict[str, Any], dict[str, Any], int]] = []
 
     def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
+        """Record the batch (its metadata, the worker's report) and hold its output."""
         r = self.replay
         free_after = r.pool.get_num_free_blocks()
         meta = meta_json(scheduler_output.kv_connector_metadata)
         report = r.worker.step(r.step_index, meta)
         req_ids = list(scheduler_output.num_scheduled_tokens)
-        output = model_output(req_ids, sampled_for(r.sched, scheduler_output, r.token), report)
+        output = oracle_pd.model_output(
+            req_ids, oracle_pd.sampled_for(r.sched, scheduler_output, r.token), report
+        )
         self.executed.append((scheduler_output, meta, report, free_after))
         return self._hold(scheduler_output, output, output)
 
@@ -224,7 +147,7 @@ class PDReplay:
             cfg["prefix_caching_hash_algo"], cfg["none_hash_seed"]
         )
         self.hasher = kv_cache_utils.get_request_block_hasher(int(cfg["block_size"]), hash_fn)
-        self.sched = build(cfg, self.max_model_len)
+        self.sched = oracle_pd.build(cfg, self.max_model_len)
         self.sched.finished_req_ids = SortedIterSet()
         self.pool = self.sched.kv_cache_manager.block_pool
         self.worker = FakeNixlWorker(trace, int(cfg["lease_steps"]))
@@ -237,9 +160,11 @@ class PDReplay:
             self.batch_steps: dict[int, int] = {}
 
     def has_work(self) -> bool:
+        """Whether the engine (async) or the scheduler still has work."""
         return self.engine.has_work() if self.async_mode else self.sched.has_requests()
 
     def abort(self, rid: str) -> list[str]:
+        """Abort request ``rid``; the ids of the live requests it finished."""
         if self.async_mode:
             req = self.sched.requests.get(rid)
             live = req is not None and not req.is_finished()
@@ -249,6 +174,8 @@ class PDReplay:
         return [r.request_id for r in ended]
 
     def common(self, line: dict[str, Any]) -> dict[str, Any]:
+        """``line`` with the state at the end of the step (free blocks, counts, the
+        requests waiting for KV, the finished requests still held)."""
         sched = self.sched
         num_running, num_waiting = sched.get_request_counts()
         line.update(
@@ -265,6 +192,7 @@ class PDReplay:
         return line
 
     def sync_step(self) -> dict[str, Any]:
+        """Schedule, run the fake worker and model, apply the output; the step's fields."""
         sched = self.sched
         out = sched.schedule()
         sched.finished_req_ids = SortedIterSet()
@@ -272,7 +200,7 @@ class PDReplay:
         meta = meta_json(out.kv_connector_metadata)
         report = self.worker.step(self.step_index, meta)
         req_ids = list(out.num_scheduled_tokens)
-        mro = model_output(req_ids, sampled_for(sched, out, self.token), report)
+        mro = oracle_pd.model_output(req_ids, oracle_pd.sampled_for(sched, out, self.token), report)
         engine_outputs = sched.update_from_output(out, mro)
         finished, params = outputs_json(engine_outputs)
         return {
@@ -287,6 +215,8 @@ class PDReplay:
         }
 
     def async_step(self) -> dict[str, Any]:
+        """One engine iteration (schedule a batch and/or apply the oldest output); its
+        fields."""
         engine_outputs, _ = self.engine.step_with_batch_queue()
         executed, self.executor.executed = self.executor.executed, []
         line: dict[str, Any] = {"scheduled": None}
@@ -318,7 +248,7 @@ class PDReplay:
         ]
         feed = TraceFeed(
             self.trace,
-            lambda spec, t: self.sched.add_request(make_request(spec, t, self.hasher)),
+            lambda spec, t: self.sched.add_request(oracle_pd.make_request(spec, t, self.hasher)),
             self.abort,
         )
         while True:

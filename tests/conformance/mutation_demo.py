@@ -62,10 +62,10 @@ from sim.conformance import DEFAULT_SEED  # noqa: E402
 from sim.conformance.differential import (  # noqa: E402
     DEFAULT_VLLM_PYTHON,
     first_step_mismatch,
-    oracle_step_lines,
     run,
 )
 from sim.conformance.generate import random_case  # noqa: E402
+from sim.conformance.oracle_batch import oracle_step_lines  # noqa: E402
 from sim.conformance.pd import compare as pd_compare  # noqa: E402
 from sim.conformance.pd import run_kvcore_or_error as pd_run_kvcore  # noqa: E402
 from sim.conformance.pd import run_oracle as pd_run_oracle  # noqa: E402
