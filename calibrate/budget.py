@@ -9,7 +9,9 @@ available // bytes_per_block``, minimum over tensor-parallel ranks, one request 
 ``max_model_len`` must fit). All terms are bytes per tensor-parallel rank.
 
 The terms are estimated in ``calibrate.budget_terms`` (documented defaults, recorded
-separately so a calibration file can replace them).
+separately so a calibration file can replace them); ``calibrate.budget_memory`` picks
+each term's figure (estimate or measurement) and ``calibrate.budget_limits`` checks the
+engine arguments and fills in vLLM's batch limits.
 
 Which version each term follows: the formula, the default ``gpu_memory_utilization``
 (0.92) and subtracting the CUDA-graph estimate are vLLM 0.33.0's (0.33 turned
@@ -32,55 +34,16 @@ import inspect
 import math
 from dataclasses import asdict, dataclass, field
 
-from calibrate.budget_terms import CUDAGRAPH_BYTES as CUDAGRAPH_BYTES
-from calibrate.budget_terms import NON_TORCH_BYTES as NON_TORCH_BYTES
-from calibrate.budget_terms import activation_peak_bytes as activation_peak_bytes
-from calibrate.budget_terms import cudagraph_estimate_bytes as cudagraph_estimate_bytes
-from calibrate.budget_terms import default_non_torch_bytes as default_non_torch_bytes
-from calibrate.budget_terms import rope_cache_bytes as rope_cache_bytes
+from calibrate.budget_limits import KVBudgetError, batch_limits, check_args, positive
+from calibrate.budget_memory import MeasuredMemoryTerms, MemoryTerms, memory_terms
 from calibrate.draft_kv import plan_with_draft
 from calibrate.gpu_spec import GIB, GPUSpec
 from calibrate.model_spec import ModelSpec
-from kvcore.kv_cache_budget import KVCacheSizing, plan_kv_cache_budget
+from kvcore.kv_cache_budget import KVCacheBudget, KVCacheSizing, plan_kv_cache_budget
 from kvcore.kv_cache_interface import KVCacheConfig
 from kvcore.kv_cache_planning import InsufficientKVCacheMemoryError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33.0 (0.9 before)
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
-
-
-@dataclass(frozen=True)
-class MeasuredMemoryTerms:
-    """Terms a calibration's memory profile measured (bytes per rank), replacing the
-    estimates: ``non_torch_bytes`` is vLLM's ``total_consumed`` minus the weights; the
-    activation peak was measured at ``max_num_batched_tokens`` / ``max_num_seqs`` and is
-    rescaled by the analytic estimate's ratio for other batch limits."""
-
-    total_memory_bytes: int
-    weights_bytes: int
-    activation_peak_bytes: int
-    non_torch_bytes: int
-    cudagraph_bytes: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
-
-    @classmethod
-    def from_profile(cls, terms: dict[str, object]) -> MeasuredMemoryTerms:
-        """From ``ProfileResult.to_dict()`` (a calibration file's ``kv_budget``)."""
-        t = {k: int(v) for k, v in terms.items() if isinstance(v, (int, float))}
-        return cls(
-            total_memory_bytes=t["total_memory_bytes"],
-            weights_bytes=t["weights_bytes"],
-            activation_peak_bytes=t["transient_peak_headroom_bytes"],
-            non_torch_bytes=t["total_consumed_bytes"] - t["weights_bytes"],
-            cudagraph_bytes=t["cudagraph_bytes"],
-            max_num_batched_tokens=t["max_num_batched_tokens"],
-            max_num_seqs=t["max_num_seqs"],
-        )
-
-
-class KVBudgetError(ValueError):
-    """The configuration leaves no room for the KV cache (message names the knob)."""
 
 
 @dataclass(frozen=True)
@@ -133,42 +96,6 @@ class KVBudget:
         return out
 
 
-def default_batch_limits(gpu: GPUSpec) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) vLLM 0.33.0 picks for the OpenAI server:
-    16384/1024 on GPUs with >= 160 GiB, 8192/1024 on >= 70 GiB unless an A100, else
-    2048/256 (``EngineArgs`` batch defaults, shared/notes/calibration.md §3.8)."""
-    gib = gpu.memory_bytes / GIB
-    if gib >= 160:
-        return 16384, 1024
-    if gib >= 70 and "a100" not in gpu.name.lower():
-        return 8192, 1024
-    return 2048, 256
-
-
-def _check_args(model: ModelSpec, tp: int, util: float, block_size: int, dtype: str) -> None:
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise KVBudgetError(f"tensor_parallel_size must be an integer >= 1, got {tp!r}")
-    if not (isinstance(util, (int, float)) and 0 < util <= 1):
-        raise KVBudgetError(f"gpu_memory_utilization must be in (0, 1], got {util!r}")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise KVBudgetError(f"block_size must be a positive integer (tokens), got {block_size!r}")
-    if dtype not in KV_CACHE_DTYPES:
-        raise KVBudgetError(
-            f"kv_cache_dtype: unknown {dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}"
-        )
-    if "mla" not in model.layer_kinds and model.num_kv_heads % tp and tp % model.num_kv_heads:
-        raise KVBudgetError(
-            f"tensor_parallel_size {tp} must divide or be a multiple of the model's "
-            f"{model.num_kv_heads} KV heads"
-        )
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise KVBudgetError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def compute_kv_budget(
     model: ModelSpec,
     gpu: GPUSpec,
@@ -208,57 +135,25 @@ def compute_kv_budget(
     block (:mod:`calibrate.draft_kv`).
     """
     tp = tensor_parallel_size
-    _check_args(model, tp, gpu_memory_utilization, block_size, kv_cache_dtype)
-    default_mbt, default_seqs = default_batch_limits(gpu)
-    mbt = _positive("max_num_batched_tokens", max_num_batched_tokens or default_mbt)
-    seqs = _positive("max_num_seqs", max_num_seqs or default_seqs)
-    max_len = _positive("max_model_len", max_model_len or model.max_position_embeddings)
-    if max_len > model.max_position_embeddings:
-        raise KVBudgetError(
-            f"max_model_len {max_len} exceeds the model's max_position_embeddings "
-            f"({model.max_position_embeddings})"
-        )
-    if mbt < seqs:
-        mbt_from = "" if max_num_batched_tokens else f", vLLM's default on {gpu.name}"
-        seqs_from = "" if max_num_seqs else f", vLLM's default on {gpu.name}"
-        raise KVBudgetError(
-            f"max_num_batched_tokens ({mbt}{mbt_from}) must be >= max_num_seqs "
-            f"({seqs}{seqs_from}): set max_num_seqs or max_num_batched_tokens"
-        )
+    check_args(model, tp, gpu_memory_utilization, block_size, kv_cache_dtype)
+    mbt, seqs, max_len = batch_limits(
+        model, gpu, max_model_len, max_num_batched_tokens, max_num_seqs
+    )
     if num_gpu_blocks_override is not None:
-        _positive("num_gpu_blocks_override", num_gpu_blocks_override)
+        positive("num_gpu_blocks_override", num_gpu_blocks_override)
     total = gpu.memory_bytes if measured is None else measured.total_memory_bytes
     requested = math.ceil(total * gpu_memory_utilization)
-    dp = _positive("data_parallel_size", data_parallel_size)
-    weights = model.weight_bytes_per_rank(tp, dp) + rope_cache_bytes(model)
-    activation = activation_peak_bytes(model, tp, mbt, seqs)
-    non_torch = non_torch_memory_bytes
-    if non_torch is None:
-        non_torch = default_non_torch_bytes(tp)
-    graphs = cudagraph_memory_bytes
-    if graphs is None:
-        graphs = cudagraph_estimate_bytes(model, tp)
-    if measured is not None:
-        weights, non_torch = measured.weights_bytes, measured.non_torch_bytes
-        if cudagraph_memory_bytes is None:
-            graphs = measured.cudagraph_bytes
-        at = activation_peak_bytes(
-            model, tp, measured.max_num_batched_tokens, measured.max_num_seqs
-        )
-        activation = round(measured.activation_peak_bytes * activation / at)
-    draft_weights = 0
-    if draft_model is not None:
-        draft_weights = draft_model.weight_bytes() // tp + rope_cache_bytes(draft_model)
-        weights += draft_weights
-    available = requested - weights - activation - non_torch - graphs
+    dp = positive("data_parallel_size", data_parallel_size)
+    terms = memory_terms(
+        model, tp, dp, mbt, seqs,
+        cudagraph_memory_bytes=cudagraph_memory_bytes,
+        non_torch_memory_bytes=non_torch_memory_bytes,
+        measured=measured,
+        draft_model=draft_model,
+    )  # fmt: skip
+    available = requested - terms.weights - terms.activation - terms.non_torch - terms.cudagraphs
     if available <= 0 and num_gpu_blocks_override is None:
-        raise KVBudgetError(
-            f"no memory left for the KV cache: {requested / GIB:.2f} GiB requested "
-            f"(gpu_memory_utilization {gpu_memory_utilization}), weights {weights / GIB:.2f} "
-            f"GiB + activations {activation / GIB:.2f} GiB + reserves "
-            f"{(non_torch + graphs) / GIB:.2f} GiB per GPU; raise --tensor-parallel-size or "
-            f"--gpu-memory-utilization, or lower --max-num-batched-tokens"
-        )
+        raise _no_room_error(requested, gpu_memory_utilization, terms)
     sizing = KVCacheSizing(
         max_model_len=max_len,
         max_num_batched_tokens=mbt,
@@ -267,26 +162,7 @@ def compute_kv_budget(
         num_gpu_blocks_override=num_gpu_blocks_override,
         async_scheduling=async_scheduling is not False,
     )
-    try:
-        if draft_model is not None:
-            plan = plan_with_draft(max(available, 0), sizing, model, draft_model, kv_cache_dtype)
-        else:
-            plan = plan_kv_cache_budget(
-                available_memory_bytes=max(available, 0),
-                sizing=sizing,
-                **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
-            )
-    except InsufficientKVCacheMemoryError as exc:
-        where = (
-            f"{num_gpu_blocks_override} blocks of num_gpu_blocks_override"
-            if num_gpu_blocks_override is not None
-            else f"{max(available, 0) / GIB:.2f} GiB left for the KV cache"
-        )
-        raise KVBudgetError(
-            f"max_model_len: one request of {max_len} tokens does not fit in the {where}; "
-            f"the longest that fits is {exc.estimated_max_model_len} tokens: lower "
-            f"--max-model-len, or raise --gpu-memory-utilization / --tensor-parallel-size"
-        ) from None
+    plan = _plan_blocks(max(available, 0), sizing, model, draft_model, kv_cache_dtype)
     return KVBudget(
         model=model.name,
         gpu=gpu.name,
@@ -299,10 +175,10 @@ def compute_kv_budget(
         kv_cache_dtype=model.kv_cache_dtype(kv_cache_dtype),
         total_memory_bytes=total,
         requested_memory_bytes=requested,
-        weights_bytes=weights,
-        activation_peak_bytes=activation,
-        non_torch_bytes=non_torch,
-        cudagraph_bytes=graphs,
+        weights_bytes=terms.weights,
+        activation_peak_bytes=terms.activation,
+        non_torch_bytes=terms.non_torch,
+        cudagraph_bytes=terms.cudagraphs,
         available_kv_bytes=available,
         bytes_per_block=plan.bytes_per_block,
         num_gpu_blocks=plan.num_blocks,
@@ -312,8 +188,54 @@ def compute_kv_budget(
         num_kv_cache_groups=plan.num_groups,
         kv_cache_config=plan.kv_cache_config,
         draft_model=None if draft_model is None else draft_model.name,
-        draft_weights_bytes=draft_weights,
+        draft_weights_bytes=terms.draft_weights,
     )
+
+
+def _no_room_error(requested: int, util: float, terms: MemoryTerms) -> KVBudgetError:
+    """The error for a configuration whose non-KV terms fill the ``requested`` bytes
+    (``util``: its ``gpu_memory_utilization``), naming the knobs that make room."""
+    reserves = terms.non_torch + terms.cudagraphs
+    return KVBudgetError(
+        f"no memory left for the KV cache: {requested / GIB:.2f} GiB requested "
+        f"(gpu_memory_utilization {util}), weights {terms.weights / GIB:.2f} "
+        f"GiB + activations {terms.activation / GIB:.2f} GiB + reserves "
+        f"{reserves / GIB:.2f} GiB per GPU; raise --tensor-parallel-size or "
+        f"--gpu-memory-utilization, or lower --max-num-batched-tokens"
+    )
+
+
+def _plan_blocks(
+    available: int,
+    sizing: KVCacheSizing,
+    model: ModelSpec,
+    draft_model: ModelSpec | None,
+    kv_cache_dtype: str,
+) -> KVCacheBudget:
+    """kvcore's block plan for ``available`` bytes of KV cache (the draft model's KV
+    layers in every block when there is one); KVBudgetError naming ``max_model_len``
+    when one request of it does not fit."""
+    try:
+        if draft_model is not None:
+            return plan_with_draft(available, sizing, model, draft_model, kv_cache_dtype)
+        return plan_kv_cache_budget(
+            available_memory_bytes=available,
+            sizing=sizing,
+            **model.kv_planning_kwargs(kv_cache_dtype),  # type: ignore[arg-type]
+        )
+    except InsufficientKVCacheMemoryError as exc:
+        override = sizing.num_gpu_blocks_override
+        where = (
+            f"{override} blocks of num_gpu_blocks_override"
+            if override is not None
+            else f"{available / GIB:.2f} GiB left for the KV cache"
+        )
+        raise KVBudgetError(
+            f"max_model_len: one request of {sizing.max_model_len} tokens does not fit in "
+            f"the {where}; the longest that fits is {exc.estimated_max_model_len} tokens: "
+            f"lower --max-model-len, or raise --gpu-memory-utilization / "
+            f"--tensor-parallel-size"
+        ) from None
 
 
 def budget_engine_args() -> tuple[str, ...]:

@@ -28,13 +28,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from calibrate.budget import (
-    DEFAULT_GPU_MEMORY_UTILIZATION,
-    activation_peak_bytes,
-    default_non_torch_bytes,
-    rope_cache_bytes,
-)
-from calibrate.harness.memory_backend import MemoryBackend
+from calibrate.budget import DEFAULT_GPU_MEMORY_UTILIZATION
+from calibrate.budget_terms import activation_peak_bytes, default_non_torch_bytes, rope_cache_bytes
+from calibrate.harness.memory_backend import MemoryBackend, MemorySnapshot
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
 from kvcore.kv_cache_budget import KVCacheSizing, plan_kv_cache_budget
@@ -131,7 +127,62 @@ def num_gpu_blocks(
 
 
 def _weights_of(spec: ModelSpec, num_layers: int, tp: int) -> int:
+    """Weights of ``spec`` cut to ``num_layers`` layers on one rank, with the rotary
+    cache (bytes)."""
     return reduce_layers(spec, num_layers).weight_bytes() // tp + rope_cache_bytes(spec)
+
+
+def _load_weights(
+    spec: ModelSpec,
+    backend: MemoryBackend,
+    runner: ProfileRunner | None,
+    num_layers: int,
+    tp: int,
+) -> MemorySnapshot:
+    """Step 2: load the weights (the runner's model, or without one the estimate of
+    ``num_layers`` layers booked on the backend); the snapshot after."""
+    with backend.phase("load_weights") as hints:
+        if runner is not None:
+            hints["persistent"] = runner.load_weights()
+        else:
+            hints["persistent"] = _weights_of(spec, num_layers, tp)
+    return backend.snapshot()
+
+
+def _profile_batch(
+    spec: ModelSpec,
+    cfg: ProfileConfig,
+    backend: MemoryBackend,
+    runner: ProfileRunner | None,
+    num_reqs: int,
+) -> MemorySnapshot:
+    """Step 3: the dummy forward of ``max_num_batched_tokens`` tokens over ``num_reqs``
+    requests, then the dummy sampler on them, from a clean, peak-reset state (the
+    backend books ``calibrate.budget``'s estimates of each phase); the snapshot after
+    the final clean-up."""
+    tp, mbt, seqs = cfg.tensor_parallel_size, cfg.max_num_batched_tokens, cfg.max_num_seqs
+    backend.cleanup()
+    backend.reset_peak()
+    activation = activation_peak_bytes(spec, tp, mbt, seqs)
+    non_torch = default_non_torch_bytes(tp)
+    forward = activation_peak_bytes(spec, tp, mbt, 0)  # the activation without the sampler's
+    with backend.phase("dummy_forward", transient=forward, non_torch=non_torch):
+        if runner is not None:
+            runner.dummy_forward(mbt, num_reqs)
+    with backend.phase("dummy_sampler", transient=activation):
+        if runner is not None:
+            runner.dummy_sampler(num_reqs)
+    backend.cleanup()
+    return backend.snapshot()
+
+
+def _cudagraph_bytes(cfg: ProfileConfig, runner: ProfileRunner | None) -> int:
+    """Step 5: the CUDA-graph term (bytes): the configured one, else the runner's
+    estimate, else 0."""
+    graphs = cfg.cudagraph_bytes
+    if graphs is None:
+        graphs = (runner.cudagraph_estimate(cfg.max_num_seqs) if runner is not None else None) or 0
+    return graphs
 
 
 def profile_run(
@@ -154,35 +205,15 @@ def profile_run(
     init = backend.snapshot()
     requested = math.ceil(init.total_bytes * cfg.gpu_memory_utilization)
     profiled_layers = runner.num_layers if runner is not None else spec.num_layers
-    with backend.phase("load_weights") as hints:
-        if runner is not None:
-            hints["persistent"] = runner.load_weights()
-        else:
-            hints["persistent"] = _weights_of(spec, profiled_layers, tp)
-    loaded = backend.snapshot()
+    loaded = _load_weights(spec, backend, runner, profiled_layers, tp)
     weights_measured = loaded.torch_allocated_bytes - init.torch_allocated_bytes
     missing = _weights_of(spec, spec.num_layers, tp) - _weights_of(spec, profiled_layers, tp)
-
-    backend.cleanup()
-    backend.reset_peak()
-    activation = activation_peak_bytes(spec, tp, mbt, seqs)
-    non_torch = default_non_torch_bytes(tp)
-    forward = activation_peak_bytes(spec, tp, mbt, 0)  # the activation without the sampler's
-    with backend.phase("dummy_forward", transient=forward, non_torch=non_torch):
-        if runner is not None:
-            runner.dummy_forward(mbt, num_reqs)
-    with backend.phase("dummy_sampler", transient=activation):
-        if runner is not None:
-            runner.dummy_sampler(num_reqs)
-    backend.cleanup()
-    after = backend.snapshot()
+    after = _profile_batch(spec, cfg, backend, runner, num_reqs)
 
     total_consumed = init.free_bytes - after.free_bytes + missing
     headroom = after.torch_peak_bytes - after.torch_allocated_bytes
     non_kv = total_consumed + headroom
-    graphs = cfg.cudagraph_bytes
-    if graphs is None:
-        graphs = (runner.cudagraph_estimate(seqs) if runner is not None else None) or 0
+    graphs = _cudagraph_bytes(cfg, runner)
     available = requested - non_kv - graphs
     blocks, per_block, groups = num_gpu_blocks(spec, [available], cfg)
     weights = weights_measured + missing

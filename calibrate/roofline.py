@@ -55,145 +55,29 @@ gaps inside a step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
-from calibrate.allreduce import NCCL_LATENCY_2_S, AllReducePlan
 from calibrate.gpu_spec import GPUSpec
 from calibrate.latency_interface import LatencyModel, as_decode_arrays, as_token_arrays
-from calibrate.model_spec import LayerKind, ModelSpec
+from calibrate.model_spec import ModelSpec
+from calibrate.roofline_attention import (
+    _AttentionGroup,
+    _causal_pairs,
+    _kv_reach,
+    attention_groups,
+    decode_kv_tokens,
+    prefill_pairs,
+)
+from calibrate.roofline_collectives import RooflineCollectives
+from calibrate.roofline_efficiency import RooflineEfficiency
 from kvcore.kv_cache_interface import get_dtype_size
 
 
-@dataclass(frozen=True)
-class RooflineEfficiency:
-    """Fractions of catalog peaks a real engine reaches, fixed overheads (seconds), and
-    the shapes of the size curves.
-
-    Fitted on Vidur's A100-80GB operator profile (microsoft/vidur, MIT; excerpts and
-    fits in ``tests/data/vidur_a100`` and :mod:`calibrate.roofline_fit`, holdout errors
-    in ``tests/test_roofline_fit.py``): ``memory`` 0.79 and ``gemm_kernel_s`` 4.65 us
-    (CodeLlama-34B projections at <= 32 tokens: a ``W``-byte matrix streams at
-    ``0.79 W / (W + W0)`` of HBM bandwidth, ``W0`` 9.5 MB, which is 4.65 us of the
-    A100's peak bandwidth; on another GPU the same 4.65 us, ``W0`` scaled by its peak
-    bandwidth: a kernel's fixed start and drain time; the decode-attention kernel's
-    fit, 0.80, agrees), ``compute`` 0.755 and ``gemm_kernel_tokens`` 110 (the same
-    projections at >= 1024 tokens give 0.755; 110 tokens' worth per kernel fits the
-    ridge in between best: ``0.755 N / (N + 110)`` of the BF16 peak), ``attention`` 0.42 and
-    ``prefill_causal_weight`` 2.33 (FlashAttention prefill: pairs on the cache at 0.42
-    of the tensor-core peak, the chunk's causal triangle 2.33 times as costly per pair),
-    ``attention_kernel_s`` 15 us per layer and phase (the decode kernel's fitted floor).
-    All-reduces follow :mod:`calibrate.allreduce` (vLLM's custom kernel or NCCL, NCCL
-    fitted on Vidur's all-reduce data): ``interconnect`` multiplies the link's fitted
-    efficiency (1: as fitted), ``allreduce_latency_s`` is NCCL's 2-GPU per-call latency
-    (36 us fitted), which every NCCL call's modelled latency scales with (all-reduces
-    above the custom kernel's size limit, the logits all-gather, MoE dispatch and
-    combine); ``custom_allreduce_scale`` multiplies vLLM's custom kernel's per-call
-    latency (the GPU file's ``custom_allreduce_latency_us`` or the link's default: an
-    assumption, no public measurement).
-    ``step_overhead_s`` 0.4 ms and ``per_request_overhead_s`` 5 us per scheduled
-    request: scheduler, input preparation and sampling (BLIS's fitted terms: 0.13 ms
-    per step, 4 us per request and 32 us per layer). The first eight fields and
-    ``custom_allreduce_scale`` are what ``kvsim calibrate --from-trace`` fits
-    (:mod:`calibrate.roofline_terms`): multipliers on the size curves, whose shapes stay
-    fixed.
-    """
-
-    compute: float = 0.755
-    memory: float = 0.79
-    attention: float = 0.42
-    interconnect: float = 1.0
-    allreduce_latency_s: float = 36e-6
-    attention_kernel_s: float = 15e-6
-    step_overhead_s: float = 0.4e-3
-    per_request_overhead_s: float = 5e-6
-    gemm_kernel_s: float = 4.65e-6
-    gemm_kernel_tokens: float = 110.0
-    prefill_causal_weight: float = 2.33
-    custom_allreduce_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("compute", "memory", "attention", "interconnect"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise ValueError(f"efficiency {name} must be in (0, 1], got {value!r}")
-        for name in (
-            "allreduce_latency_s",
-            "attention_kernel_s",
-            "step_overhead_s",
-            "per_request_overhead_s",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 seconds")
-        for name in (
-            "gemm_kernel_s",
-            "gemm_kernel_tokens",
-            "prefill_causal_weight",
-            "custom_allreduce_scale",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
-
-
-@dataclass(frozen=True)
-class _AttentionGroup:
-    """Layers of one attention kind on one rank."""
-
-    num_layers: int
-    window: int | None
-    kv_bytes_per_token: float  # per layer, this rank
-    prefill_flops_per_pair: float  # per layer, this rank, per (query, key) pair
-    decode_flops_per_pair: float
-
-
-def _causal_pairs(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarray:
-    """Query-key pairs of a causal chunk of ``q`` tokens on ``c`` cached ones, each query
-    seeing at most ``window`` keys: ``sum_{p=c+1}^{c+q} min(p, W)``."""
-    a, b = c + 1.0, c + q
-    full = q * (a + b) / 2.0
-    if window is None:
-        return full
-    w = float(window)
-    straddle = (a + w) * (w - a + 1.0) / 2.0 + (b - w) * w
-    return np.where(b <= w, full, np.where(a > w, q * w, straddle))
-
-
-def prefill_pairs(q: np.ndarray, c: np.ndarray, window: int | None, kappa: float) -> float:
-    """Query-key pairs a prefill phase costs: every chunk's causal pairs, its triangle on
-    itself (the pairs of the chunk at ``c = 0``) weighted ``kappa`` instead of 1."""
-    pairs = float(_causal_pairs(q, c, window).sum())
-    triangle = float(_causal_pairs(q, np.zeros_like(c), window).sum())
-    return pairs + (kappa - 1.0) * triangle
-
-
-def _kv_reach(q: np.ndarray, c: np.ndarray, window: int | None) -> np.ndarray:
-    """KV tokens a chunk of ``q`` new tokens on ``c`` cached ones reads per layer: all
-    ``c + q``, or with a sliding window ``W`` the last ``W + q - 1`` at most."""
-    return c + q if window is None else np.minimum(c + q, window + q - 1)
-
-
-def decode_kv_tokens(
-    g: _AttentionGroup,
-    b: np.ndarray,
-    k: np.ndarray,
-    windowed_context: Mapping[int, np.ndarray] | None,
-) -> np.ndarray:
-    """KV tokens one decode step reads per layer of group ``g`` (= query-key pairs):
-    ``K + B`` for ``B`` requests on ``K`` context tokens in total; for a sliding window
-    ``W``, the given windowed total, else the bound ``min(K + B, B * W)``."""
-    tokens = k + b
-    if g.window is not None:
-        given = None if windowed_context is None else windowed_context.get(g.window)
-        if given is None:
-            tokens = np.minimum(tokens, b * g.window)
-        else:
-            tokens = np.asarray(given, dtype=np.float64).reshape(-1)
-    return tokens
-
-
-class RooflineLatencyModel(LatencyModel):
-    """Step times from the model's shapes and the GPU's peaks (see the module docstring)."""
+class RooflineLatencyModel(RooflineCollectives, LatencyModel):
+    """Step times from the model's shapes and the GPU's peaks (see the module docstring;
+    the collectives' terms are its base's, :mod:`calibrate.roofline_collectives`)."""
 
     kind = "roofline"
 
@@ -224,7 +108,16 @@ class RooflineLatencyModel(LatencyModel):
         a step of at most the largest runs its GEMMs and collectives on the tokens
         padded to the next one; empty: eager, no padding."""
         self._graph_sizes = np.asarray(self.cudagraph_sizes, dtype=np.float64)
-        tp, eff = self.tp, self.eff
+        self._init_gemm_terms()
+        self._init_collectives()
+        self.groups = attention_groups(model, self.tp, kv_cache_dtype)
+
+    def _init_gemm_terms(self) -> None:
+        """The GEMMs' throughputs (FLOP/s, bytes/s at the efficiency factors) and what
+        the dense layers' memory and compute bounds charge: weight bytes per step (plus
+        ``W0`` per GEMM kernel), one routed expert's bytes, and the FLOPs per token and
+        per sampled request, all on this rank."""
+        model, gpu, tp, eff = self.model, self.gpu, self.tp, self.eff
         counts = model.param_counts()
         wdtype = model.weight_dtype or model.dtype
         wbytes, abytes = get_dtype_size(wdtype), get_dtype_size(model.dtype)
@@ -247,17 +140,6 @@ class RooflineLatencyModel(LatencyModel):
         )
         self.flops_per_token = 2.0 * (non_expert + counts.router + active_routed) / tp
         self.lm_head_flops_per_request = 2.0 * counts.embedding / tp
-        self.allreduce_bytes_per_token = model.hidden_size * abytes
-        self.allreduce = AllReducePlan(gpu, tp) if tp > 1 else None
-        # every TP rank runs the sampler, so each step all-gathers the logits of its
-        # requests (vLLM's LogitsProcessor._gather_logits on CUDA): NCCL, V per request
-        self.logits_bytes_per_request = model.vocab_size * abytes
-        # MoE dispatch (all-gather of hidden states and router logits) and combine
-        # (reduce-scatter) over the DP group, NCCL's ring (vLLM's default all2all
-        # backend, allgather_reducescatter): bytes per token of each
-        self.dispatch = AllReducePlan(gpu, self.dp) if self.dp > 1 else None
-        self.dispatch_bytes_per_token = (2 * model.hidden_size + model.num_experts) * abytes
-        self.groups = self._attention_groups(model, kv_cache_dtype)
 
     def with_efficiency(self, efficiency: RooflineEfficiency) -> RooflineLatencyModel:
         """This model (model, GPU, parallel sizes, KV dtype, CUDA graphs) at other
@@ -266,25 +148,6 @@ class RooflineLatencyModel(LatencyModel):
             self.model, self.gpu, self.tp, efficiency, self.kv_cache_dtype, self.dp,
             cudagraph_sizes=self.cudagraph_sizes,
         )  # fmt: skip
-
-    def _attention_groups(self, model: ModelSpec, kv_cache_dtype: str) -> list[_AttentionGroup]:
-        heads = model.num_attention_heads / self.tp
-        groups = []
-        kinds: tuple[LayerKind, ...] = ("full", "sliding_window", "mla")
-        for kind in kinds:
-            n = model.num_layers_of(kind)
-            if not n:
-                continue
-            kv = model.kv_bytes_per_token_of(kind, kv_cache_dtype, self.tp)
-            if kind == "mla":
-                assert model.kv_lora_rank is not None and model.v_head_dim is not None
-                prefill = 2.0 * heads * (model.mla_qk_head_size + model.v_head_dim)
-                decode = 2.0 * heads * (model.mla_kv_size + model.kv_lora_rank)
-            else:
-                prefill = decode = 4.0 * heads * model.head_size
-            window = model.sliding_window if kind == "sliding_window" else None
-            groups.append(_AttentionGroup(n, window, kv, prefill, decode))
-        return groups
 
     # ---- shared terms ------------------------------------------------------------------
 
@@ -321,56 +184,6 @@ class RooflineLatencyModel(LatencyModel):
         return (self.graph_tokens(num_tokens) + n0) * self.flops_per_token + (
             num_requests + n0
         ) * self.lm_head_flops_per_request
-
-    def allreduce_parts(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One all-reduce call of ``num_tokens`` tokens' activations
-        (:class:`calibrate.allreduce.AllReducePlan`): its NCCL latency in units of
-        ``NCCL_LATENCY_2_S`` (0 where the custom kernel or symmetric memory serves it),
-        its custom-kernel latency in seconds (0 where NCCL does) and its bytes' seconds
-        at the link's fitted efficiency."""
-        assert self.allreduce is not None
-        tokens = self.graph_tokens(num_tokens)
-        size = np.asarray(tokens * self.allreduce_bytes_per_token, dtype=np.float64)
-        latency, per_byte = self.allreduce.parts_array(size)
-        fast = size < self.allreduce.fast_max
-        nccl = np.where(fast, 0.0, latency / NCCL_LATENCY_2_S)
-        return nccl, np.where(fast, latency, 0.0), size * per_byte
-
-    def dispatch_parts(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """An MoE layer's dispatch and combine over the DP group of ``dp`` ranks, each
-        with ``num_tokens`` tokens: its two NCCL calls' latency in units of
-        ``NCCL_LATENCY_2_S`` and its bytes' seconds at the link's fitted efficiency. An
-        all-gather or reduce-scatter of ``M`` bytes in all moves ``(w - 1) / w M`` per
-        rank, half a ring all-reduce's."""
-        assert self.dispatch is not None
-        size = self.dp * np.asarray(self.graph_tokens(num_tokens), dtype=np.float64)
-        latency = np.full_like(size, 2.0 * self.dispatch.nccl_latency / NCCL_LATENCY_2_S)
-        return latency, size * self.dispatch_bytes_per_token * self.dispatch.ring / 2.0
-
-    def logits_gather_parts(self, num_requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The step's all-gather of ``num_requests`` requests' logits over the TP group
-        (one NCCL call): its latency in units of ``NCCL_LATENCY_2_S`` and its bytes'
-        seconds at the link's fitted efficiency (``(tp - 1) / tp`` of them per rank)."""
-        assert self.allreduce is not None
-        size = np.asarray(num_requests, dtype=np.float64) * self.logits_bytes_per_request
-        latency = np.full_like(size, self.allreduce.nccl_latency / NCCL_LATENCY_2_S)
-        return latency, size * (self.allreduce.ring / 2.0)
-
-    def _allreduce_time(self, num_tokens: np.ndarray, num_requests: np.ndarray) -> np.ndarray:
-        """Seconds of the step's collectives: the TP all-reduces and logits all-gather,
-        and the MoE layers' dispatch and combine."""
-        out = np.zeros_like(num_tokens, dtype=np.float64)
-        lat_s, ic = self.eff.allreduce_latency_s, self.eff.interconnect
-        if self.allreduce is not None:
-            nccl, custom, link = self.allreduce_parts(num_tokens)
-            one = nccl * lat_s + custom * self.eff.custom_allreduce_scale + link / ic
-            out = out + 2.0 * self.model.num_layers * one
-            latency, link = self.logits_gather_parts(num_requests)
-            out = out + (latency * lat_s + link / ic)
-        if self.dispatch is not None:
-            latency, link = self.dispatch_parts(num_tokens)
-            out = out + self.model.num_moe_layers * (latency * lat_s + link / ic)
-        return out
 
     def _overhead(self, num_requests: np.ndarray) -> np.ndarray:
         return self.eff.step_overhead_s + self.eff.per_request_overhead_s * num_requests

@@ -49,6 +49,7 @@ NATIVE_MODULES = (
     "sim.engine.step_cost",
     "sim.records.step_row",
     "sim.records.recorders",
+    "sim.records.request_recorder",
     "sim.engine.stretches",
     "sim.engine.stretches_async",
     "sim.engine.replica_parts",

@@ -7,13 +7,12 @@ import math
 
 import pytest
 
-from calibrate.budget import (
+from calibrate.budget import KVBudgetError, compute_kv_budget
+from calibrate.budget_limits import default_batch_limits
+from calibrate.budget_terms import (
     CUDAGRAPH_BYTES,
     NON_TORCH_BYTES,
-    KVBudgetError,
     activation_peak_bytes,
-    compute_kv_budget,
-    default_batch_limits,
     rope_cache_bytes,
 )
 from calibrate.catalog import list_gpus, list_models, load_gpu, load_model

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from calibrate.budget import KVBudgetError, compute_kv_budget, rope_cache_bytes
+from calibrate.budget import KVBudgetError, compute_kv_budget
+from calibrate.budget_terms import rope_cache_bytes
 from calibrate.catalog import load_gpu, load_model
 from calibrate.gpu_spec import GIB
 from calibrate.harness.memory_backend import AnalyticMemoryBackend

@@ -76,7 +76,8 @@ def test_the_recorder_must_be_for_the_clusters_replicas(tmp_path: Path) -> None:
     from sim.app.setup import resolve_run
     from sim.engine.cluster import Cluster
     from sim.engine.router import make_router
-    from sim.records.recorders import RequestRecorder, StepRecorder
+    from sim.records.recorders import StepRecorder
+    from sim.records.request_recorder import RequestRecorder
 
     resolved = resolve_run(RunSpec(workload="chat"))
     steps = StepRecorder(tmp_path / "steps.csv")

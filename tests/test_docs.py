@@ -128,7 +128,8 @@ def _doc(name: str) -> str:
 
 def test_outputs_page_names_every_column_and_summary_key(tmp_path):
     from sim.app.run import RunSpec, run
-    from sim.records.recorders import ABORTED_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+    from sim.records.recorders import STEP_COLUMNS
+    from sim.records.request_recorder import ABORTED_COLUMNS, REQUEST_COLUMNS
     from sim.sweep.table import METRIC_COLUMNS, METRICS, header
 
     text = _doc("outputs.md")

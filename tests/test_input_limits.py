@@ -63,7 +63,8 @@ def test_row7_rejected_request_never_builds_its_prompt(tmp_path: Path) -> None:
     from sim.app.setup import resolve_run
     from sim.engine.cluster import Cluster
     from sim.engine.router import make_router
-    from sim.records.recorders import RequestRecorder, StepRecorder
+    from sim.records.recorders import StepRecorder
+    from sim.records.request_recorder import RequestRecorder
     from workloads.request import SimRequest
 
     (tmp_path / "ok.yaml").write_text(OK)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import reports.run_report
 from sim.app.run import RunSpec, run
-from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.recorders import StepRecorder
+from sim.records.request_recorder import RequestRecorder
 from workloads.overrides import WorkloadOverrides
 
 

@@ -135,7 +135,8 @@ def test_recorder_streaks_equal_the_table_computation(tmp_path: Path) -> None:
     verdict inputs the table computation gives, on random step sequences."""
     import random
 
-    from sim.records.recorders import RequestRecorder, StepRecorder
+    from sim.records.recorders import StepRecorder
+    from sim.records.request_recorder import RequestRecorder
     from sim.records.step_row import StepRow
     from sim.records.verdict import VerdictInputs
 

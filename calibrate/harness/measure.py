@@ -12,10 +12,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibrate.budget import default_batch_limits
+from calibrate.budget_limits import default_batch_limits
 from calibrate.calibration_file import (
     SCHEMA_VERSION,
     Calibration,
@@ -25,7 +26,7 @@ from calibrate.calibration_file import (
     save_calibration,
 )
 from calibrate.catalog import list_gpus, load_gpu, load_model
-from calibrate.fit import fit_step_model
+from calibrate.fit import FitResult, fit_step_model
 from calibrate.gpu_spec import GIB, GPUSpec
 from calibrate.harness.memory_backend import AnalyticMemoryBackend, CudaMemoryBackend
 from calibrate.harness.output_files import check_outputs, write_atomically
@@ -38,8 +39,11 @@ from calibrate.harness.profile_sweep import (
 )
 from calibrate.model_reduce import reduce_layers
 from calibrate.model_spec import ModelSpec
-from calibrate.profile_run import ProfileConfig, profile_run
+from calibrate.profile_run import ProfileConfig, ProfileResult, profile_run
 from calibrate.step_features import FEATURES, StepFeatures
+
+if TYPE_CHECKING:
+    from calibrate.harness.torch_runner import TorchRunner
 
 TINY_MODEL = ModelSpec(
     name="kvsim-tiny",
@@ -159,6 +163,83 @@ def _grid(device: str, quick: bool, max_len: int) -> tuple[SweepGrid, int, int]:
     return grid, 5, 2
 
 
+def _memory_profile(
+    spec: ModelSpec,
+    opts: CalibrateOptions,
+    runner: TorchRunner,
+    gpu: GPUSection,
+    max_len: int,
+    on_progress: Callable[[str, int, int], None] | None,
+) -> ProfileResult:
+    """vLLM's start-up memory profile of ``runner`` on the device (``profile_run``): at
+    vLLM's default batch limits on CUDA (2048 tokens / 256 sequences on the CPU), with
+    torch's memory statistics on CUDA, else the analytic backend of the host's memory."""
+    device = opts.device
+    hw = gpu.as_gpu_spec()
+    mbt, seqs = default_batch_limits(hw) if device == "cuda" else (2048, 256)
+    cfg = ProfileConfig(
+        max_num_batched_tokens=mbt,
+        max_num_seqs=seqs,
+        max_model_len=max_len,
+        tensor_parallel_size=opts.tp,
+    )
+    mem = CudaMemoryBackend() if device == "cuda" else AnalyticMemoryBackend(gpu.memory_bytes)
+    if on_progress:
+        on_progress("profile_run", 0, 1)
+    return profile_run(spec, cfg, mem, runner)
+
+
+def _sweep_and_fit(
+    spec: ModelSpec,
+    opts: CalibrateOptions,
+    runner: TorchRunner,
+    hw: GPUSpec,
+    sweep: tuple[SweepGrid, int, int],
+    on_progress: Callable[[str, int, int], None] | None,
+) -> tuple[FitResult, list[dict[str, object]]]:
+    """Time the planned steps of ``sweep`` (grid, repeats, warm-up runs) on ``runner``
+    and fit the step model to them (seconds); (fit, the sweep's rows)."""
+    grid, repeats, warmup = sweep
+    steps = plan_sweep(grid, opts.seed)
+    runner.allocate_kv(blocks_needed(steps, runner.block_size) + 1)
+    rows = run_sweep(
+        runner,
+        steps,
+        repeats,
+        warmup,
+        opts.seed,
+        lambda i: on_progress("sweep", i, len(steps)) if on_progress else None,
+    )
+    profiled = reduce_layers(spec, runner.num_layers)
+    pairs = [(s.new_tokens, s.context_tokens) for s in steps]
+    feats = StepFeatures(profiled, hw, opts.tp).matrix(pairs)
+    times = np.array([float(r["time_s"]) for r in rows])
+    return fit_step_model(feats, times, [s.regime for s in steps], opts.seed), rows
+
+
+def _latency_section(
+    result: FitResult, device: str, repeats: int, warmup: int, csv_path: Path
+) -> LatencySection:
+    """The calibration file's step model: the fit's coefficients and errors, how the
+    steps were timed, and the raw sweep's file name."""
+    timing = (
+        "CUDA events, median of repeats after warm-up"
+        if device == "cuda"
+        else "process time, 1 thread, min of repeats after warm-up"
+    )
+    return LatencySection(
+        features=list(FEATURES),
+        coefficients={f: float(c) for f, c in zip(FEATURES, result.coefficients, strict=True)},
+        holdout_mape=result.holdout_mape,
+        train_mape=result.train_mape,
+        residual_quantiles=result.residual_quantiles,
+        num_train=result.num_train,
+        num_holdout=result.num_holdout,
+        timing=f"{timing}; {repeats} repeats, {warmup} warm-up",
+        raw_csv=csv_path.name,
+    )
+
+
 def calibrate(
     opts: CalibrateOptions, on_progress: Callable[[str, int, int], None] | None = None
 ) -> tuple[Calibration, Path, Path]:
@@ -180,42 +261,12 @@ def calibrate(
     layers = opts.num_layers or (spec.num_layers if device == "cpu" else (4 if opts.quick else 8))
     runner = TorchRunner(spec, device, dtype, layers, opts.tp, backend_name, seed=opts.seed)
     gpu = _device_section(device)
-    hw = gpu.as_gpu_spec()
-    mbt, seqs = default_batch_limits(hw) if device == "cuda" else (2048, 256)
     max_len = min(spec.max_position_embeddings, 8192 if device == "cpu" else 131072)
-    cfg = ProfileConfig(
-        max_num_batched_tokens=mbt,
-        max_num_seqs=seqs,
-        max_model_len=max_len,
-        tensor_parallel_size=opts.tp,
-    )
-    mem = CudaMemoryBackend() if device == "cuda" else AnalyticMemoryBackend(gpu.memory_bytes)
-    if on_progress:
-        on_progress("profile_run", 0, 1)
-    prof = profile_run(spec, cfg, mem, runner)
-    grid, repeats, warmup = _grid(device, opts.quick, max_len)
-    steps = plan_sweep(grid, opts.seed)
-    runner.allocate_kv(blocks_needed(steps, runner.block_size) + 1)
-    rows = run_sweep(
-        runner,
-        steps,
-        repeats,
-        warmup,
-        opts.seed,
-        lambda i: on_progress("sweep", i, len(steps)) if on_progress else None,
-    )
-    profiled = reduce_layers(spec, runner.num_layers)
-    pairs = [(s.new_tokens, s.context_tokens) for s in steps]
-    feats = StepFeatures(profiled, hw, opts.tp).matrix(pairs)
-    times = np.array([float(r["time_s"]) for r in rows])
-    result = fit_step_model(feats, times, [s.regime for s in steps], opts.seed)
+    prof = _memory_profile(spec, opts, runner, gpu, max_len, on_progress)
+    sweep = _grid(device, opts.quick, max_len)
+    result, rows = _sweep_and_fit(spec, opts, runner, gpu.as_gpu_spec(), sweep, on_progress)
     csv_path = out.with_suffix(".csv")
     write_atomically(csv_path, lambda tmp: write_csv(rows, tmp))
-    timing = (
-        "CUDA events, median of repeats after warm-up"
-        if device == "cuda"
-        else "process time, 1 thread, min of repeats after warm-up"
-    )
     cal = Calibration(
         schema_version=SCHEMA_VERSION,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -226,17 +277,7 @@ def calibrate(
         versions=_versions(),
         model=ModelSection(name=spec.name, spec=spec, profiled_num_layers=runner.num_layers),
         gpu=gpu,
-        latency=LatencySection(
-            features=list(FEATURES),
-            coefficients={f: float(c) for f, c in zip(FEATURES, result.coefficients, strict=True)},
-            holdout_mape=result.holdout_mape,
-            train_mape=result.train_mape,
-            residual_quantiles=result.residual_quantiles,
-            num_train=result.num_train,
-            num_holdout=result.num_holdout,
-            timing=f"{timing}; {repeats} repeats, {warmup} warm-up",
-            raw_csv=csv_path.name,
-        ),
+        latency=_latency_section(result, device, sweep[1], sweep[2], csv_path),
         kv_budget=prof.to_dict(),
     )
     write_atomically(out, lambda tmp: save_calibration(cal, tmp))

@@ -20,7 +20,14 @@ from calibrate.use_calibration import budget_inputs, calibrated_latency
 from kvcore.kv_cache_interface import KVCacheConfig
 from sim.app.engine_config import EngineConfig
 from sim.app.kv_offload import OffloadSetup, resolve_offload
-from sim.app.pd_config import PDSetup, check_decode_fits, check_pd_run, parse_pd, resolve_pd
+from sim.app.pd_config import (
+    PDSetup,
+    PDSpec,
+    check_decode_fits,
+    check_pd_run,
+    parse_pd,
+    resolve_pd,
+)
 from sim.app.pd_setup import pool_layout, pool_link, pool_runs
 from sim.app.work_bounds import check_work_bounds
 from sim.engine.router import make_router
@@ -103,55 +110,50 @@ def engine_capture_sizes(engine: EngineConfig, budget: Any, gpu: Any) -> tuple[i
     )  # fmt: skip
 
 
-def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
-    """Load and check everything (the cluster's replica count and router first); raise
-    ValueError (naming the field) on bad input, and on work far beyond what one machine
-    can simulate (:func:`sim.app.work_bounds.check_work_bounds`; ``allow_large=True`` or
-    ``KVSIM_ALLOW_LARGE=1`` in the environment skips that check)."""
-    check_cluster(spec)
-    check_mode(spec.steps, "steps")
-    check_format(spec.steps_format, "steps_format")
-    engine = spec.engine
-    cal, model, gpu, budget_fn = budget_inputs(
-        spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
-    )
-    budget = budget_fn(model, gpu, engine)  # ValueError when the engine cannot start
+def _latency_model(
+    spec: RunSpec, engine: EngineConfig, cal: Any, model: Any, gpu: Any, budget: Any
+) -> Any:
+    """The run's step-time model: ``constant`` when asked, a calibration file's fitted
+    model, else the roofline (with an efficiency file's factors when ``cal`` is one,
+    and the CUDA graph sizes the engine captures)."""
     if engine.latency_model == "constant":
-        latency = make_latency_model("constant", step_s=engine.constant_step_s)
-    elif cal is not None and not isinstance(cal, EfficiencyCalibration):
-        latency = calibrated_latency(cal, str(spec.calibration))
-    else:  # the roofline, with an efficiency file's fitted factors when given
-        latency = make_latency_model(
-            "roofline",
-            model=model,
-            gpu=gpu,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            kv_cache_dtype=engine.kv_cache_dtype,
-            data_parallel_size=engine.data_parallel_size,
-            efficiency=cal.factors() if isinstance(cal, EfficiencyCalibration) else None,
-            cudagraph_sizes=engine_capture_sizes(engine, budget, gpu),
-        )
+        return make_latency_model("constant", step_s=engine.constant_step_s)
+    if cal is not None and not isinstance(cal, EfficiencyCalibration):
+        return calibrated_latency(cal, str(spec.calibration))
+    return make_latency_model(
+        "roofline",
+        model=model,
+        gpu=gpu,
+        tensor_parallel_size=engine.tensor_parallel_size,
+        kv_cache_dtype=engine.kv_cache_dtype,
+        data_parallel_size=engine.data_parallel_size,
+        efficiency=cal.factors() if isinstance(cal, EfficiencyCalibration) else None,
+        cudagraph_sizes=engine_capture_sizes(engine, budget, gpu),
+    )
+
+
+def _check_chunked_prefill(engine: EngineConfig, budget: Any) -> None:
+    """ValueError when chunked prefill is off and one step cannot hold a prompt of
+    ``max_model_len`` tokens."""
     if not engine.enable_chunked_prefill and budget.max_num_batched_tokens < budget.max_model_len:
         raise ValueError(
             f"max_num_batched_tokens ({budget.max_num_batched_tokens}) is smaller than "
             f"max_model_len ({budget.max_model_len}) with enable_chunked_prefill off: raise "
             "--max-num-batched-tokens or lower --max-model-len"
         )
-    offload = resolve_offload(
-        engine.kv_offloading_size,
-        budget.kv_cache_config,
-        engine.tensor_parallel_size,
-        gpu.host_link_bytes_per_s,
-    )
-    speculative = resolve_spec(
-        engine,
-        target=model,
-        max_model_len=budget.max_model_len,
-        max_num_batched_tokens=budget.max_num_batched_tokens,
-        gpu=gpu,
-        offload=offload is not None,
-        target_latency=latency,
-    )
+
+
+def _resolve_pd(
+    spec: RunSpec,
+    budget: Any,
+    gpu: Any,
+    offload: OffloadSetup | None,
+    speculative: SpecSetup | None,
+) -> tuple[PDSetup | None, PDSpec | None]:
+    """(the P/D setup, its parsed ``--pd`` spec) of the run, checked against the CPU
+    offload tier and speculative decoding, and with a decode instance that holds a
+    ``max_model_len`` request; (None, spec or None) for a colocated run."""
+    engine = spec.engine
     pd_spec = getattr(spec, "pd", None)
     pd_spec = parse_pd(pd_spec) if isinstance(pd_spec, str) else pd_spec
     pd = resolve_pd(
@@ -169,6 +171,65 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         check_decode_fits(
             budget.num_gpu_blocks, engine.block_size, budget.max_model_len, budget.max_model_len
         )
+    return pd, pd_spec
+
+
+def _check_dp_lockstep(resolved: ResolvedRun) -> None:
+    """ValueError when a MoE model's DP ranks step in lockstep and the run has a CPU
+    offload tier or P/D pools (not modelled together)."""
+    if resolved.dp_lockstep and (resolved.offload is not None or resolved.pd is not None):
+        flag = "--kv-offloading-size" if resolved.offload is not None else "--pd"
+        raise ValueError(
+            f"{flag}: not modelled with --data-parallel-size for a MoE model (its DP ranks "
+            "step in lockstep)"
+        )
+
+
+def _pool_settings(spec: RunSpec, pd_spec: PDSpec, gpu: Any, resolved: ResolvedRun) -> None:
+    """Give ``resolved``'s P/D setup the pools' own runs, link and layout when the pools
+    have settings of their own (``--pd FILE.yaml``)."""
+    pd = resolved.pd
+    assert pd is not None
+    runs = pool_runs(pd_spec, spec, resolved)
+    if runs:
+        rate, latency = pool_link(pd_spec, gpu)
+        layout = pool_layout(runs, resolved)
+        resolved.pd = dataclasses.replace(
+            pd, runs=runs, link_bytes_per_s=rate, latency_s=latency, **layout
+        )
+
+
+def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRun:
+    """Load and check everything (the cluster's replica count and router first); raise
+    ValueError (naming the field) on bad input, and on work far beyond what one machine
+    can simulate (:func:`sim.app.work_bounds.check_work_bounds`; ``allow_large=True`` or
+    ``KVSIM_ALLOW_LARGE=1`` in the environment skips that check)."""
+    check_cluster(spec)
+    check_mode(spec.steps, "steps")
+    check_format(spec.steps_format, "steps_format")
+    engine = spec.engine
+    cal, model, gpu, budget_fn = budget_inputs(
+        spec.calibration, spec.model, spec.gpu, engine.tensor_parallel_size
+    )
+    budget = budget_fn(model, gpu, engine)  # ValueError when the engine cannot start
+    latency = _latency_model(spec, engine, cal, model, gpu, budget)
+    _check_chunked_prefill(engine, budget)
+    offload = resolve_offload(
+        engine.kv_offloading_size,
+        budget.kv_cache_config,
+        engine.tensor_parallel_size,
+        gpu.host_link_bytes_per_s,
+    )
+    speculative = resolve_spec(
+        engine,
+        target=model,
+        max_model_len=budget.max_model_len,
+        max_num_batched_tokens=budget.max_num_batched_tokens,
+        gpu=gpu,
+        offload=offload is not None,
+        target_latency=latency,
+    )
+    pd, pd_spec = _resolve_pd(spec, budget, gpu, offload, speculative)
     workload = load_workload(spec.workload, seed=spec.seed, overrides=spec.workload_overrides)
     if pd is not None and getattr(workload, "has_timeouts", False):
         raise ValueError(f"{spec.workload}: --pd: request timeouts are not modelled with P/D")
@@ -194,19 +255,8 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         spec=speculative,
         pd=pd,
     )
-    if resolved.dp_lockstep and (offload is not None or pd is not None):
-        flag = "--kv-offloading-size" if offload is not None else "--pd"
-        raise ValueError(
-            f"{flag}: not modelled with --data-parallel-size for a MoE model (its DP ranks "
-            "step in lockstep)"
-        )
+    _check_dp_lockstep(resolved)
     if pd is not None and pd_spec is not None:
-        runs = pool_runs(pd_spec, spec, resolved)
-        if runs:  # pools with settings of their own (--pd FILE.yaml)
-            rate, latency = pool_link(pd_spec, gpu)
-            layout = pool_layout(runs, resolved)
-            resolved.pd = dataclasses.replace(
-                pd, runs=runs, link_bytes_per_s=rate, latency_s=latency, **layout
-            )
+        _pool_settings(spec, pd_spec, gpu, resolved)
     check_work_bounds(resolved, allow_large=allow_large, source=spec.workload)
     return resolved

@@ -20,7 +20,8 @@ from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_build import ReplicaBuilder
 from sim.engine.replica_parts import kvcore_request
 from sim.engine.router import Router
-from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.recorders import StepRecorder
+from sim.records.request_recorder import RequestRecorder
 
 _UNCACHEABLE = object()
 """What a prefix-aware router is shown for a request that will be rejected (its prompt

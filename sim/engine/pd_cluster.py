@@ -57,7 +57,8 @@ from sim.engine.replica_build import build_scheduler
 from sim.engine.replica_parts import ReplicaParts, kvcore_request
 from sim.engine.router import Router, make_router
 from sim.errors import SimulationStuck
-from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.recorders import StepRecorder
+from sim.records.request_recorder import RequestRecorder
 
 
 @dataclass

@@ -24,7 +24,8 @@ from sim.engine.regime import decide_regime, stepping_part
 from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_async import make_replica_engine
 from sim.engine.replica_parts import ReplicaParts
-from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.recorders import StepRecorder
+from sim.records.request_recorder import RequestRecorder
 
 
 def build_scheduler(resolved: Any, connector: Any = None) -> Scheduler:

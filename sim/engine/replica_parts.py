@@ -18,7 +18,8 @@ import simpy
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
 from kvcore.request import LoRARequest, Request
 from kvcore.scheduler import Scheduler
-from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.recorders import StepRecorder
+from sim.records.request_recorder import RequestRecorder
 
 
 def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:

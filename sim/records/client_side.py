@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from calibrate.frontend import FrontendModel
-from sim.records.recorders import RequestRecorder
+from sim.records.request_recorder import RequestRecorder
 
 
 def client_summary(requests: RequestRecorder, frontend: FrontendModel, dist: Any) -> dict[str, Any]:

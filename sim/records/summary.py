@@ -9,7 +9,8 @@ import numpy as np
 from calibrate.frontend import FrontendModel
 from sim.records.client_side import client_summary
 from sim.records.goodput import good_requests
-from sim.records.recorders import RequestRecorder, StepRecorder
+from sim.records.recorders import StepRecorder
+from sim.records.request_recorder import RequestRecorder
 from sim.records.window import MIN_BATCHES, distribution, find_window, min_batch_for, rate, trend
 
 

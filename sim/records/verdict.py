@@ -46,7 +46,8 @@ from sim.records.window import find_window, trend
 if TYPE_CHECKING:  # pandas only for reading run directories back
     import pandas as pd
 
-    from sim.records.recorders import RequestRecorder, StepRecorder
+    from sim.records.recorders import StepRecorder
+    from sim.records.request_recorder import RequestRecorder
 
 STEADY = "steady"
 UNDECIDED = "undecided"

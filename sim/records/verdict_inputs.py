@@ -14,7 +14,8 @@ import numpy as np
 if TYPE_CHECKING:  # pandas only for reading run directories back
     import pandas as pd
 
-    from sim.records.recorders import RequestRecorder, StepRecorder
+    from sim.records.recorders import StepRecorder
+    from sim.records.request_recorder import RequestRecorder
 
 
 @dataclass(frozen=True)

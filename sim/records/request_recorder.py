@@ -1,0 +1,160 @@
+"""Per-request records, streamed to ``requests.csv`` (and ``aborted.csv``) as the
+simulation runs.
+
+The columns are the contract of INTERFACES.md (:data:`REQUEST_COLUMNS`,
+:data:`ABORTED_COLUMNS`). Rows go to disk in chunks so memory does not grow with the
+run's length; the few columns the summary needs are kept as compact ``array`` buffers.
+"""
+
+from __future__ import annotations
+
+import csv
+from array import array
+from pathlib import Path
+from typing import IO
+
+from sim.records.step_rows import fmt
+
+REQUEST_COLUMNS = (
+    "request_id",
+    "replica",
+    "arrival_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "num_preemptions",
+)
+ABORTED_COLUMNS = (*REQUEST_COLUMNS[:4], "abort_s", *REQUEST_COLUMNS[5:])
+"""``aborted.csv``: requests aborted at their client's timeout (``abort_s``: when; a
+``first_token_s`` of -1: before any token), written only by runs that abort some."""
+_NAN = float("nan")
+_FLUSH_ROWS = 4096
+
+
+class _CsvSink:
+    def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
+        self._file: IO[str] = path.open("w", newline="")
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        self._writer.writerow(columns)
+        self._rows: list[tuple] = []
+
+    def add(self, row: tuple) -> None:
+        self._rows.append(row)
+        if len(self._rows) >= _FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        self._writer.writerows(self._rows)
+        self._rows.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self._file.close()
+
+
+class RequestRecorder:
+    """Writes ``requests.csv`` as requests finish; keeps, per finished request in
+    finish order, TTFT and TPOT (NaN with one output token), arrival and finish times
+    (seconds), prompt and output tokens and preemptions, and per-replica counts."""
+
+    def __init__(self, path: Path) -> None:
+        self._sink = _CsvSink(path, REQUEST_COLUMNS)
+        self._aborted_path = path.with_name("aborted.csv")
+        self._aborted: _CsvSink | None = None  # opened at the first abort
+        self.num_aborted = 0
+        self.num_aborted_before_first_token = 0
+        self.ttft_s = array("d")
+        self.tpot_s = array("d")  # NaN for a request with one output token
+        self.arrival_s = array("d")
+        self.finish_s = array("d")
+        self.output_len = array("q")
+        self.prompt_len = array("q")
+        self.preempted = array("q")
+        self.per_replica: dict[int, list[int]] = {}  # [finished, preemptions, output tokens]
+        self.num_finished = 0
+        self.num_preemptions = 0
+        self.output_tokens = 0
+
+    def add(
+        self,
+        request_id: str,
+        replica: int,
+        arrival_s: float,
+        first_token_s: float,
+        finish_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int,
+        num_preemptions: int,
+    ) -> None:
+        self._sink.add(
+            (
+                request_id,
+                replica,
+                fmt(arrival_s),
+                fmt(first_token_s),
+                fmt(finish_s),
+                prompt_tokens,
+                output_tokens,
+                cached_tokens,
+                num_preemptions,
+            )
+        )
+        self.ttft_s.append(first_token_s - arrival_s)
+        self.arrival_s.append(arrival_s)
+        self.finish_s.append(finish_s)
+        counts = self.per_replica.get(replica)
+        if counts is None:
+            counts = self.per_replica[replica] = [0, 0, 0]
+        counts[0] += 1
+        counts[1] += num_preemptions
+        counts[2] += output_tokens
+        self.tpot_s.append(
+            (finish_s - first_token_s) / (output_tokens - 1) if output_tokens > 1 else _NAN
+        )
+        self.output_len.append(output_tokens)
+        self.prompt_len.append(prompt_tokens)
+        self.preempted.append(num_preemptions)
+        self.num_finished += 1
+        self.num_preemptions += num_preemptions
+        self.output_tokens += output_tokens
+
+    def add_aborted(
+        self,
+        request_id: str,
+        replica: int,
+        arrival_s: float,
+        first_token_s: float,
+        abort_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int,
+        num_preemptions: int,
+    ) -> None:
+        """Record a request aborted at ``abort_s`` (seconds) in ``aborted.csv``; it is
+        not a finished request (no latency sample)."""
+        if self._aborted is None:
+            self._aborted = _CsvSink(self._aborted_path, ABORTED_COLUMNS)
+        self._aborted.add(
+            (
+                request_id,
+                replica,
+                fmt(arrival_s),
+                fmt(first_token_s),
+                fmt(abort_s),
+                prompt_tokens,
+                output_tokens,
+                cached_tokens,
+                num_preemptions,
+            )
+        )
+        self.num_aborted += 1
+        if first_token_s < 0:
+            self.num_aborted_before_first_token += 1
+
+    def close(self) -> None:
+        self._sink.close()
+        if self._aborted is not None:
+            self._aborted.close()
