@@ -47,10 +47,10 @@ from kvcore.batch_queue import BatchQueue, SampleFn
 from kvcore.block_hashing import BlockHasher
 from kvcore.replay_config import ReplayConfig, build_scheduler, resolve_max_model_len
 from kvcore.replay_lines import finish_entries, header_line, prefix_cache_json, scheduled_entries
-from kvcore.replay_spec import num_accepted, num_drafts, spec_stats_json
+from kvcore.replay_model import fake_sampler, propose_drafts
+from kvcore.replay_spec import spec_stats_json
 from kvcore.replay_trace import TraceRequest
 from kvcore.request import LoRARequest, Request, RequestStatus
-from kvcore.sched_output import SchedulerOutput
 from kvcore.scheduler import Scheduler
 
 __all__ = [
@@ -61,42 +61,6 @@ __all__ = [
     "replay",
     "resolve_max_model_len",
 ]
-
-
-def fake_sampler(token_id: int) -> SampleFn:
-    """The replay's model: ``token_id`` for each scheduled request whose prefill
-    completes in the step, repeated ``1 + accepted`` times for one that verifies
-    drafts (:func:`kvcore.replay_spec.num_accepted`); nothing for a partial chunk."""
-
-    def sample(scheduler: Scheduler, out: SchedulerOutput) -> dict[str, list[int]]:
-        requests = scheduler.requests
-        spec = out.scheduled_spec_decode_tokens
-        sampled = {}
-        for rid in out.num_scheduled_tokens:
-            req = requests[rid]
-            if req.is_prefill_chunk:
-                continue
-            drafts = spec.get(rid)
-            n = 1 + num_accepted(rid, req.num_tokens, len(drafts)) if drafts else 1
-            sampled[rid] = [token_id] * n
-        return sampled
-
-    return sample
-
-
-def propose_drafts(scheduler: Scheduler, out: SchedulerOutput, token_id: int) -> None:
-    """After a synchronous step that ran: the fake drafter's proposals for its
-    requests (:func:`kvcore.replay_spec.num_drafts`), as vLLM's engine core hands the
-    model runner's to ``update_draft_token_ids``."""
-    if not scheduler.num_spec_tokens or not out.total_num_scheduled_tokens or out.skip_drafts:
-        return
-    k = scheduler.num_spec_tokens
-    drafts = {}
-    for rid in out.num_scheduled_tokens:
-        req = scheduler.requests.get(rid)
-        if req is not None and not req.is_finished():
-            drafts[rid] = [token_id] * num_drafts(rid, req.num_tokens, k)
-    scheduler.update_draft_token_ids(drafts)
 
 
 class _TraceFeed:

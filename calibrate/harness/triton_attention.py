@@ -54,6 +54,13 @@ def _paged_attention_kernel(
     WINDOW: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
+    """One program of paged attention: one sequence, one KV head (its group of query
+    heads) and one tile of its query tokens; loads the tile's queries, walks the KV
+    blocks of the block table the tile can see (causal, and within ``WINDOW`` when
+    set) with an online softmax, and stores the output.
+
+    Why long: it is one Triton kernel; it reads best whole, beside the torch reference
+    it is tested against."""
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     first = tl.program_id(2) * BLOCK_Q

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue
 from kvcore.block_hashing import BlockHasher
 from kvcore.cpu_offload_manager import CPUOffloadingManager
@@ -20,8 +19,8 @@ from kvcore.offloading_connector import KVConnectorOutput, OffloadingConnectorSc
 from kvcore.request import LoRARequest, Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
-from kvcore.scheduler_config import SchedulerConfig
 from sim.conformance import offload_lines
+from sim.conformance.kvcore_connector import connector_scheduler
 from sim.conformance.offload_lines import WorkerReport
 from sim.conformance.offload_worker import FakeOffloadWorker
 from sim.conformance.step_loop import replay_steps
@@ -81,17 +80,9 @@ def build_kvcore(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
         blocks_per_chunk=int(cfg["blocks_per_chunk"]),
         offload_prompt_only=bool(cfg["offload_prompt_only"]),
     )
-    sched_config = SchedulerConfig(
-        max_model_len=max_model_len,
-        max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),
-        max_num_seqs=int(cfg["max_num_seqs"]),
-        enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
-        long_prefill_token_threshold=int(cfg["long_prefill_token_threshold"]),
-        policy=cfg["policy"],
-        scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
+    return connector_scheduler(
+        cfg, max_model_len, kv_config, connector, watermark=float(cfg["watermark"])
     )
-    cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
-    return cls(sched_config, kv_config, watermark=float(cfg["watermark"]), connector=connector)
 
 
 def _job_line(job_id: int, job: Any) -> list[Any]:

@@ -25,7 +25,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.structured_output import StructuredOutputManager
 
 oracle_config = load_by_path("oracle_config.py")
 oracle_scheduler = load_by_path("oracle_scheduler.py")
@@ -45,13 +44,11 @@ def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
         oracle_config.STEPS_DEFAULTS, {"num_gpu_blocks": cfg["num_gpu_blocks"]}
     )
     steps_cfg.update(block_size=cfg["block_size"], kv_groups=cfg["kv_groups"])
-    cls = oracle_scheduler.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
-    return cls(
-        vllm_config=vllm_config,
-        kv_cache_config=oracle_config.kv_cache_config_for(steps_cfg),
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=int(cfg["block_size"]),
-        log_stats=True,
+    return oracle_scheduler.new_scheduler(
+        vllm_config,
+        oracle_config.kv_cache_config_for(steps_cfg),
+        int(cfg["block_size"]),
+        bool(cfg["async_scheduling"]),
     )
 
 

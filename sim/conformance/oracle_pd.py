@@ -19,7 +19,6 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
 
 oracle_config = load_by_path("oracle_config.py")
 oracle_scheduler = load_by_path("oracle_scheduler.py")
@@ -57,13 +56,11 @@ def build(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
     if bool(cfg["async_scheduling"]) != bool(vllm_config.scheduler_config.async_scheduling):
         raise ValueError("vLLM changed async scheduling for this configuration")
     register_all_kvcache_specs(vllm_config)
-    cls = oracle_scheduler.RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
-    return cls(
-        vllm_config=vllm_config,
-        kv_cache_config=oracle_config.kv_cache_config_for(steps_cfg),
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=int(cfg["block_size"]),
-        log_stats=True,
+    return oracle_scheduler.new_scheduler(
+        vllm_config,
+        oracle_config.kv_cache_config_for(steps_cfg),
+        int(cfg["block_size"]),
+        bool(cfg["async_scheduling"]),
     )
 
 

@@ -57,19 +57,32 @@ class RecordingAsyncScheduler(AsyncScheduler):
         return super().update_from_output(scheduler_output, model_runner_output)
 
 
+def new_scheduler(
+    vllm_config: Any, kv_cache_config: Any, block_size: int, async_scheduling: bool
+) -> Scheduler:
+    """vLLM's Scheduler over ``kv_cache_config`` (a :class:`RecordingAsyncScheduler`
+    with ``async_scheduling``), logging stats, as every mode's replay builds it."""
+    cls = RecordingAsyncScheduler if async_scheduling else Scheduler
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=block_size,
+        log_stats=True,
+    )
+
+
 def build_scheduler(cfg: dict[str, Any], max_model_len: int) -> tuple[Scheduler, _EventSink]:
     """Build vLLM's Scheduler from the knobs; returns it with its event sink."""
     vllm_config = oracle_config.build_vllm_config(cfg, max_model_len)
     register_all_kvcache_specs(vllm_config)
-    cls = RecordingAsyncScheduler if cfg["async_scheduling"] else Scheduler
     if cfg["async_scheduling"] and vllm_config.scheduler_config.async_scheduling is not True:
         raise ValueError("vLLM turned async scheduling off for this configuration")
-    sched = cls(
-        vllm_config=vllm_config,
-        kv_cache_config=oracle_config.kv_cache_config_for(cfg),
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=int(cfg["block_size"]),
-        log_stats=True,
+    sched = new_scheduler(
+        vllm_config,
+        oracle_config.kv_cache_config_for(cfg),
+        int(cfg["block_size"]),
+        bool(cfg["async_scheduling"]),
     )
     sched.use_v2_model_runner = bool(cfg["use_v2_model_runner"])
     sink = _EventSink()

@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue
 from kvcore.block_hashing import BlockHasher
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -33,8 +32,8 @@ from kvcore.nixl_connector import NixlConnectorMetadata, NixlConnectorScheduler
 from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
-from kvcore.scheduler_config import SchedulerConfig
 from sim.conformance.compare import compare_case as compare  # noqa: F401 (re-exported)
+from sim.conformance.kvcore_connector import connector_scheduler
 from sim.conformance.oracle_jobs import read_jsonl, run_oracle_jobs
 from sim.conformance.pd_case import DEFAULTS, kv_role, params_json
 from sim.conformance.pd_worker import FakeNixlWorker
@@ -58,18 +57,7 @@ def build_kvcore(cfg: dict[str, Any], max_model_len: int) -> Scheduler:
         engine_id="kvsim-" + cfg["role"],
         kv_load_failure_policy=cfg["kv_load_failure_policy"],
     )
-    sched_config = SchedulerConfig(
-        max_model_len=max_model_len,
-        max_num_batched_tokens=int(cfg["max_num_batched_tokens"]),
-        max_num_seqs=int(cfg["max_num_seqs"]),
-        enable_chunked_prefill=bool(cfg["enable_chunked_prefill"]),
-        long_prefill_token_threshold=int(cfg["long_prefill_token_threshold"]),
-        policy=cfg["policy"],
-        scheduler_reserve_full_isl=bool(cfg["scheduler_reserve_full_isl"]),
-    )
-    if cfg["async_scheduling"]:
-        return AsyncScheduler(sched_config, kv_config, connector=connector)
-    return Scheduler(sched_config, kv_config, connector=connector)
+    return connector_scheduler(cfg, max_model_len, kv_config, connector)
 
 
 def meta_json(meta: NixlConnectorMetadata) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from typing import Any
 
 import simpy
 
+from sim.engine.stretches import StepTimeout
+
 
 @dataclass
 class Forward:
@@ -83,6 +85,17 @@ class LockstepForwards:
         if last is not None and last.start < now < last.end:
             return last.end
         return now
+
+    def wait_while_busy(self) -> Generator[simpy.Event, Any, bool]:
+        """A rank with nothing of its own on the GPU, before it schedules: while a
+        forward of the group runs that the rank is not part of (it runs a dummy batch
+        in it), wait for its end; True when it waited (the rank's loop then admits
+        arrivals and tries again)."""
+        until = self.busy_until()
+        if until <= self.env.now:
+            return False
+        yield StepTimeout(self.env, until - self.env.now)
+        return True
 
     def _finish(self, fwd: Forward) -> Generator[simpy.Event, Any, None]:
         """Fire ``fwd.done`` at its end (which ranks joining at its start may move)."""

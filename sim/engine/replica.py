@@ -153,7 +153,7 @@ class ReplicaEngine(ReplicaRequests):
                 continue
             if stretches is not None and (yield from stretches.try_fast_forward()):
                 continue
-            if self.lockstep is not None and (yield from self._await_group_forward()):
+            if self.lockstep is not None and (yield from self.lockstep.wait_while_busy()):
                 continue
             out = scheduler.schedule()
             if out.total_num_scheduled_tokens == 0:
@@ -181,20 +181,6 @@ class ReplicaEngine(ReplicaRequests):
             if scheduler.waiting and self.arrivals_done():
                 raise self._no_fit()
             yield self._idle()
-        return True
-
-    # -- DP lockstep (a MoE model's DP ranks, sim.engine.dp_lockstep) ---------------
-
-    def _await_group_forward(self) -> Generator[simpy.Event, Any, bool]:
-        """Before scheduling with nothing of its own on the GPU: while a forward of the
-        group runs that this rank is not part of (it runs a dummy batch in it), wait
-        for its end; True when it waited (the caller loops, admitting arrivals)."""
-        lockstep = self.lockstep
-        assert lockstep is not None
-        until = lockstep.busy_until()
-        if until <= self.env.now:
-            return False
-        yield StepTimeout(self.env, until - self.env.now)
         return True
 
     def _execute(self, out: SchedulerOutput) -> Generator[simpy.Event, Any, None]:
@@ -252,23 +238,8 @@ class ReplicaEngine(ReplicaRequests):
         requests that finished in it (not yet recorded)."""
         result = self.scheduler.update_from_output(out, sampled)
         if self.spec is not None:
-            self._after_spec_step(self.spec, out, result, sampled, now)
+            self.spec.after_step(self.scheduler, out, result, sampled, now)
         return self._record_step(out, result, start, duration, prefill, decode, now)
-
-    def _after_spec_step(
-        self,
-        spec: SpecDecodeRun,
-        out: SchedulerOutput,
-        result: EngineStepOutput,
-        sampled: dict[str, Any],
-        now: float,
-    ) -> None:
-        """After a synchronous step's output: count its drafts, and hand the drafter's
-        proposals to the scheduler (vLLM's ``EngineCore.post_step``), unless the step
-        skipped the drafter."""
-        spec.observe(result.spec_decoding_stats, now)
-        if not out.skip_drafts:
-            self.scheduler.update_draft_token_ids(spec.drafts(sampled, result.finished_req_ids))
 
     def _record_step(
         self,

@@ -105,7 +105,8 @@ class AsyncReplicaEngine(ReplicaEngine):
             if (
                 rank_batches is not None
                 and rank_batches.empty
-                and (yield from self._await_group_forward())
+                and self.lockstep is not None
+                and (yield from self.lockstep.wait_while_busy())
             ):
                 continue
             batch, must_wait = queue.schedule_next()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kvcore.sched_output import SchedulerOutput
+from kvcore.sched_output import EngineStepOutput, SchedulerOutput
 from kvcore.scheduler import Scheduler
 from kvcore.spec_decode import SpecDecodingStats
 from sim.spec_decode.acceptance import AcceptanceSampler
@@ -112,6 +112,21 @@ class SpecDecodeRun:
         """Count a step's scheduled decodes and the tokens they emitted."""
         self.decode_request_steps += request_steps
         self.decode_tokens += tokens
+
+    def after_step(
+        self,
+        scheduler: Scheduler,
+        out: SchedulerOutput,
+        result: EngineStepOutput,
+        sampled: Mapping[str, Sequence[int]],
+        now: float,
+    ) -> None:
+        """After a synchronous step's output, applied at ``now`` (s): count its drafts,
+        and hand the drafter's proposals to ``scheduler`` (vLLM's
+        ``EngineCore.post_step``), unless the step skipped the drafter."""
+        self.observe(result.spec_decoding_stats, now)
+        if not out.skip_drafts:
+            scheduler.update_draft_token_ids(self.drafts(sampled, result.finished_req_ids))
 
     def observe(self, stats: SpecDecodingStats | None, end_s: float) -> None:
         """Add one applied step's ``spec_decoding_stats`` (None: no drafts)."""
