@@ -31,9 +31,9 @@ from kvcore.scheduler import Scheduler
 from kvcore.stretch_blocks import (
     StretchRecords,
     add_allocations,
-    affordable_steps,
     block_events,
     record_event_steps,
+    stretch_length,
     stretch_possible,
 )
 
@@ -145,10 +145,7 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
     if not stretch_possible(scheduler):
         return None
     running = scheduler.running
-    kvm = scheduler.kv_cache_manager
-    managers = kvm.coordinator.single_type_managers
     mml = scheduler.max_model_len
-    first_finish = horizon + 1
     computed0 = []
     steps_left = []
     for req in running:
@@ -168,30 +165,8 @@ def plan_decode_stretch(scheduler: Scheduler, horizon: int) -> DecodeStretch | N
         if f < 1:
             return None
         steps_left.append(f)
-        if f < first_finish:
-            first_finish = f
-    finishes = first_finish <= horizon
-    max_steps = first_finish if finishes else horizon
-    # Blocks: cumulative new blocks (per group) must stay within the free count.
-    bs = kvm.coordinator.block_size
-    la = scheduler.num_lookahead_tokens
-    req_to_blocks = managers[0].req_to_blocks
-    held = [len(req_to_blocks.get(r.request_id) or ()) for r in running]
-    free = kvm.block_pool.free_block_queue.num_free_blocks
-    ng = len(managers)
-
-    def needed(s: int) -> int:
-        """New blocks (all groups) the first ``s`` steps allocate."""
-        total = 0
-        for c, h in zip(computed0, held):
-            extra = -(-min(c + s + la, mml) // bs) - h
-            if extra > 0:
-                total += extra
-        return total * ng
-
-    affordable = affordable_steps(needed, max_steps, free)
-    if affordable < max_steps:
-        if not affordable:
-            return None
-        max_steps, finishes = affordable, False
+    planned = stretch_length(scheduler, computed0, steps_left, horizon, finish_lag=0)
+    if planned is None:
+        return None
+    max_steps, finishes = planned
     return DecodeStretch(scheduler, max_steps, computed0, steps_left, finishes)

@@ -41,9 +41,9 @@ from kvcore.single_type_kv_cache_manager import SingleTypeKVCacheManager
 from kvcore.stretch_blocks import (
     StretchRecords,
     add_allocations,
-    affordable_steps,
     block_events,
     record_event_steps,
+    stretch_length,
     stretch_possible,
 )
 
@@ -275,7 +275,6 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
     mml = sched.max_model_len
     bs = kvm.coordinator.block_size
     caching = kvm.enable_caching
-    first_finish = horizon + 1
     computed0: list[int] = []
     steps_left: list[int] = []
     for req, (rid, n) in zip(running, in_flight.items()):
@@ -288,29 +287,8 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
             return None
         computed0.append(c)
         steps_left.append(f)
-        if f < first_finish:
-            first_finish = f
-    finishes = first_finish <= horizon
-    max_steps = first_finish if finishes else horizon
-    # Blocks: new blocks (per group) of the first s iterations within the free count.
-    la = sched.num_lookahead_tokens
-    req_to_blocks = managers[0].req_to_blocks
-    held = [len(req_to_blocks.get(r.request_id) or ()) for r in running]
-    free = kvm.block_pool.free_block_queue.num_free_blocks
-    ng = len(managers)
-
-    def needed(s: int) -> int:
-        """New blocks (all groups) the first ``s`` iterations allocate."""
-        total = 0
-        for c, h, f in zip(computed0, held, steps_left):
-            extra = -(-min(c + min(s, f - 1) + la, mml) // bs) - h
-            if extra > 0:
-                total += extra
-        return total * ng
-
-    affordable = affordable_steps(needed, max_steps, free)
-    if affordable < max_steps:
-        if not affordable:
-            return None
-        max_steps, finishes = affordable, False
+    planned = stretch_length(sched, computed0, steps_left, horizon, finish_lag=1)
+    if planned is None:
+        return None
+    max_steps, finishes = planned
     return AsyncDecodeStretch(queue, max_steps, computed0, steps_left, finishes)

@@ -149,3 +149,49 @@ def stretch_possible(scheduler: Scheduler) -> bool:
     ):
         return False
     return all(type(m) is FullAttentionManager for m in kvm.coordinator.single_type_managers)
+
+
+def stretch_length(
+    scheduler: Scheduler,
+    computed0: list[int],
+    steps_left: list[int],
+    horizon: int,
+    finish_lag: int,
+) -> tuple[int, bool] | None:
+    """How many steps a decode stretch of the running requests may take (at most
+    ``horizon``) and whether its last is the first step in which requests finish; None
+    when the free blocks do not cover even one step.
+
+    Running request ``i`` has ``computed0[i]`` tokens computed and finishes in step
+    ``steps_left[i]``; in step ``j`` it needs slots for ``computed0[i] + j`` tokens
+    (plus lookahead, capped at ``max_model_len``), through step ``steps_left[i] -
+    finish_lag`` (the async loop does not schedule a request in the iteration whose
+    output finishes it: 1; the synchronous loop: 0)."""
+    first_finish = min(horizon + 1, min(steps_left))
+    finishes = first_finish <= horizon
+    max_steps = first_finish if finishes else horizon
+    kvm = scheduler.kv_cache_manager
+    managers = kvm.coordinator.single_type_managers
+    bs = kvm.coordinator.block_size
+    la = scheduler.num_lookahead_tokens
+    mml = scheduler.max_model_len
+    req_to_blocks = managers[0].req_to_blocks
+    held = [len(req_to_blocks.get(r.request_id) or ()) for r in scheduler.running]
+    free = kvm.block_pool.free_block_queue.num_free_blocks
+    ng = len(managers)
+
+    def needed(s: int) -> int:
+        """New blocks (all groups) the first ``s`` steps allocate."""
+        total = 0
+        for c, h, f in zip(computed0, held, steps_left):
+            extra = -(-min(c + min(s, f - finish_lag) + la, mml) // bs) - h
+            if extra > 0:
+                total += extra
+        return total * ng
+
+    affordable = affordable_steps(needed, max_steps, free)
+    if affordable < max_steps:
+        if not affordable:
+            return None
+        return affordable, False
+    return max_steps, finishes
