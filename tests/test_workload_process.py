@@ -6,7 +6,6 @@ A fake engine finishes every request a fixed delay after it arrives and reports
 
 from __future__ import annotations
 
-from array import array
 from collections import defaultdict
 from typing import Any
 
@@ -15,7 +14,7 @@ import simpy
 
 from workloads import SimRequest, SyntheticWorkload, WorkloadSpec
 from workloads.loader import workload_from_spec
-from workloads.tokens import prefix_tokens, token_list
+from workloads.tokens import prefix_tokens
 
 
 class FakeEngine:
@@ -296,15 +295,3 @@ def test_keyed_streams_equal_fresh_streams() -> None:
         streams.restore(parked).integers(0, 10**9, 5).tolist()
         == fresh.integers(0, 10**9, 5).tolist()
     )
-
-
-def test_token_list_shares_int_objects_and_equals_tolist() -> None:
-    """A prompt's 16-bit ids come back as ``tolist`` gives them (the whole id range,
-    endianness included), one shared object per id; other typecodes as ``tolist``."""
-    ids = array("H", [0, 1, 255, 256, 31999, 65535, 31999, 40000])
-    got = token_list(ids)
-    assert type(got) is list and got == ids.tolist()
-    assert all(type(t) is int for t in got)
-    assert got[4] is got[6] is token_list(array("H", [31999]))[0]
-    wide = array("q", [70000, 5, 1 << 40])
-    assert token_list(wide) == wide.tolist()

@@ -22,7 +22,7 @@ from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
 from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
-from workloads.tokens import TAG_ARRIVALS, stream, token_list
+from workloads.tokens import TAG_ARRIVALS, stream
 
 
 def build_samplers(
@@ -185,7 +185,7 @@ class SyntheticWorkload(Workload):
             request = SimRequest(
                 request_id=f"req-{self.num_submitted}",
                 arrival_s=float(self._env.now),
-                prompt_token_ids=token_list(tokens),
+                prompt_token_ids=tokens.tolist(),
                 max_tokens=max_tokens,
                 priority=priority,
                 session_id=session_id,

@@ -14,9 +14,7 @@ and switch its state instead.
 
 from __future__ import annotations
 
-from array import array
 from collections import OrderedDict
-from functools import cache
 from hashlib import blake2b
 from typing import Any
 
@@ -32,21 +30,6 @@ TAG_POOL_ORDER = 7
 
 DEFAULT_VOCAB_SIZE = 32000
 """Token ids are drawn from [0, vocab_size); 32000 is Llama-2's vocabulary."""
-
-
-@cache
-def _small_ints() -> np.ndarray:
-    """One ``int`` object per 16-bit token id, shared by :func:`token_list`."""
-    return np.array(range(1 << 16), dtype=object)
-
-
-def token_list(tokens: array) -> list[int]:
-    """``tokens.tolist()``, where 16-bit ids (typecode ``H``) share one ``int`` object
-    per id instead of allocating one per token: a prompt's list then costs a few
-    allocations, not one per token (and freeing it as few). Other typecodes: ``tolist``."""
-    if tokens.typecode != "H":
-        return tokens.tolist()
-    return _small_ints()[np.frombuffer(tokens, dtype=np.uint16)].tolist()
 
 
 def _pcg_state(seed: int, tag: int, keys: tuple[int, ...]) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from workloads.tokens import (
     HashBlockTokens,
     KeyedStreams,
     random_tokens,
-    token_list,
 )
 from workloads.traces.table import TraceTable
 
@@ -115,7 +114,7 @@ class TraceWorkload(Workload):
             if tokens is None or isinstance(tokens, int):  # built when first used
                 self._emit(self.request(row, float(env.now)))
             else:  # drawn and hashed by the helper
-                self._emit(self.request(row, float(env.now), token_list(tokens), hashes))
+                self._emit(self.request(row, float(env.now), tokens.tolist(), hashes))
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table
