@@ -213,6 +213,28 @@ class ConnectorEngine(ReplicaEngine):
         self._connector_after_output()
         self._finish_requests(result.finished_requests, result, now)
 
+    def _end_sync_step(
+        self,
+        out: SchedulerOutput,
+        sampled: dict[str, Any],
+        start: float,
+        duration: float,
+        prefill: int,
+        decode: int,
+    ) -> None:
+        """The end of a synchronous step that scheduled tokens, now: the connector's
+        report and the sampled tokens applied, the carried lookups merged, the step
+        recorded and its finished requests handled (both synchronous loops)."""
+        scheduler = self.scheduler
+        now = self.env.now
+        result = scheduler.update_from_output(out, sampled, self._connector_output(now))
+        self._merge_carried(result, True)
+        self._connector_after_output()
+        finished = self._record_step(out, result, start, duration, prefill, decode, now)
+        if self.check:
+            scheduler.check_invariants()
+        self._finish_requests(finished, result, now)
+
     def _finish_requests(
         self, finished: list[Request], result: EngineStepOutput, now: float
     ) -> None:

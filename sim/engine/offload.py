@@ -110,16 +110,7 @@ class OffloadReplicaEngine(ConnectorEngine):
                 yield env.timeout(0)  # arrivals due at this instant join first
             if self._aborts:
                 self._apply_aborts()
-            now = env.now
-            kvo = self._connector_output(now)
-            result = scheduler.update_from_output(out, sampled, kvo)
-            self._merge_carried(result, True)
-            self._connector_after_output()
-            finished = self._record_step(out, result, t0, now - t0, prefill, decode, now)
-            if self.check:
-                scheduler.check_invariants()
-            for req in finished:
-                self.finish_request(req, now)
+            self._end_sync_step(out, sampled, t0, env.now - t0, prefill, decode)
 
     # The connector's worker side, in both loops.
 

@@ -179,13 +179,7 @@ class PDReplicaEngine(ConnectorEngine):
             yield StepTimeout(env, duration)
             if env.peek() <= env.now:
                 yield env.timeout(0)  # arrivals and reads due at this instant first
-            now = env.now
-            result = scheduler.update_from_output(out, sampled, self._collect())
-            self._merge_carried(result, True)
-            finished = self._record_step(out, result, t0, duration, prefill, decode, now)
-            if self.check:
-                scheduler.check_invariants()
-            self._finish_requests(finished, result, now)
+            self._end_sync_step(out, sampled, t0, duration, prefill, decode)
 
     def _record_step(
         self,
