@@ -131,9 +131,8 @@ class ReplicaEngine(ReplicaRequests):
         self.process = env.process(self.run())
 
     def _make_stretches(self, timer: StretchTimer, regime: EngineRegime) -> StretchRunner:
-        """This engine's stretch runner (the async loop's engine makes its own)."""
-        if self.batch_queue is not None:
-            raise ValueError("the async loop fast-forwards in AsyncReplicaEngine")
+        """This engine's stretch runner (the async loop's engine makes its own; this
+        class's :meth:`run` refuses an ``AsyncScheduler``)."""
         return StretchRunner(self, timer, regime)
 
     def run(self) -> Generator[simpy.Event, Any, None]:
