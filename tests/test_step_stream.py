@@ -86,9 +86,10 @@ def _assert_same_bins(a, b) -> None:
             assert x.tobytes() == y.tobytes(), name  # bit for bit
 
 
+@pytest.mark.parametrize("keep_rows", [0, 1 << 20])  # read again when binned / kept
 @pytest.mark.parametrize("chunk_rows", [13, 1 << 17])
 @pytest.mark.parametrize("case", list(DAMAGE))
-def test_chunks_match_whole_file(tmp_path, monkeypatch, case, chunk_rows) -> None:
+def test_chunks_match_whole_file(tmp_path, monkeypatch, case, chunk_rows, keep_rows) -> None:
     path = tmp_path / "steps.csv"
     _write_steps(path)
     path.write_text(DAMAGE[case](path.read_text()))
@@ -96,27 +97,33 @@ def test_chunks_match_whole_file(tmp_path, monkeypatch, case, chunk_rows) -> Non
         path, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, 200, "steps"
     )
     monkeypatch.setattr(step_stream, "CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(step_stream, "KEEP_ROWS", keep_rows)
     rows = step_stream.read_step_rows(path, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, 200, "steps")
+    assert (rows.kept is None) == (keep_rows == 0)
     assert rows.notes == notes
     assert rows.num_rows == len(whole)
     for end_s in (None, 100.0):
         _assert_same_bins(rows.binned(USABLE, end_s), bin_steps(whole, USABLE, end_s))
 
 
-def test_kept_rows_are_the_whole_file_rows(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("keep_rows", [0, 1 << 20])
+def test_kept_rows_are_the_whole_file_rows(tmp_path, monkeypatch, keep_rows) -> None:
     path = tmp_path / "steps.csv"
     _write_steps(path, rows=200, replicas=1)
     path.write_text(_garble(_cut_mid_line(path.read_text())))
     whole, _ = run_records._read_one(path, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, 200, "steps")
     monkeypatch.setattr(step_stream, "CHUNK_ROWS", 8)
+    monkeypatch.setattr(step_stream, "KEEP_ROWS", keep_rows)
     rows = step_stream.read_step_rows(path, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, 200, "steps")
     got = pd.concat(list(rows.chunks()), ignore_index=True)
     want = whole[rows.numeric].reset_index(drop=True)
     assert np.array_equal(got.to_numpy(np.float64), want.to_numpy(np.float64))
 
 
-def test_report_records_do_not_hold_step_rows(tmp_path) -> None:
-    """What the report keeps of a steps.csv is a fixed set of counts, not its rows."""
+def test_report_records_do_not_hold_step_rows(tmp_path, monkeypatch) -> None:
+    """What the report keeps of a steps.csv past KEEP_ROWS rows is a fixed set of
+    counts, not its rows."""
+    monkeypatch.setattr(step_stream, "KEEP_ROWS", 299)
     _write_steps(tmp_path / "steps.csv", rows=300)
     (tmp_path / "requests.csv").write_text(
         "request_id,replica,arrival_s,first_token_s,finish_s,prompt_tokens,"
@@ -125,6 +132,7 @@ def test_report_records_do_not_hold_step_rows(tmp_path) -> None:
     records = read_run_records(tmp_path, {"num_steps": 300, "num_finished": 1})
     assert isinstance(records.steps, step_stream.StepRows)
     assert records.steps.num_rows == 300 and records.notes == []
+    assert records.steps.kept is None
     assert not any(isinstance(v, pd.DataFrame | np.ndarray) for v in vars(records.steps).values())
 
 
