@@ -99,9 +99,18 @@ class TraceWorkload(Workload):
     def _replay(
         self, env: simpy.Environment, ahead: Chunks | None
     ) -> Generator[simpy.Event, None, None]:
+        table = self.table
+        ids, priority, lora, salt = (
+            table.request_ids,
+            table.priority,
+            table.lora_id,
+            table.cache_salt,
+        )
+        sessions = table.session_id
+        outputs = table.output_tokens.tolist()
         chunk: list[tuple[Any, Any]] = []
         pos = 0
-        for row, when in enumerate(self.table.arrival_s.tolist()):
+        for row, when in enumerate(table.arrival_s.tolist()):
             if when > env.now:
                 yield env.timeout(when - env.now)
             tokens: Any = None
@@ -113,8 +122,22 @@ class TraceWorkload(Workload):
                 pos += 1
             if tokens is None or isinstance(tokens, int):  # built when first used
                 self._emit(self.request(row, float(env.now)))
-            else:  # drawn and hashed by the helper
-                self._emit(self.request(row, float(env.now), tokens.tolist(), hashes))
+                continue
+            # Drawn and hashed by the helper: request(row, now, tokens, hashes), inlined
+            # (one per arrival, on the simulation's critical path).
+            self._emit(
+                SimRequest(
+                    ids[row] if ids is not None else f"req-{row}",
+                    float(env.now),
+                    tokens.tolist(),
+                    outputs[row],
+                    priority[row] if priority is not None else 0,
+                    lora[row] if lora is not None else None,
+                    salt[row] if salt is not None else None,
+                    sessions[row] if sessions is not None else None,
+                    hashes,
+                )
+            )
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table
