@@ -15,6 +15,7 @@ summary's measurement window).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def plot_latency(requests: pd.DataFrame, path: Path, summary: dict[str, Any] | N
 def render_run_plots(
     run_dir: Path,
     num_gpu_blocks: int,
-    steps: pd.DataFrame | StepRows | None = None,
+    steps: pd.DataFrame | StepRows | Callable[[], pd.DataFrame | StepRows] | None = None,
     requests: pd.DataFrame | None = None,
     summary: dict[str, Any] | None = None,
     note: str = "",
@@ -108,20 +109,23 @@ def render_run_plots(
     ``steps`` / ``requests``: the rows to plot (e.g. checked ones from
     :func:`reports.run_records.read_run_records`; ``steps`` may be a steps file's
     rows binned in chunks, :class:`reports.step_stream.StepRows`); None reads
-    ``steps.csv`` / ``requests.csv`` as they are. No step rows (``--steps none``): no timeline or
-    replica plots. ``note``: appended to the timeline's title (e.g. thinned steps).
+    ``steps.csv`` / ``requests.csv`` as they are; ``steps`` may also be a function that
+    reads them (called once). No step rows (``--steps none``): no timeline or replica
+    plots. ``note``: appended to the timeline's title (e.g. thinned steps).
     ``parallel``: draw the plots of the requests (latency, speculative decoding, P/D) in
-    a forked child while this process draws those of the steps (the same files; where
-    the child cannot start or fails, they are drawn here after).
+    a forked child while this process reads the steps (a function ``steps``) and draws
+    their plots (the same files; where the child cannot start or fails, they are drawn
+    here after). Without it, ``steps`` is read before any earlier PNG is removed; with
+    it, after the child starts (for a new run's directory, which has none).
     """
+    if requests is None:
+        requests = pd.read_csv(run_dir / "requests.csv")
+    if not parallel:
+        steps = _steps(run_dir, steps)
     plots = Path(run_dir) / "plots"
     plots.mkdir(exist_ok=True)
     for old in plots.glob("*.png"):
         old.unlink()
-    if steps is None:
-        steps = pd.read_csv(run_dir / "steps.csv")
-    if requests is None:
-        requests = pd.read_csv(run_dir / "requests.csv")
     child = _fork() if parallel else None
     if child == 0:  # the child: the request plots, then out, whatever happens
         code = 1
@@ -130,6 +134,34 @@ def render_run_plots(
             code = 0
         finally:
             os._exit(code)
+    drawn = False
+    try:
+        out = _step_plots(plots, num_gpu_blocks, _steps(run_dir, steps), summary, note)
+    finally:  # the child is waited for also when reading the steps fails
+        drawn = child is not None and _succeeded(child)
+    if drawn:
+        names = ("latency.png", "spec_acceptance.png", "pd.png")
+        return out + [plots / n for n in names if (plots / n).is_file()]
+    return out + _request_plots(run_dir, plots, requests, summary)
+
+
+def _steps(
+    run_dir: Path, steps: pd.DataFrame | StepRows | Callable[[], pd.DataFrame | StepRows] | None
+) -> pd.DataFrame | StepRows:
+    """The step rows ``steps`` gives: read when a function, ``steps.csv`` when None."""
+    if steps is None:
+        return pd.read_csv(Path(run_dir) / "steps.csv")
+    return steps() if callable(steps) else steps
+
+
+def _step_plots(
+    plots: Path,
+    num_gpu_blocks: int,
+    steps: pd.DataFrame | StepRows,
+    summary: dict[str, Any] | None,
+    note: str,
+) -> list[Path]:
+    """The plots drawn from the steps (timeline, replicas), in order."""
     out = []
     end = float((summary or {}).get("sim_duration_s") or 0.0)
     if isinstance(steps, pd.DataFrame):
@@ -140,10 +172,7 @@ def render_run_plots(
         out.append(plot_timeline(binned, summary, plots / "timeline.png", note))
         if len(binned.replicas) > 1:
             out.append(plot_replicas(binned, summary, plots / "replicas.png"))
-    if child is not None and _succeeded(child):
-        names = ("latency.png", "spec_acceptance.png", "pd.png")
-        return out + [plots / n for n in names if (plots / n).is_file()]
-    return out + _request_plots(run_dir, plots, requests, summary)
+    return out
 
 
 def _request_plots(

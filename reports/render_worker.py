@@ -91,7 +91,9 @@ def main() -> int:
     except Exception:  # the run renders again itself, and reports what fails there
         return 1
     print("ok", flush=True)
-    return 0
+    # Out at once: the run waits for this process to end, and everything it wrote is
+    # closed (an interpreter's orderly exit with matplotlib and pandas loaded: ~0.1 s).
+    os._exit(0)
 
 
 if __name__ == "__main__":

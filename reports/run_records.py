@@ -66,6 +66,15 @@ class RunRecords:
     steps_mode: str = "full"
 
 
+def as_numbers(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s columns as numbers, NaN where a value is not one (``pd.to_numeric``
+    with ``errors="coerce"``); columns the parser read as numbers are kept as they are
+    (what to_numeric would give them), which is every column of an intact file."""
+    if all(dtype.kind in "iuf" for dtype in frame.dtypes):
+        return frame
+    return frame.apply(pd.to_numeric, errors="coerce")
+
+
 def steps_file_name(summary: dict[str, Any]) -> str:
     """The run's steps file: ``steps_file.file`` (``steps.csv`` or ``steps.parquet``),
     ``steps.csv`` for runs that do not say."""
@@ -162,7 +171,7 @@ def _read_one(
     if skipped > 0:
         notes.append(f"{name}: {skipped:,} malformed line(s) with too many fields (left out)")
     numeric = [c for c in (*columns, *optional) if c in df.columns]
-    parsed = df[numeric].apply(pd.to_numeric, errors="coerce")
+    parsed = as_numbers(df[numeric])
     bad = parsed.isna().any(axis=1).to_numpy()
     if bad.any():
         first = int(bad.argmax())
@@ -191,35 +200,45 @@ def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
     """``steps.csv`` and ``requests.csv`` of ``run_dir``, checked against ``summary``
     (``num_steps``, ``num_finished``; a count that is absent is not checked).
 
-    Raises RunRecordsError when a file cannot be read at all; otherwise returns the
-    usable rows (plotted columns numeric) and one note per problem, in file order.
-    ``steps.csv``'s rows are not held: they are read again, in chunks, when binned
-    (:meth:`reports.step_stream.StepRows.binned`).
+    Raises RunRecordsError when a file cannot be read at all (the steps file's error
+    first); otherwise returns the usable rows (plotted columns numeric) and one note
+    per problem, in file order. ``steps.csv``'s rows are not held: they are read again,
+    in chunks, when binned (:meth:`reports.step_stream.StepRows.binned`).
     """
+    steps, step_notes = read_step_records(run_dir, summary)
+    requests, request_notes = read_request_records(run_dir, summary)
+    return RunRecords(steps, requests, step_notes + request_notes, steps_mode(summary)[0])
+
+
+def read_step_records(
+    run_dir: Path, summary: dict[str, Any]
+) -> tuple[pd.DataFrame | StepRows, list[str]]:
+    """The steps part of :func:`read_run_records`: the steps file's rows and notes."""
     run_dir = Path(run_dir)
     mode, expected_steps = steps_mode(summary)
     if mode == "none":
-        steps = pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_PLOT_COLUMNS})
-        step_notes: list[str] = []
-    else:
-        name = steps_file_name(summary)
-        what = "step rows" if mode == "thin" else "steps"
-        if name.endswith(".parquet"):
-            steps, step_notes = _read_parquet(
-                run_dir / name, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, expected_steps, what
-            )
-        else:  # possibly millions of rows: checked here, binned later, in chunks
-            from reports.step_stream import read_step_rows
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in STEP_PLOT_COLUMNS}), []
+    name = steps_file_name(summary)
+    what = "step rows" if mode == "thin" else "steps"
+    if name.endswith(".parquet"):
+        return _read_parquet(
+            run_dir / name, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, expected_steps, what
+        )
+    # Possibly millions of rows: checked here, binned later, in chunks.
+    from reports.step_stream import read_step_rows
 
-            steps = read_step_rows(
-                run_dir / name, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, expected_steps, what
-            )
-            step_notes = steps.notes
-    requests, request_notes = _read_one(
-        run_dir / "requests.csv",
+    rows = read_step_rows(
+        run_dir / name, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, expected_steps, what
+    )
+    return rows, rows.notes
+
+
+def read_request_records(run_dir: Path, summary: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
+    """The requests part of :func:`read_run_records`: ``requests.csv``'s rows and notes."""
+    return _read_one(
+        Path(run_dir) / "requests.csv",
         REQUEST_PLOT_COLUMNS,
         (),
         _expected(summary, "num_finished"),
         "finished requests",
     )
-    return RunRecords(steps, requests, step_notes + request_notes, mode)

@@ -9,13 +9,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from reports.html import render_report
 from reports.plots import render_run_plots
-from reports.run_records import read_run_records
+from reports.run_records import (
+    RunRecordsError,
+    read_request_records,
+    read_step_records,
+    steps_mode,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from reports.step_stream import StepRows
 
 
 @dataclass
@@ -42,19 +52,33 @@ def render_run(run_dir: Path, parallel: bool = False) -> RenderedRun:
     summary = json.loads((run_dir / "summary.json").read_text())
     if not isinstance(summary, dict):
         raise ValueError(f"{run_dir / 'summary.json'}: expected a JSON object")
-    records = read_run_records(run_dir, summary)
+    # The requests first, so that a parallel render's child draws their plots while
+    # this process reads the steps file (read_run_records' order of errors is kept).
+    try:
+        requests, request_notes = read_request_records(run_dir, summary)
+    except RunRecordsError:
+        read_step_records(run_dir, summary)  # its error comes first, as in read_run_records
+        raise
+    step_notes: list[str] = []
+
+    def steps() -> pd.DataFrame | StepRows:
+        rows, notes = read_step_records(run_dir, summary)
+        step_notes.extend(notes)
+        return rows
+
     config_file = run_dir / "config.yaml"
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
     config = config if isinstance(config, dict) else {}
-    note = " - steps thinned" if records.steps_mode == "thin" else ""
+    note = " - steps thinned" if steps_mode(summary)[0] == "thin" else ""
     render_run_plots(
         run_dir,
         int(summary["num_gpu_blocks"]),
-        records.steps,
-        records.requests,
+        steps,
+        requests,
         summary=summary,
         note=note,
         parallel=parallel,
     )
-    page = render_report(run_dir, title=run_title(config), notes=records.notes)
-    return RenderedRun(page, records.notes)
+    notes = step_notes + request_notes
+    page = render_report(run_dir, title=run_title(config), notes=notes)
+    return RenderedRun(page, notes)

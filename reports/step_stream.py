@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports.run_records import RunRecordsError, count_lines
+from reports.run_records import RunRecordsError, as_numbers, count_lines
 from reports.step_bins import BinnedSteps, StepBinner, bin_count, bin_end
 
 CHUNK_ROWS = 1 << 17
@@ -68,7 +68,7 @@ def _header(path: Path, columns: tuple[str, ...]) -> list[str]:
 def _checked(chunk: pd.DataFrame, numeric: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
     """``numeric`` columns of ``chunk`` as numbers (NaN where not) and which rows have a
     value that is not one."""
-    parsed = chunk[numeric].apply(pd.to_numeric, errors="coerce")
+    parsed = as_numbers(chunk[numeric])
     return parsed, parsed.isna().any(axis=1).to_numpy()
 
 

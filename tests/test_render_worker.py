@@ -3,6 +3,7 @@ worker that cannot render leaves the run to render (and fail) itself."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -78,3 +79,76 @@ def test_a_failed_child_leaves_its_plots_to_the_parent(
     assert names == sorted(p.relative_to(there) for p in there.rglob("*.png"))
     for name in names:
         assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
+def test_steps_read_after_the_fork_and_the_child_waited_for_on_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In parallel the steps are read while the child draws the request plots; when
+    reading them fails, the child is still waited for before the error goes on."""
+    import os
+
+    import reports.plots as plots
+    from reports.run_records import RunRecordsError, read_request_records
+
+    here, _ = _two_copies(tmp_path)
+    summary = json.loads((here / "summary.json").read_text())
+    requests, _ = read_request_records(here, summary)
+    events: list[str] = []
+    waited: list[int] = []
+    real_fork, real_wait = plots._fork, plots._succeeded
+
+    def fork() -> int | None:
+        pid = real_fork()
+        if pid:  # in this process (the child draws and exits)
+            events.append("fork")
+        return pid
+
+    def steps() -> object:
+        events.append("steps")
+        raise RunRecordsError("steps.csv: broken")
+
+    def succeeded(pid: int) -> bool:
+        waited.append(pid)
+        return real_wait(pid)
+
+    monkeypatch.setattr(plots, "_fork", fork)
+    monkeypatch.setattr(plots, "_succeeded", succeeded)
+    with pytest.raises(RunRecordsError, match="broken"):
+        plots.render_run_plots(here, 100, steps, requests, summary=summary, parallel=True)  # type: ignore[arg-type]
+    assert events == ["fork", "steps"] and len(waited) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(waited[0], 0)  # reaped
+
+
+def test_serial_render_reads_the_steps_before_removing_any_plot(tmp_path: Path) -> None:
+    """Without a child, a steps file that cannot be read leaves the earlier PNGs."""
+    import reports.plots as plots
+    from reports.run_records import RunRecordsError
+
+    here, _ = _two_copies(tmp_path)
+    before = {p.name: p.read_bytes() for p in (here / "plots").glob("*.png")}
+    assert "timeline.png" in before
+
+    def steps() -> object:
+        raise RunRecordsError("steps.csv: broken")
+
+    with pytest.raises(RunRecordsError):
+        plots.render_run_plots(here, 100, steps, None)  # type: ignore[arg-type]
+    assert {p.name: p.read_bytes() for p in (here / "plots").glob("*.png")} == before
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_the_steps_file_error_comes_first(tmp_path: Path, parallel: bool) -> None:
+    """Both records files unreadable: the error names steps.csv, as read_run_records'
+    order has it, however the plots are drawn."""
+    here, _ = _two_copies(tmp_path)
+    (here / "steps.csv").unlink()
+    (here / "requests.csv").write_text("")
+    from reports.run_records import RunRecordsError
+
+    with pytest.raises(RunRecordsError, match=r"steps\.csv: missing"):
+        render_run(here, parallel=parallel)
+    (here / "steps.csv").write_text("replica,step\n")  # readable header, columns missing
+    with pytest.raises(RunRecordsError, match=r"steps\.csv: header"):
+        render_run(here, parallel=parallel)

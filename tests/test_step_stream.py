@@ -147,3 +147,17 @@ def test_empty_and_missing(tmp_path) -> None:
     path.write_text("replica,begin_s\n0,1\n")
     with pytest.raises(run_records.RunRecordsError, match="start_s"):
         step_stream.read_step_rows(path, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, 0, "steps")
+
+
+def test_as_numbers_is_to_numeric_with_or_without_text() -> None:
+    """Columns parsed as numbers are kept as they are; any other column makes the whole
+    frame go through pd.to_numeric (errors coerced), as before the shortcut."""
+    from reports.run_records import as_numbers
+
+    numbers = pd.DataFrame({"a": [1, 2, 3], "b": [0.5, np.nan, 2.0]})
+    mixed = pd.DataFrame({"a": [1, 2, 3], "b": ["0.5", "x", "2"]})
+    for frame in (numbers, mixed):
+        expected = frame.apply(pd.to_numeric, errors="coerce")
+        pd.testing.assert_frame_equal(as_numbers(frame), expected)
+    assert as_numbers(numbers) is numbers
+    assert np.isnan(as_numbers(mixed)["b"].iloc[1])
