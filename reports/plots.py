@@ -134,7 +134,6 @@ def render_run_plots(
             code = 0
         finally:
             os._exit(code)
-    drawn = False
     try:
         out = _step_plots(plots, num_gpu_blocks, _steps(run_dir, steps), summary, note)
     finally:  # the child is waited for also when reading the steps fails

@@ -99,18 +99,9 @@ class TraceWorkload(Workload):
     def _replay(
         self, env: simpy.Environment, ahead: Chunks | None
     ) -> Generator[simpy.Event, None, None]:
-        table = self.table
-        ids, priority, lora, salt = (
-            table.request_ids,
-            table.priority,
-            table.lora_id,
-            table.cache_salt,
-        )
-        sessions = table.session_id
-        outputs = table.output_tokens.tolist()
         chunk: list[tuple[Any, Any]] = []
         pos = 0
-        for row, when in enumerate(table.arrival_s.tolist()):
+        for row, when in enumerate(self.table.arrival_s.tolist()):
             if when > env.now:
                 yield env.timeout(when - env.now)
             tokens: Any = None
@@ -122,22 +113,8 @@ class TraceWorkload(Workload):
                 pos += 1
             if tokens is None or isinstance(tokens, int):  # built when first used
                 self._emit(self.request(row, float(env.now)))
-                continue
-            # Drawn and hashed by the helper: request(row, now, tokens, hashes), inlined
-            # (one per arrival, on the simulation's critical path).
-            self._emit(
-                SimRequest(
-                    ids[row] if ids is not None else f"req-{row}",
-                    float(env.now),
-                    tokens.tolist(),
-                    outputs[row],
-                    priority[row] if priority is not None else 0,
-                    lora[row] if lora is not None else None,
-                    salt[row] if salt is not None else None,
-                    sessions[row] if sessions is not None else None,
-                    hashes,
-                )
-            )
+            else:  # drawn and hashed by the helper
+                self._emit(self.request(row, float(env.now), tokens.tolist(), hashes))
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table
@@ -176,21 +153,27 @@ class TraceWorkload(Workload):
     ) -> SimRequest:
         """The request of trace row ``row``, arriving at ``now`` seconds (its prompt
         built when first used, unless given with its block hashes)."""
+        # One per arrival, on the simulation's critical path: no closures, and the
+        # prompt's builder only where the prompt is not given.
         table = self.table
-
-        def column(values: list[Any] | None, default: Any) -> Any:
-            return values[row] if values is not None else default
-
+        ids, priority, lora, salt, session = (
+            table.request_ids,
+            table.priority,
+            table.lora_id,
+            table.cache_salt,
+            table.session_id,
+        )
+        given = prompt_token_ids is not None
         return SimRequest(
-            request_id=column(table.request_ids, f"req-{row}"),
-            arrival_s=now,
-            prompt_token_ids=prompt_token_ids,
-            prompt_block_hashes=prompt_block_hashes,
-            num_prompt_tokens=int(table.prompt_tokens[row]),
-            build_prompt=partial(self._tokens, row),
-            max_tokens=int(table.output_tokens[row]),
-            priority=column(table.priority, 0),
-            lora_id=column(table.lora_id, None),
-            cache_salt=column(table.cache_salt, None),
-            session_id=column(table.session_id, None),
+            ids[row] if ids is not None else f"req-{row}",
+            now,
+            prompt_token_ids,
+            int(table.output_tokens[row]),
+            priority[row] if priority is not None else 0,
+            lora[row] if lora is not None else None,
+            salt[row] if salt is not None else None,
+            session[row] if session is not None else None,
+            prompt_block_hashes,
+            num_prompt_tokens=None if given else int(table.prompt_tokens[row]),
+            build_prompt=None if given else partial(self._tokens, row),
         )
