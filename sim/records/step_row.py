@@ -177,13 +177,7 @@ class DecodeRows:
     def kv_usage(self) -> list[float]:
         """Each step's KV usage."""
         usable = self.num_usable_blocks
-        out: list[float] = []
-        last, usage = -1, 0.0
-        for free in self.num_free_blocks:  # mostly runs of one count: computed once each
-            if free != last:
-                last, usage = free, BlockPool.usage_at(free, usable)
-            out.append(usage)
-        return out
+        return [BlockPool.usage_at(f, usable) for f in self.num_free_blocks]
 
     def row(self, j: int, start_s: float) -> StepRow:
         """Step ``step0 + j``'s row; ``start_s``: its start (``starts()[j]``)."""
