@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: E402
 
 DPI = 100
 """Dots per inch of every PNG."""
@@ -18,9 +19,17 @@ WINDOW_COLOR = "#2ca02c"
 """The measurement window's shade."""
 
 
-def save_png(fig: plt.Figure, path: Path) -> Path:
-    """Write ``fig`` to ``path`` as a PNG at :data:`DPI` and close it; return ``path``."""
-    fig.savefig(path, dpi=DPI)
+def save_png(fig: plt.Figure, path: Path, dpi: int = DPI, **savefig: Any) -> Path:
+    """Write ``fig`` to ``path`` as a PNG at ``dpi`` and close it; return ``path``.
+
+    A figure laid out once by ``fig.tight_layout()`` is saved with that layout and
+    drawn once: ``tight_layout`` leaves a do-nothing layout engine behind, and
+    ``savefig`` draws a figure that has one twice (a layout pass, then the PNG; the
+    same pixels, about 0.04 s more for the latency plot).
+    """
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        fig.set_layout_engine(None)
+    fig.savefig(path, dpi=dpi, **savefig)
     plt.close(fig)
     return path
 

@@ -18,6 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from reports.figures import save_png  # noqa: E402
+
 PARTS = (
     ("prefill_queue_s", "prefill queue", "#c7c7c7"),
     ("prefill_s", "prefill", "tab:orange"),
@@ -60,6 +62,4 @@ def plot_pd(requests: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path
     )
     right.legend(fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

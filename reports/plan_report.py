@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from reports.axis_names import axis_label  # noqa: E402
+from reports.figures import save_png  # noqa: E402
 from reports.html import STYLE  # noqa: E402
 from reports.plan_table import (  # noqa: E402
     headline_lines,
@@ -73,9 +74,7 @@ def plot_probe_curve(doc: dict[str, Any], path: Path) -> Path:
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
 
 
 def _draw_seeds(ax: plt.Axes, probes: list[dict[str, Any]], metric: str) -> None:

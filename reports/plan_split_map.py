@@ -17,6 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from reports.figures import save_png  # noqa: E402
+
 CAPTION = (
     "Each prefill:decode split probed: passed (green dot) or failed (red cross) at the "
     "plan's rate; the answer (star), the fewest instances meeting the SLOs; on the dashed "
@@ -60,6 +62,4 @@ def plot_split_map(doc: dict[str, Any], path: Path) -> Path:
     ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)

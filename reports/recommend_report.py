@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from reports.figures import save_png  # noqa: E402
 from reports.html import _STYLE, inline_png  # noqa: E402
 from sim.recommend.describe import COLUMNS, counts_line, fewer_line, top_rows  # noqa: E402
 
@@ -64,9 +65,7 @@ def plot_pareto(doc: dict[str, Any], path: Path) -> Path:
         ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=90, metadata={"Software": None})
 
 
 def _table(head: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:

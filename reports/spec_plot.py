@@ -18,6 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from reports.figures import save_png  # noqa: E402
+
 MAX_BINS = 200
 """Time bins at most."""
 
@@ -54,6 +56,4 @@ def plot_spec_acceptance(csv_path: Path, summary: dict[str, Any] | None, path: P
     )
     ax.legend(fontsize=9, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, path)
