@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -41,19 +42,33 @@ class RenderWorker:
         except OSError:
             self._proc = None
 
-    def render(self, run_dir: Path) -> bool:
+    def render(self, run_dir: Path, meanwhile: Callable[[], object] | None = None) -> bool:
         """Render ``run_dir``: by the worker (True), or here when it cannot (False; then
-        as :func:`reports.run_report.render_run` does, errors included)."""
+        as :func:`reports.run_report.render_run` does, errors included). ``meanwhile``
+        is called once the worker has the directory, before its answer is awaited (or
+        before rendering here)."""
         proc, self._proc = self._proc, None
+        answer = ""
         if proc is not None:
             try:
-                answer, _ = proc.communicate(f"{run_dir}\n")
+                assert proc.stdin is not None and proc.stdout is not None
+                try:
+                    proc.stdin.write(f"{run_dir}\n")
+                    proc.stdin.close()
+                finally:
+                    if meanwhile is not None:
+                        meanwhile()
+                        meanwhile = None
+                with proc.stdout:
+                    answer = proc.stdout.read()
             except OSError:
                 answer = ""
             finally:
                 _stop(proc)
             if proc.returncode == 0 and answer.strip() == "ok":
                 return True
+        if meanwhile is not None:
+            meanwhile()
         from reports.run_report import render_run
 
         render_run(run_dir)

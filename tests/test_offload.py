@@ -197,7 +197,14 @@ def test_simulate_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) ->
     try:
         assert gc.get_freeze_count() == 0
         (tmp_path / "a").mkdir()
-        simulate(resolve_run(spec), tmp_path / "a", helpers=False)
+        seen: list[tuple[int, ...]] = []  # while the cluster was built, collections rare
+        simulate(
+            resolve_run(spec),
+            tmp_path / "a",
+            helpers=False,
+            on_cluster=lambda _: seen.append(gc.get_threshold()),
+        )
+        assert seen and seen[0][0] > 1234
         assert gc.get_threshold() == (1234, 5, 6)
         assert gc.get_freeze_count() == 0
         gc.freeze()  # a caller that froze its own objects keeps them frozen

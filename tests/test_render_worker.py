@@ -39,6 +39,38 @@ def test_the_worker_writes_what_the_run_would(tmp_path: Path) -> None:
         assert (here / name).read_bytes() == (there / name).read_bytes(), name
 
 
+def test_meanwhile_runs_while_the_worker_renders(tmp_path: Path) -> None:
+    here, there = _two_copies(tmp_path)
+    worker = RenderWorker()
+    proc = worker._proc
+    assert proc is not None
+    seen: list[bool] = []
+
+    def meanwhile() -> None:
+        assert proc.stdin is not None and proc.stdin.closed  # the directory was sent
+        seen.append(proc.poll() is None)  # and the worker has not answered yet
+
+    assert worker.render(there, meanwhile=meanwhile)
+    assert seen == [True]  # once, before the worker was done
+    assert proc.stdout is not None and proc.stdout.closed and proc.poll() == 0
+    assert (there / "report.html").is_file()
+
+
+def test_meanwhile_runs_once_when_the_run_renders_itself(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text("[1, 2]\n")
+    worker = RenderWorker()
+    calls: list[int] = []
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        worker.render(tmp_path, meanwhile=lambda: calls.append(1))
+    assert calls == [1]
+    calls.clear()
+    worker = RenderWorker()
+    worker.close()  # no worker left: the run renders in process
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        worker.render(tmp_path, meanwhile=lambda: calls.append(1))
+    assert calls == [1]
+
+
 def test_a_failing_worker_leaves_the_error_to_the_run(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text("[1, 2]\n")  # not an object: render_run refuses
     worker = RenderWorker()

@@ -189,20 +189,20 @@ def run(
         )
         if summary["num_finished"] == 0 and summary["num_rejected"] > 0:
             raise NothingServed(nothing_served_message(spec.workload, summary))
-        if render:
-            # The run's engines, scheduler and recorders refer to one another (cycles
-            # only a full collection frees): ~0.5 kB per request, free before the
-            # report reads the files back.
-            gc.collect()
         (tmp / "config.yaml").write_text(
             yaml.safe_dump(resolved_config(spec, resolved), sort_keys=False)
         )
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        # The run's engines, scheduler and recorders refer to one another (cycles only
+        # a full collection frees): ~0.5 kB per request, freed before the report reads
+        # the files back; while the worker renders, when there is one (~30 ms for
+        # 20,000 requests, then off the run's path).
         if worker is not None:
-            worker.render(tmp)
+            worker.render(tmp, meanwhile=gc.collect)
         elif render:
             from reports.run_report import render_run
 
+            gc.collect()
             render_run(tmp)
         publish(tmp, target)
     except BaseException:
