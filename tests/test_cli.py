@@ -1,9 +1,11 @@
 """The kvsim CLI: replay output, help, and bad-input handling (exit 2, no traceback)."""
 
 import json
+import os
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -149,3 +151,18 @@ def test_run_no_report_skips_plots_and_report_until_kvsim_report(tmp_path):
     proc = kvsim_cli("report", str(out), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (out / "report.html").is_file() and list(out.glob("plots/*.png"))
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
+def test_the_command_runs_blas_with_one_thread_unless_told(
+    given: str | None, expected: str
+) -> None:
+    """``kvsim`` sets OPENBLAS_NUM_THREADS before numpy loads; a value the user set wins."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = "import os, sys; import sim.cli; import numpy; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == expected
