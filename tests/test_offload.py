@@ -89,6 +89,21 @@ def test_chunk_reader_does_not_hide_a_failed_producer() -> None:
 
 
 @needs_fork
+def test_chunk_reader_fails_on_a_chunk_cut_short() -> None:
+    """A helper killed while it writes a chunk (larger than the pipe holds) is an error,
+    not an end: its length came, its pickle did not."""
+    import signal
+    import time
+
+    reader = offload.ChunkReader(lambda: iter([b"x" * (8 << 20)]), "test")
+    time.sleep(0.3)  # the helper has written the length and blocks on the full pipe
+    os.kill(reader._pid, signal.SIGKILL)
+    with pytest.raises(offload.HelperFailed, match="test helper"):
+        reader.next()
+    assert reader._pipe is None
+
+
+@needs_fork
 def test_chunk_reader_close_stops_an_endless_producer() -> None:
     def endless() -> Iterator[list[int]]:
         i = 0
