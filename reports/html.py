@@ -204,7 +204,7 @@ def render_report(run_dir: Path, title: str = "kvsim run", notes: Sequence[str] 
     """Write ``report.html`` from ``summary.json``, ``plots/*.png`` and ``config.yaml``.
 
     ``notes``: warning lines shown above the summary (e.g. a truncated ``steps.csv``:
-    :func:`reports.run_records.read_run_records`); rejected and capped requests from
+    :func:`reports.run_records.read_step_records`); rejected and capped requests from
     the summary and the window's warnings are added to them.
     """
     run_dir = Path(run_dir)

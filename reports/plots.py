@@ -107,7 +107,7 @@ def render_run_plots(
     return the files written, in report order.
 
     ``steps`` / ``requests``: the rows to plot (e.g. checked ones from
-    :func:`reports.run_records.read_run_records`; ``steps`` may be a steps file's
+    :func:`reports.run_records.read_step_records`; ``steps`` may be a steps file's
     rows binned in chunks, :class:`reports.step_stream.StepRows`); None reads
     ``steps.csv`` / ``requests.csv`` as they are; ``steps`` may also be a function that
     reads them (called once). No step rows (``--steps none``): no timeline or replica

@@ -25,7 +25,6 @@ Runs without ``steps_file`` (older ones) wrote a row per step to ``steps.csv``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,19 +50,6 @@ REQUEST_PLOT_COLUMNS = ("arrival_s", "first_token_s", "finish_s", "output_tokens
 
 class RunRecordsError(ValueError):
     """A run's CSV file cannot be read at all; ``str`` is ``<file>: <problem>``."""
-
-
-@dataclass
-class RunRecords:
-    """The rows the plots may use, and one line per problem found (empty: complete).
-    ``steps_mode``: ``full``, ``thin`` or ``none`` (what the run wrote). ``steps``:
-    a ``steps.csv`` is checked and later binned in chunks
-    (:class:`reports.step_stream.StepRows`), other steps files are read whole."""
-
-    steps: pd.DataFrame | StepRows
-    requests: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
-    steps_mode: str = "full"
 
 
 def as_numbers(frame: pd.DataFrame) -> pd.DataFrame:
@@ -196,24 +182,15 @@ def _expected(summary: dict[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def read_run_records(run_dir: Path, summary: dict[str, Any]) -> RunRecords:
-    """``steps.csv`` and ``requests.csv`` of ``run_dir``, checked against ``summary``
-    (``num_steps``, ``num_finished``; a count that is absent is not checked).
-
-    Raises RunRecordsError when a file cannot be read at all (the steps file's error
-    first); otherwise returns the usable rows (plotted columns numeric) and one note
-    per problem, in file order. ``steps.csv``'s rows are not held: they are read again,
-    in chunks, when binned (:meth:`reports.step_stream.StepRows.binned`).
-    """
-    steps, step_notes = read_step_records(run_dir, summary)
-    requests, request_notes = read_request_records(run_dir, summary)
-    return RunRecords(steps, requests, step_notes + request_notes, steps_mode(summary)[0])
-
-
 def read_step_records(
     run_dir: Path, summary: dict[str, Any]
 ) -> tuple[pd.DataFrame | StepRows, list[str]]:
-    """The steps part of :func:`read_run_records`: the steps file's rows and notes."""
+    """The steps file of ``run_dir`` (``steps.csv``, ``steps.parquet``, or none for
+    ``--steps none``), checked against ``summary`` (``num_steps``, or the thinned count;
+    absent: not checked): its usable rows (plotted columns numeric) and one note per
+    problem, in file order. RunRecordsError when it cannot be read at all. A
+    ``steps.csv``'s rows are not held: they are read again, in chunks, when binned
+    (:meth:`reports.step_stream.StepRows.binned`)."""
     run_dir = Path(run_dir)
     mode, expected_steps = steps_mode(summary)
     if mode == "none":
@@ -234,7 +211,8 @@ def read_step_records(
 
 
 def read_request_records(run_dir: Path, summary: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
-    """The requests part of :func:`read_run_records`: ``requests.csv``'s rows and notes."""
+    """``requests.csv`` of ``run_dir``, checked against ``summary``'s ``num_finished``
+    (absent: not checked): its usable rows and notes, as :func:`read_step_records`."""
     return _read_one(
         Path(run_dir) / "requests.csv",
         REQUEST_PLOT_COLUMNS,

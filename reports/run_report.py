@@ -53,11 +53,12 @@ def render_run(run_dir: Path, parallel: bool = False) -> RenderedRun:
     if not isinstance(summary, dict):
         raise ValueError(f"{run_dir / 'summary.json'}: expected a JSON object")
     # The requests first, so that a parallel render's child draws their plots while
-    # this process reads the steps file (read_run_records' order of errors is kept).
+    # this process reads the steps file. When both files are unreadable, the steps
+    # file's error is the one raised.
     try:
         requests, request_notes = read_request_records(run_dir, summary)
     except RunRecordsError:
-        read_step_records(run_dir, summary)  # its error comes first, as in read_run_records
+        read_step_records(run_dir, summary)
         raise
     step_notes: list[str] = []
 

@@ -9,8 +9,8 @@ of the last row, the rows per replica); :meth:`StepRows.binned` reads it again, 
 by chunk, into :class:`reports.step_bins.StepBinner` (a file of at most
 :data:`KEEP_ROWS` rows keeps its checked chunks instead: about 0.2 s less for a
 20,000-request run's 386,000 rows). Notes, kept rows and the binned
-series are those of :func:`reports.run_records.read_run_records`' whole-file reading
-(see :mod:`reports.run_records` for the checks), bit for bit on an intact file.
+series are those of reading the whole file at once (``reports.run_records._read_one``;
+see :mod:`reports.run_records` for the checks), bit for bit on an intact file.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def read_step_rows(
     what: str,
 ) -> StepRows:
     """Check a steps CSV file in chunks: the rows and notes of
-    :func:`reports.run_records.read_run_records`' checks (``columns`` needed in the
+    :mod:`reports.run_records`' checks (``columns`` needed in the
     header, ``optional`` checked as numbers when there, the row count compared with
     ``expected`` unless None, ``what`` the rows are called in notes) without holding
     the rows. RunRecordsError when the file cannot be read at all."""

@@ -172,8 +172,8 @@ def test_serial_render_reads_the_steps_before_removing_any_plot(tmp_path: Path) 
 
 @pytest.mark.parametrize("parallel", [False, True])
 def test_the_steps_file_error_comes_first(tmp_path: Path, parallel: bool) -> None:
-    """Both records files unreadable: the error names steps.csv, as read_run_records'
-    order has it, however the plots are drawn."""
+    """Both records files unreadable: the error names steps.csv, however the plots are
+    drawn."""
     here, _ = _two_copies(tmp_path)
     (here / "steps.csv").unlink()
     (here / "requests.csv").write_text("")

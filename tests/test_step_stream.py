@@ -14,7 +14,8 @@ from reports import run_records, step_stream
 from reports.run_records import (
     STEP_OPTIONAL_COLUMNS,
     STEP_PLOT_COLUMNS,
-    read_run_records,
+    read_request_records,
+    read_step_records,
 )
 from reports.step_bins import bin_steps
 from sim.records.recorders import STEP_COLUMNS
@@ -129,11 +130,13 @@ def test_report_records_do_not_hold_step_rows(tmp_path, monkeypatch) -> None:
         "request_id,replica,arrival_s,first_token_s,finish_s,prompt_tokens,"
         "output_tokens,cached_tokens,num_preemptions\nr0,0,0.1,0.2,0.5,10,4,0,0\n"
     )
-    records = read_run_records(tmp_path, {"num_steps": 300, "num_finished": 1})
-    assert isinstance(records.steps, step_stream.StepRows)
-    assert records.steps.num_rows == 300 and records.notes == []
-    assert records.steps.kept is None
-    assert not any(isinstance(v, pd.DataFrame | np.ndarray) for v in vars(records.steps).values())
+    summary = {"num_steps": 300, "num_finished": 1}
+    steps, step_notes = read_step_records(tmp_path, summary)
+    _, request_notes = read_request_records(tmp_path, summary)
+    assert isinstance(steps, step_stream.StepRows)
+    assert steps.num_rows == 300 and step_notes + request_notes == []
+    assert steps.kept is None
+    assert not any(isinstance(v, pd.DataFrame | np.ndarray) for v in vars(steps).values())
 
 
 def test_empty_and_missing(tmp_path) -> None:
