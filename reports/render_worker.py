@@ -47,28 +47,19 @@ class RenderWorker:
         as :func:`reports.run_report.render_run` does, errors included). ``meanwhile``
         is called once the worker has the directory, before its answer is awaited (or
         before rendering here)."""
+        then = meanwhile or _nothing
         proc, self._proc = self._proc, None
-        answer = ""
-        if proc is not None:
+        if proc is None:
+            then()
+        else:
             try:
-                assert proc.stdin is not None and proc.stdout is not None
-                try:
-                    proc.stdin.write(f"{run_dir}\n")
-                    proc.stdin.close()
-                finally:
-                    if meanwhile is not None:
-                        meanwhile()
-                        meanwhile = None
-                with proc.stdout:
-                    answer = proc.stdout.read()
-            except OSError:
-                answer = ""
+                sent = _send(proc, run_dir)
+                then()
+                answer = _answer(proc) if sent else ""
             finally:
                 _stop(proc)
             if proc.returncode == 0 and answer.strip() == "ok":
                 return True
-        if meanwhile is not None:
-            meanwhile()
         from reports.run_report import render_run
 
         render_run(run_dir)
@@ -79,6 +70,31 @@ class RenderWorker:
         proc, self._proc = self._proc, None
         if proc is not None:
             _stop(proc)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _send(proc: subprocess.Popen[str], run_dir: Path) -> bool:
+    """Hand ``run_dir`` to the worker ``proc``; False when it is gone."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(f"{run_dir}\n")
+        proc.stdin.close()
+    except OSError:
+        return False
+    return True
+
+
+def _answer(proc: subprocess.Popen[str]) -> str:
+    """The worker's answer (``ok`` when it rendered); empty when it is gone."""
+    assert proc.stdout is not None
+    try:
+        with proc.stdout:
+            return proc.stdout.read()
+    except OSError:
+        return ""
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
