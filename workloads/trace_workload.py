@@ -154,26 +154,22 @@ class TraceWorkload(Workload):
         """The request of trace row ``row``, arriving at ``now`` seconds (its prompt
         built when first used, unless given with its block hashes)."""
         # One per arrival, on the simulation's critical path: no closures, and the
-        # prompt's builder only where the prompt is not given.
+        # prompt's builder only where the prompt is not given. (Keyword arguments cost
+        # 0.16 us a request more than positional ones: 0.74 against 0.58 us.)
         table = self.table
-        ids, priority, lora, salt, session = (
-            table.request_ids,
-            table.priority,
-            table.lora_id,
-            table.cache_salt,
-            table.session_id,
-        )
+        ids, priority, lora = table.request_ids, table.priority, table.lora_id
+        salt, session = table.cache_salt, table.session_id
         given = prompt_token_ids is not None
         return SimRequest(
-            ids[row] if ids is not None else f"req-{row}",
-            now,
-            prompt_token_ids,
-            int(table.output_tokens[row]),
-            priority[row] if priority is not None else 0,
-            lora[row] if lora is not None else None,
-            salt[row] if salt is not None else None,
-            session[row] if session is not None else None,
-            prompt_block_hashes,
+            request_id=ids[row] if ids is not None else f"req-{row}",
+            arrival_s=now,
+            prompt_token_ids=prompt_token_ids,
+            max_tokens=int(table.output_tokens[row]),
+            priority=priority[row] if priority is not None else 0,
+            lora_id=lora[row] if lora is not None else None,
+            cache_salt=salt[row] if salt is not None else None,
+            session_id=session[row] if session is not None else None,
+            prompt_block_hashes=prompt_block_hashes,
             num_prompt_tokens=None if given else int(table.prompt_tokens[row]),
             build_prompt=None if given else partial(self._tokens, row),
         )
