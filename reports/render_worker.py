@@ -5,7 +5,10 @@ simulation instead of following it.
 :class:`RenderWorker` starts ``python -m reports.render_worker`` when the run starts;
 the worker imports :mod:`reports.run_report` and waits for one line on its stdin: the
 directory to render, once the run's records, ``config.yaml`` and ``summary.json`` are
-written. It answers ``ok`` when the plots and the page are written. Whatever goes
+written. It answers ``ok`` when the plots and the page are written. Given the run's
+``steps.csv`` (``follow``), it reads and checks the file while it waits, as the run
+writes it (:mod:`reports.step_follow`), so that the report does not parse it after the
+run. Whatever goes
 wrong in it (it cannot start, dies, or rendering raises) the run renders the
 directory itself, in process, as it did before the worker existed: the same files,
 and the same errors raised the same way. The worker ignores Ctrl-C (the run's own
@@ -15,6 +18,7 @@ cleanup stops it) and exits when its stdin closes, so it never outlives the run.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -27,13 +31,16 @@ _ROOT = Path(__file__).resolve().parents[1]
 class RenderWorker:
     """The worker process of one run (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, follow: Path | None = None) -> None:
+        """``follow``: the run's ``steps.csv``, written one row per step while the run
+        runs (None: the worker reads the steps file only when asked to render)."""
         env = dict(os.environ)
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(_ROOT) if not path else os.pathsep.join([str(_ROOT), path])
         try:
             self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-                [sys.executable, "-m", "reports.render_worker"],
+                [sys.executable, "-m", "reports.render_worker"]
+                + ([] if follow is None else [str(follow)]),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -109,16 +116,29 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
-def main() -> int:
-    """The worker: import the renderer, then render the one directory named on stdin."""
+POLL_S = 0.05
+"""How often the worker reads what the followed steps file has gained (s)."""
+
+
+def main(argv: list[str]) -> int:
+    """The worker: import the renderer, then render the one directory named on stdin;
+    ``argv``: the steps file to follow meanwhile, if any."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from reports.run_report import render_run  # the imports that take the time
+    from reports.step_follow import StepFollower
 
+    follower = StepFollower(Path(argv[0])) if argv else None
+    while follower is not None and not follower.failed:
+        ready, _, _ = select.select([sys.stdin], [], [], POLL_S)
+        if ready:
+            break
+        follower.poll()
     line = sys.stdin.readline().strip()
     if not line:
         return 0  # the run ended without a report
     try:
-        render_run(Path(line), parallel=True)  # the run waits for it: both cores draw
+        # The run waits for it: both cores draw.
+        render_run(Path(line), parallel=True, follower=follower)
     except Exception:  # the run renders again itself, and reports what fails there
         return 1
     print("ok", flush=True)
@@ -128,4 +148,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

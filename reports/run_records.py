@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 if TYPE_CHECKING:
+    from reports.step_follow import StepFollower
     from reports.step_stream import StepRows
 
 STEP_PLOT_COLUMNS = (
@@ -183,14 +184,16 @@ def _expected(summary: dict[str, Any], key: str) -> int | None:
 
 
 def read_step_records(
-    run_dir: Path, summary: dict[str, Any]
+    run_dir: Path, summary: dict[str, Any], follower: StepFollower | None = None
 ) -> tuple[pd.DataFrame | StepRows, list[str]]:
     """The steps file of ``run_dir`` (``steps.csv``, ``steps.parquet``, or none for
     ``--steps none``), checked against ``summary`` (``num_steps``, or the thinned count;
     absent: not checked): its usable rows (plotted columns numeric) and one note per
     problem, in file order. RunRecordsError when it cannot be read at all. A
     ``steps.csv``'s rows are not held: they are read again, in chunks, when binned
-    (:meth:`reports.step_stream.StepRows.binned`)."""
+    (:meth:`reports.step_stream.StepRows.binned`). ``follower``: what followed the
+    ``steps.csv`` while the run wrote it (:mod:`reports.step_follow`); its rows are used
+    when it has them for this file."""
     run_dir = Path(run_dir)
     mode, expected_steps = steps_mode(summary)
     if mode == "none":
@@ -204,6 +207,9 @@ def read_step_records(
     # Possibly millions of rows: checked here, binned later, in chunks.
     from reports.step_stream import read_step_rows
 
+    followed = follower.rows(run_dir / name, expected_steps, what) if follower else None
+    if followed is not None:
+        return followed, followed.notes
     rows = read_step_rows(
         run_dir / name, STEP_PLOT_COLUMNS, STEP_OPTIONAL_COLUMNS, expected_steps, what
     )

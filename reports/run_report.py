@@ -25,6 +25,7 @@ from reports.run_records import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from reports.step_follow import StepFollower
     from reports.step_stream import StepRows
 
 
@@ -43,11 +44,14 @@ def run_title(config: dict[str, Any]) -> str:
     return f"kvsim run: {name} on {config.get('model', '?')} / {config.get('gpu', '?')}"
 
 
-def render_run(run_dir: Path, parallel: bool = False) -> RenderedRun:
+def render_run(
+    run_dir: Path, parallel: bool = False, follower: StepFollower | None = None
+) -> RenderedRun:
     """Re-render ``plots/`` and ``report.html`` of ``run_dir``. ValueError (or
     :class:`reports.run_records.RunRecordsError`) when ``summary.json`` is not an
     object or a records file cannot be read at all. ``parallel``: two processes draw
-    the plots (:func:`reports.plots.render_run_plots`)."""
+    the plots (:func:`reports.plots.render_run_plots`); ``follower``: what read the
+    steps file while the run wrote it (:func:`reports.run_records.read_step_records`)."""
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     if not isinstance(summary, dict):
@@ -58,12 +62,12 @@ def render_run(run_dir: Path, parallel: bool = False) -> RenderedRun:
     try:
         requests, request_notes = read_request_records(run_dir, summary)
     except RunRecordsError:
-        read_step_records(run_dir, summary)
+        read_step_records(run_dir, summary, follower)
         raise
     step_notes: list[str] = []
 
     def steps() -> pd.DataFrame | StepRows:
-        rows, notes = read_step_records(run_dir, summary)
+        rows, notes = read_step_records(run_dir, summary, follower)
         step_notes.extend(notes)
         return rows
 

@@ -57,12 +57,17 @@ def _header(path: Path, columns: tuple[str, ...]) -> list[str]:
         raise RunRecordsError(f"{path}: empty (no header line)") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise RunRecordsError(f"{path}: not readable as CSV ({e})") from None
+    check_header(path, header, columns)
+    return header
+
+
+def check_header(path: Path, header: list[str], columns: tuple[str, ...]) -> None:
+    """RunRecordsError when a column of ``columns`` is not in ``header`` (``path``'s)."""
     missing = [c for c in columns if c not in header]
     if missing:
         raise RunRecordsError(
             f"{path}: header: missing column(s) {', '.join(missing)}; needed: {', '.join(columns)}"
         )
-    return header
 
 
 def _checked(chunk: pd.DataFrame, numeric: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
@@ -150,62 +155,92 @@ def read_step_rows(
     header, ``optional`` checked as numbers when there, the row count compared with
     ``expected`` unless None, ``what`` the rows are called in notes) without holding
     the rows. RunRecordsError when the file cannot be read at all."""
-    name = path.name
     if not path.is_file():
         raise RunRecordsError(f"{path}: missing (the run's {what} records)")
     newlines, ends_in_newline = count_lines(path)
-    header = _header(path, columns)
-    numeric = [c for c in (*columns, *optional) if c in header]
-    rows = StepRows(path, numeric, "duration_s" in header)
-    bad_rows = 0
-    first_bad: tuple[int, str] | None = None  # (row index after the cut, its values)
+    check = StepCheck(path, _header(path, columns), columns, optional)
+    for chunk in _chunks(path):
+        check.add(chunk)
+    return check.finish(newlines, ends_in_newline, expected, what)
 
-    def check(offset: int, chunk: pd.DataFrame) -> None:
-        nonlocal bad_rows, first_bad
+
+class StepCheck:
+    """:func:`read_step_rows`' checks fed the file's parsed rows chunk by chunk, in file
+    order (chunks cut anywhere between rows give the same result): ``header`` is the
+    file's column names (checked for ``columns``), then :meth:`add` each chunk as
+    ``pd.read_csv`` parses it, then :meth:`finish`."""
+
+    def __init__(
+        self, path: Path, header: list[str], columns: tuple[str, ...], optional: tuple[str, ...]
+    ) -> None:
+        check_header(path, header, columns)
+        numeric = [c for c in (*columns, *optional) if c in header]
+        self.rows = StepRows(path, numeric, "duration_s" in header)
+        self._bad_rows = 0
+        self._first_bad: tuple[int, str] | None = None  # (row index after the cut, values)
+        self._pending: tuple[int, pd.DataFrame] | None = None  # held until the last is known
+
+    def add(self, chunk: pd.DataFrame) -> None:
+        """The next parsed chunk of the file (empty ones are ignored)."""
+        if not len(chunk):
+            return
+        rows = self.rows
+        if self._pending is not None:
+            self._check(*self._pending)
+        self._pending = (rows.rows_read, chunk)
+        rows.rows_read += len(chunk)
+        if rows.rows_read > KEEP_ROWS:
+            rows.kept = None
+
+    def _check(self, offset: int, chunk: pd.DataFrame) -> None:
+        rows = self.rows
+        numeric = rows.numeric
         parsed, bad = _checked(chunk, numeric)
         if bad.any():
-            bad_rows += int(bad.sum())
-            if first_bad is None:
+            self._bad_rows += int(bad.sum())
+            if self._first_bad is None:
                 i = int(bad.argmax())
                 shown = ", ".join(
                     f"{c} {'' if pd.isna(chunk[c].iloc[i]) else str(chunk[c].iloc[i])!r}"
                     for c in numeric
                     if pd.isna(parsed[c].iloc[i])
                 )
-                first_bad = (offset + i, shown)
+                self._first_bad = (offset + i, shown)
             parsed = parsed[~bad]
         rows._tally(parsed)
         if rows.kept is not None:
             rows.kept.append(parsed)
 
-    pending: tuple[int, pd.DataFrame] | None = None  # held until the last is known
-    for chunk in _chunks(path):
-        if pending is not None:
-            check(*pending)
-        pending = (rows.rows_read, chunk)
-        rows.rows_read += len(chunk)
-        if rows.rows_read > KEEP_ROWS:
-            rows.kept = None
-    cut = 0 if ends_in_newline else 1  # a last line without its newline
-    skipped = newlines - 1 + cut - rows.rows_read  # lines pandas left out (too many fields)
-    # All rows there when the count matches: only the final newline is gone.
-    rows.drop_last = bool(cut and rows.rows_read and rows.rows_read != expected)
-    if pending is not None:
-        offset, chunk = pending
-        check(offset, chunk.iloc[:-1] if rows.drop_last else chunk)
-    if rows.drop_last:
-        rows.notes.append(f"{name}: the last line is cut off mid-row (left out)")
-    if skipped > 0:
-        rows.notes.append(f"{name}: {skipped:,} malformed line(s) with too many fields (left out)")
-    if first_bad is not None:
-        first, shown = first_bad
-        where = f"line {first + 2}" if skipped <= 0 else f"data row {first + 1}"
-        rows.notes.append(
-            f"{name}: {bad_rows:,} row(s) with values that are not numbers (left out; "
-            f"first: {where}: {shown})"
-        )
-    if expected is not None and rows.num_rows != expected:
-        rows.notes.append(
-            f"{name} holds {rows.num_rows:,} of {expected:,} {what}: the plots are partial"
-        )
-    return rows
+    def finish(
+        self, newlines: int, ends_in_newline: bool, expected: int | None, what: str
+    ) -> StepRows:
+        """The rows and notes, given the file's newline count and whether it ends in
+        one (:func:`reports.run_records.count_lines`)."""
+        rows = self.rows
+        name = rows.path.name
+        cut = 0 if ends_in_newline else 1  # a last line without its newline
+        skipped = newlines - 1 + cut - rows.rows_read  # lines pandas left out (too many fields)
+        # All rows there when the count matches: only the final newline is gone.
+        rows.drop_last = bool(cut and rows.rows_read and rows.rows_read != expected)
+        if self._pending is not None:
+            offset, chunk = self._pending
+            self._pending = None
+            self._check(offset, chunk.iloc[:-1] if rows.drop_last else chunk)
+        if rows.drop_last:
+            rows.notes.append(f"{name}: the last line is cut off mid-row (left out)")
+        if skipped > 0:
+            rows.notes.append(
+                f"{name}: {skipped:,} malformed line(s) with too many fields (left out)"
+            )
+        if self._first_bad is not None:
+            first, shown = self._first_bad
+            where = f"line {first + 2}" if skipped <= 0 else f"data row {first + 1}"
+            rows.notes.append(
+                f"{name}: {self._bad_rows:,} row(s) with values that are not numbers (left out; "
+                f"first: {where}: {shown})"
+            )
+        if expected is not None and rows.num_rows != expected:
+            rows.notes.append(
+                f"{name} holds {rows.num_rows:,} of {expected:,} {what}: the plots are partial"
+            )
+        return rows

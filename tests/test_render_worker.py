@@ -39,6 +39,23 @@ def test_the_worker_writes_what_the_run_would(tmp_path: Path) -> None:
         assert (here / name).read_bytes() == (there / name).read_bytes(), name
 
 
+def test_a_worker_that_followed_the_steps_writes_what_the_run_would(tmp_path: Path) -> None:
+    here, there = _two_copies(tmp_path)
+    steps = there / "steps.csv"
+    text = steps.read_bytes()
+    steps.unlink()
+    worker = RenderWorker(follow=steps)  # started before the file exists, as in a run
+    half = text.index(b"\n", len(text) // 2) - 5
+    steps.write_bytes(text[:half])  # a part, cut mid-line, then the rest
+    with steps.open("ab") as f:
+        f.write(text[half:])
+    assert worker.render(there)
+    names = sorted(p.relative_to(here) for p in here.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(there) for p in there.rglob("*") if p.is_file())
+    for name in names:
+        assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
 def test_meanwhile_runs_while_the_worker_renders(tmp_path: Path) -> None:
     here, there = _two_copies(tmp_path)
     worker = RenderWorker()

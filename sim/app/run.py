@@ -172,7 +172,9 @@ def run(
         # runs (reports.render_worker); with helpers off, in process. Started inside the
         # try: a signal while it starts must discard the staging directory too.
         if render and helpers is not False and offload.allowed():
-            worker = RenderWorker()
+            # A full steps.csv (one row per step, as it is written) is read meanwhile.
+            full_csv = spec.steps == "full" and spec.steps_format == "csv"
+            worker = RenderWorker(tmp / "steps.csv" if full_csv else None)
         summary = simulate(
             resolved,
             tmp,
