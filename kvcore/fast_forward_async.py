@@ -19,10 +19,11 @@ the batch queue's iterations would:
   placeholder check); its output registers the blocks its first ``L + f - 1`` tokens
   fill, then it is freed (running order), as ``update_from_output`` does.
 
-The stretch ends with the first iteration in which requests finish, or before the
-first iteration whose allocations the free blocks would not cover. Afterwards the batch
-scheduled by the last iteration is the one in flight
-(:meth:`kvcore.batch_queue.BatchQueue.replace_in_flight`).
+The stretch ends with the first iteration in which requests finish, or, planned
+``through_finishes``, goes on with the requests left (those that finish are not in the
+batches scheduled after); in either case before the first iteration whose allocations
+the free blocks would not cover. Afterwards the batch scheduled by the last iteration is
+the one in flight (:meth:`kvcore.batch_queue.BatchQueue.replace_in_flight`).
 
 Scope as :mod:`kvcore.fast_forward`: full-attention groups only, KV events off, no
 speculative drafts, requests that stop only on length. Mirrors nothing in vLLM: a
@@ -54,26 +55,30 @@ class AsyncStretchResult(NamedTuple):
     records: StretchRecords
     """Block counts after each iteration (its schedule, then its apply)."""
     finished: list[Request]
-    """Requests that finished in iteration ``k`` (empty unless ``k == max_steps`` and
-    ``finishes``), in running order, freed and removed from ``running``."""
+    """Requests that finished in the ``k`` iterations, by iteration and in running order
+    within one, freed and removed from ``running`` (without ``through_finishes``: in
+    iteration ``k`` only, and only when ``k == max_steps`` and ``finishes``)."""
     scheduler_output: SchedulerOutput
     """The batch iteration ``k`` scheduled, now the one in flight."""
     prefix_cache_stats: PrefixCacheStats | None
     """What iteration 1's apply reports (lookups made before the stretch, when no
     batch was applied since); the later iterations' are empty (nothing waits)."""
+    finished_in: list[int]
+    """The iteration (1-based) in which each of ``finished`` finished."""
 
 
 class AsyncDecodeStretch:
     """Up to ``max_steps`` engine iterations of a steady async decode, applied at once.
 
-    ``batch_size`` requests (all running ones) are in the batch in flight and in every
-    batch the stretch schedules but the last, each with one token (the batch in flight
-    may complete prompts); ``context0`` is their total
-    ``num_tokens`` at the start, so batch ``N + j`` (``1 <= j < max_steps``, the ``j``-th
-    scheduled) computes over ``context0 + (j - 1) * batch_size`` tokens of context.
-    When ``finishes`` is true, iteration ``max_steps`` is the first in which requests
-    finish (those whose ``steps_left`` equals ``max_steps``); they are not in the batch
-    it schedules. Else no request finishes within the stretch.
+    ``batch_size`` requests (all running ones) are in the batch in flight, each with one
+    token (the batch in flight may complete prompts); ``context0`` is their total
+    ``num_tokens`` at the start. Running request ``i`` finishes in iteration
+    ``steps_left[i]`` and is in the batches of the iterations before it: batch ``N + j``
+    (the ``j``-th scheduled) holds the requests with ``steps_left > j``, each computing
+    over its ``num_tokens`` at the start plus ``j - 1``. Without ``through_finishes``,
+    when ``finishes`` is true, iteration ``max_steps`` is the first in which requests
+    finish, else none finishes within the stretch; with it, ``finishes`` says whether
+    any finishes within ``max_steps``.
     """
 
     __slots__ = (
@@ -110,42 +115,57 @@ class AsyncDecodeStretch:
         sched = queue.scheduler
         kvm = sched.kv_cache_manager
         managers = kvm.coordinator.single_type_managers
-        running = sched.running
-        finishing = self.finishes and k == self.max_steps
-        gone = [finishing and left == k for left in self.steps_left]
-        finished = [r for r, g in zip(running, gone) if g]
-        alloc, cache, held_before_last = self._block_events(k, gone)
-        self._advance_tokens(k, gone, sample_token_id)
+        running = list(sched.running)
+        computed0 = self.computed0
+        # The iteration in which each request finishes, 0 for those that run on.
+        ends = [left if left <= k else 0 for left in self.steps_left]
+        by_step: dict[int, list[int]] = {}  # iteration -> its finishing requests' indices
+        for i, f in enumerate(ends):
+            if f:
+                by_step.setdefault(f, []).append(i)
+        order = sorted(by_step)
+        finished = [running[i] for f in order for i in by_step[f]]
+        finished_in = [f for f in order for _ in by_step[f]]
+        alloc, cache, held_before_last = self._block_events(k, ends)
+        self._advance_tokens(k, ends, sample_token_id)
         finished_before = sched.finished_req_ids
-        sched.finished_req_ids = set()
-        event_steps = sorted(alloc.keys() | cache.keys() | ({k} if finished else set()))
+        finished_ids: dict[int, set[str]] = {}  # iteration -> ids its output finished
 
         def run_step(j: int) -> None:
             block_events(managers, alloc.get(j, ()), cache.get(j, ()))
-            if j == k and finished:
-                for req, c0, g in zip(running, self.computed0, gone):
-                    if g:  # its output's registration, then its free
-                        kvm.cache_blocks(req, c0 + k - 1)
-                ids = [r.request_id for r in finished]
+            gone = by_step.get(j)
+            if gone:
+                for i in gone:  # its output's registration, then its free
+                    kvm.cache_blocks(running[i], computed0[i] + j - 1)
+                sched.finished_req_ids = set()  # the next schedule takes these
+                ids = [running[i].request_id for i in gone]
                 sched.finish_requests(ids, RequestStatus.FINISHED_LENGTH_CAPPED)
+                finished_ids[j] = sched.finished_req_ids
 
-        records = record_event_steps(kvm.block_pool, k, event_steps, run_step)
+        records = record_event_steps(
+            kvm.block_pool, k, sorted(alloc.keys() | cache.keys() | by_step.keys()), run_step
+        )
+        # Iteration k's schedule took what iteration k - 1's output finished (before the
+        # stretch: what the batch in flight's apply finishes); iteration k's own wait.
+        sched.finished_req_ids = finished_ids.get(k, set())
+        carried = finished_before if k == 1 else finished_ids.get(k - 1, set())
         sched.reset_preempted_req_ids = set()
         stats = kvm.make_prefix_cache_stats()  # iteration 1's; the others' are empty
         kvm.take_events()
-        out = self._last_batch(held_before_last, finished_before if k == 1 else set())
+        out = self._last_batch(held_before_last, carried)
         queue.replace_in_flight(k, out)
-        return AsyncStretchResult(records, finished, out, stats)
+        return AsyncStretchResult(records, finished, out, stats, finished_in)
 
     def _block_events(
-        self, k: int, gone: list[bool]
+        self, k: int, ends: list[int]
     ) -> tuple[
         dict[int, list[tuple[Request, int]]], dict[int, list[tuple[Request, int]]], dict[str, int]
     ]:
         """The schedule-time events of ``k`` iterations, keyed by iteration, in running
         order: allocations (request, slots) and prefix-cache registrations (request,
         tokens); and the blocks each request still scheduled in iteration ``k`` holds
-        before that iteration's schedule."""
+        before that iteration's schedule. ``ends``: the iteration each request
+        finishes in (0: after the ``k``)."""
         sched = self.queue.scheduler
         kvm = sched.kv_cache_manager
         req_to_blocks = kvm.coordinator.single_type_managers[0].req_to_blocks
@@ -156,9 +176,9 @@ class AsyncDecodeStretch:
         alloc: dict[int, list[tuple[Request, int]]] = {}
         cache: dict[int, list[tuple[Request, int]]] = {}
         held_before_last: dict[str, int] = {}
-        for req, c0, g in zip(sched.running, self.computed0, gone):
+        for req, c0, f in zip(sched.running, self.computed0, ends):
             rid = req.request_id
-            last = k - 1 if g else k  # iterations that schedule it
+            last = f - 1 if f else k  # iterations that schedule it
             held = len(req_to_blocks.get(rid) or ())
             # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
             before_k = add_allocations(alloc, req, c0, held, last, k, la, mml, bs)
@@ -171,18 +191,20 @@ class AsyncDecodeStretch:
                         cache.setdefault(q * bs - c0 + 1, []).append((req, q * bs))
         return alloc, cache, held_before_last
 
-    def _advance_tokens(self, k: int, gone: list[bool], sample_token_id: int) -> None:
-        """Append the ``k`` sampled tokens (before any caching: hashes must exist) and
-        leave the counters as the batch queue would: one token in flight for the
-        requests still running, none for those that finish."""
+    def _advance_tokens(self, k: int, ends: list[int], sample_token_id: int) -> None:
+        """Append the sampled tokens (before any caching: hashes must exist) and leave
+        the counters as the batch queue would: one token in flight for the requests
+        still running, none for those that finish (in iteration ``ends[i]``, with one
+        token per iteration up to it)."""
         tokens = [sample_token_id] * k
-        for req, g in zip(self.queue.scheduler.running, gone):
-            req.append_output_token_ids(tokens)
-            if g:
-                req.num_computed_tokens += k - 1
+        for req, f in zip(self.queue.scheduler.running, ends):
+            if f:
+                req.append_output_token_ids(tokens[:f])
+                req.num_computed_tokens += f - 1
                 req.num_in_flight_tokens = 0
                 req.num_output_placeholders = 0
             else:
+                req.append_output_token_ids(tokens)
                 req.num_computed_tokens += k
                 req.num_in_flight_tokens = 1
 
@@ -249,9 +271,12 @@ def _steady(
     return True
 
 
-def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStretch | None:
+def plan_async_decode_stretch(
+    queue: BatchQueue, horizon: int, through_finishes: bool = False
+) -> AsyncDecodeStretch | None:
     """The longest steady async decode stretch (at most ``horizon`` iterations) from
-    the top of an engine iteration, or None.
+    the top of an engine iteration, or None; ``through_finishes``: going on past the
+    iterations in which requests finish (see :class:`AsyncDecodeStretch`).
 
     Eligible when nothing waits and exactly one batch is in flight, in which every
     running request (in running order) samples: a decode, or the last part of its
@@ -287,7 +312,9 @@ def plan_async_decode_stretch(queue: BatchQueue, horizon: int) -> AsyncDecodeStr
             return None
         computed0.append(c)
         steps_left.append(f)
-    planned = stretch_length(sched, computed0, steps_left, horizon, finish_lag=1)
+    planned = stretch_length(
+        sched, computed0, steps_left, horizon, finish_lag=1, through_finishes=through_finishes
+    )
     if planned is None:
         return None
     max_steps, finishes = planned

@@ -157,19 +157,26 @@ def stretch_length(
     steps_left: list[int],
     horizon: int,
     finish_lag: int,
+    through_finishes: bool = False,
 ) -> tuple[int, bool] | None:
     """How many steps a decode stretch of the running requests may take (at most
-    ``horizon``) and whether its last is the first step in which requests finish; None
-    when the free blocks do not cover even one step.
+    ``horizon``) and whether requests finish in its last step; None when the free
+    blocks do not cover even one step. The stretch ends with the first step in which
+    requests finish, or, ``through_finishes``, goes on with the requests left (at most
+    until the last finishes; then the flag says whether any finishes in it).
 
     Running request ``i`` has ``computed0[i]`` tokens computed and finishes in step
     ``steps_left[i]``; in step ``j`` it needs slots for ``computed0[i] + j`` tokens
     (plus lookahead, capped at ``max_model_len``), through step ``steps_left[i] -
     finish_lag`` (the async loop does not schedule a request in the iteration whose
-    output finishes it: 1; the synchronous loop: 0)."""
+    output finishes it: 1; the synchronous loop: 0). Blocks freed by requests that
+    finish within the stretch are not counted on (they join the free queue's tail)."""
     first_finish = min(horizon + 1, min(steps_left))
     finishes = first_finish <= horizon
-    max_steps = first_finish if finishes else horizon
+    if through_finishes:
+        max_steps = min(horizon, max(steps_left))
+    else:
+        max_steps = first_finish if finishes else horizon
     kvm = scheduler.kv_cache_manager
     managers = kvm.coordinator.single_type_managers
     bs = kvm.coordinator.block_size
@@ -190,8 +197,10 @@ def stretch_length(
         return total * ng
 
     affordable = affordable_steps(needed, max_steps, free)
+    if not affordable:
+        return None
+    if through_finishes:
+        return affordable, first_finish <= affordable
     if affordable < max_steps:
-        if not affordable:
-            return None
         return affordable, False
     return max_steps, finishes

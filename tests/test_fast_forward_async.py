@@ -119,17 +119,22 @@ def _state(queue: BatchQueue) -> tuple:
     )
 
 
-def _step_iterations(queue: BatchQueue, k: int) -> tuple[list[tuple[int, int, int]], list[str]]:
-    """``k`` iterations one by one: block counts after each, ids finished in the last."""
+def _step_iterations(
+    queue: BatchQueue, k: int
+) -> tuple[list[tuple[int, int, int]], list[str], list[tuple[str, int]]]:
+    """``k`` iterations one by one: block counts after each, ids finished in the last,
+    and every finished id with the iteration (1-based) it finished in."""
     counts = []
     finished: list[str] = []
-    for _ in range(k):
+    every: list[tuple[str, int]] = []
+    for j in range(1, k + 1):
         result = queue.step()
         assert result.applied is not None and result.output is not None
         assert not result.applied.scheduler_output.preempted_req_ids
         counts.append(_counts(queue))
         finished = result.output.finished_req_ids
-    return counts, finished
+        every += [(rid, j) for rid in finished]
+    return counts, finished, every
 
 
 def test_async_plan_ends_with_the_first_finish() -> None:
@@ -145,11 +150,11 @@ def test_async_plan_ends_with_the_first_finish() -> None:
     short = plan_async_decode_stretch(queue, 5)
     assert short is not None and short.max_steps == 5 and not short.finishes
     # Fewer iterations than planned finish nothing.
-    _records, finished, out, _stats = plan.apply(8, SAMPLE_TOKEN_ID)
+    _records, finished, out, _stats, _in = plan.apply(8, SAMPLE_TOKEN_ID)
     assert finished == [] and list(out.num_scheduled_tokens) == ["a", "b"]
     last = plan_async_decode_stretch(queue, 1000)
     assert last is not None and last.max_steps == 1 and last.finishes
-    _records, finished, out, _stats = last.apply(1, SAMPLE_TOKEN_ID)
+    _records, finished, out, _stats, _in = last.apply(1, SAMPLE_TOKEN_ID)
     assert [r.request_id for r in finished] == ["b"]
     assert list(out.num_scheduled_tokens) == ["a"]
     assert [r.request_id for r in queue.scheduler.running] == ["a"]
@@ -163,9 +168,9 @@ def test_async_plan_stops_at_max_model_len() -> None:
     _warm(queue)  # 51 tokens (one output), the second output in flight
     plan = plan_async_decode_stretch(queue, 1000)
     assert plan is not None and plan.max_steps == 64 - 51 and plan.finishes
-    _counts_, finished = _step_iterations(queue, 12)
+    _counts_, finished, _every = _step_iterations(queue, 12)
     assert finished == []
-    _counts_, finished = _step_iterations(queue, 1)
+    _counts_, finished, _every = _step_iterations(queue, 1)
     assert finished == ["a"]
 
 
@@ -249,12 +254,14 @@ LOOKAHEAD = {"lookahead": 3, "lookahead-tight": 5, "lookahead-max-model-len": 4}
 """Speculative slots reserved per request per step, where not 0."""
 
 
+@pytest.mark.parametrize("through", [False, True])
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_async_apply_equals_stepping(name: str) -> None:
+def test_async_apply_equals_stepping(name: str, through: bool) -> None:
     """Each planned stretch, applied at once, leaves the scheduler, the KV and prefix
     caches and the batch in flight exactly as stepping its iterations one by one does,
-    with the same block counts after every iteration; stretches follow one another
-    until none can be planned."""
+    with the same block counts after every iteration and the same requests finished
+    in the same iterations; stretches follow one another until none can be planned.
+    ``through``: stretches planned through the iterations in which requests finish."""
     blocks, max_model_len, caching, requests = SCENARIOS[name]
     queues = []
     for _ in range(2):
@@ -271,15 +278,21 @@ def test_async_apply_equals_stepping(name: str) -> None:
         queues.append(queue)
     ff, ref = queues
     stretches = 0
-    while (plan := plan_async_decode_stretch(ff, 7)) is not None:
-        assert plan_async_decode_stretch(ref, 7) is not None
-        records, finished, _out, _stats = plan.apply(plan.max_steps, SAMPLE_TOKEN_ID)
-        counts, done = _step_iterations(ref, plan.max_steps)
+    past_a_finish = False
+    while (plan := plan_async_decode_stretch(ff, 7, through)) is not None:
+        assert plan_async_decode_stretch(ref, 7, through) is not None
+        records, finished, _out, _stats, finished_in = plan.apply(plan.max_steps, SAMPLE_TOKEN_ID)
+        counts, done, every = _step_iterations(ref, plan.max_steps)
         assert list(zip(*records)) == counts
-        assert [r.request_id for r in finished] == (done if plan.finishes else [])
+        assert [(r.request_id, f) for r, f in zip(finished, finished_in)] == every
+        if not through:
+            assert [r.request_id for r in finished] == (done if plan.finishes else [])
+        past_a_finish |= any(f < plan.max_steps for f in finished_in)
         assert _state(ff) == _state(ref)
         stretches += 1
-    assert stretches >= 2
-    assert plan_async_decode_stretch(ref, 7) is None
+    assert stretches >= 1 if through else stretches >= 2
+    assert plan_async_decode_stretch(ref, 7, through) is None
+    if through and name in ("finish", "last-token-in-flight"):
+        assert past_a_finish  # a stretch went on after requests finished
     if name == "all-finish":  # an empty batch is in flight, as stepping leaves it
         assert not ff.scheduler.running and _state(ff)[7][2] == 0

@@ -61,6 +61,24 @@ class Segment(NamedTuple):
     """Async: the first step's output, prefill and decode tokens, prefix queries and
     hits when its row is not a plain decode row (prompts completed in it, preemptions
     or prefix lookups recorded)."""
+    pieces: list[RowRun] | None = None
+    """Async: the steps in runs of the same requests, in order (one run when no
+    request finishes before the last step)."""
+    finish_s: list[float] | None = None
+    """Async: when each of ``finished`` finished (s); else all at ``end``."""
+
+
+class RowRun(NamedTuple):
+    """Steps ``lo .. hi - 1`` of a segment, each decoding one token for each of the
+    same ``batch`` requests (ids ``rids`` when decisions are written), after which
+    ``last_running`` run; ``finished``: the ids that finish in step ``hi - 1``."""
+
+    lo: int
+    hi: int
+    batch: int
+    last_running: int
+    rids: list[str] | None
+    finished: list[str]
 
 
 class StretchRunner:
@@ -117,20 +135,28 @@ class StretchRunner:
         return Segment(step0, starts, durations, end, stretch.batch_size, recs, finished, rids)
 
     def _write_segment(self, seg: Segment, lo: int, hi: int) -> None:
-        """Rows (and decisions) of the segment's steps ``lo .. hi - 1``."""
+        """Rows (and decisions) of the segment's steps ``lo .. hi - 1`` (all with the
+        segment's batch; requests finish only in its last step)."""
         last = hi == len(seg.starts)
         batch = seg.batch
+        finished = [r.request_id for r in seg.finished] if last else []
+        running = batch - len(seg.finished) if last else batch
+        self._write_rows(seg, RowRun(lo, hi, batch, running, seg.rids, finished))
+
+    def _write_rows(self, seg: Segment, run: RowRun) -> None:
+        """Rows (and decisions) of the segment's steps ``run.lo .. run.hi - 1``."""
+        lo, hi = run.lo, run.hi
         free, cached, cached_free = seg.records
         durations = seg.durations
-        if lo or not last:  # a part of the segment (several replicas: one step at a time)
+        if lo or hi != len(durations):  # a part of the segment
             durations = durations[lo:hi]
             free, cached, cached_free = free[lo:hi], cached[lo:hi], cached_free[lo:hi]
         rows = DecodeRows(
             replica=self.replica_id,
             step0=seg.step0 + lo,
             start0_s=seg.starts[lo],
-            batch=batch,
-            last_running=batch - len(seg.finished) if last else batch,
+            batch=run.batch,
+            last_running=run.last_running,
             num_usable_blocks=self.pool.num_gpu_blocks - 1,
             durations=durations,
             num_free_blocks=free,
@@ -138,10 +164,9 @@ class StretchRunner:
             num_cached_free_blocks=cached_free,
         )
         self.steps.add_decode_steps(rows)
-        if seg.rids is not None:
-            finished = [r.request_id for r in seg.finished] if last else []
+        if run.rids is not None:
             self.decisions.write(
-                decode_decision_lines(self.replica_id, rows.step0, seg.rids, free, finished)
+                decode_decision_lines(self.replica_id, rows.step0, run.rids, free, run.finished)
             )
 
     def try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:

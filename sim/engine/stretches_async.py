@@ -17,9 +17,15 @@ import simpy
 
 from kvcore.batch_queue import BatchQueue
 from kvcore.block_pool import BlockPool
-from kvcore.fast_forward_async import plan_async_decode_stretch
+from kvcore.fast_forward_async import AsyncDecodeStretch, plan_async_decode_stretch
 from kvcore.request import Request
-from sim.engine.stretches import FAST_FORWARD_HORIZON, SAMPLE_TOKEN_ID, Segment, StretchRunner
+from sim.engine.stretches import (
+    FAST_FORWARD_HORIZON,
+    SAMPLE_TOKEN_ID,
+    RowRun,
+    Segment,
+    StretchRunner,
+)
 from sim.records.decision_line import decision_line
 from sim.records.step_row import StepRow
 
@@ -74,7 +80,8 @@ class AsyncStretchRunner(StretchRunner):
             return False
         while True:
             self._write_async_segment(seg)
-            done += [(req, seg.end) for req in seg.finished]
+            assert seg.finish_s is not None  # an async segment's
+            done += zip(seg.finished, seg.finish_s)
             if seg.end >= until or (seg.finished and self._reacts_to_finish):
                 break
             nxt = self._async_segment(queue, until)
@@ -91,36 +98,37 @@ class AsyncStretchRunner(StretchRunner):
         in it. Records the new batch in flight (its start is the stretch's end: the
         last applied batch's end) and returns the applied batches as a segment (its
         ``end``: that time); None when no iteration can be fast-forwarded (then nothing
-        changed)."""
+        changed). Unless the workload reacts to finishes, the stretch goes on past the
+        iterations in which requests finish, each recorded at its own time."""
         engine = self.async_engine
         start0, duration0, prefill0, decode0 = engine.oldest_in_flight()
         head_out = queue.queue[0].scheduler_output
-        stretch = plan_async_decode_stretch(queue, FAST_FORWARD_HORIZON)
+        stretch = plan_async_decode_stretch(
+            queue, FAST_FORWARD_HORIZON, through_finishes=not self._reacts_to_finish
+        )
         if stretch is None:
             return None
         batch = stretch.batch_size
-        # Batches of all running requests that the stretch schedules (the finishing
-        # iteration schedules one without the finishing requests).
-        full = stretch.max_steps - 1 if stretch.finishes else stretch.max_steps
-        # Batch N + j starts when batch N + j - 1 ends, which iteration j applies then.
+        left = stretch.steps_left  # the iteration each running request finishes in
+        # Batch N + j starts when batch N + j - 1 ends, which iteration j applies then;
+        # iteration j schedules batch N + j when it starts (at batch N + j - 1's start).
         first_apply = engine.gpu_free
-        starts, durations, end = self._stretch(first_apply, until, batch, stretch.context0, full)
-        k = len(starts)
-        if k < full or (stretch.finishes and k == full and end < until):
-            # The iteration after those whose batches end before until: it schedules
-            # before until; it applies its batch at end, after until only if no
-            # request finishes in it (as stepping would, once the event has passed).
-            k += 1
-        elif k:
+        starts, durations, end = self._batch_starts(first_apply, until, stretch)
+        # The iteration after those whose batches start before until: it schedules
+        # before until; it applies its batch at end, after until only if no request
+        # finishes in it (as stepping would, once the event has passed).
+        k = len(starts) + 1
+        if end >= until and k in left:
+            k -= 1
+            if not k:
+                return None
             end = starts[k - 1]
-        else:
-            return None
         running = self.scheduler.running
         rids = [r.request_id for r in running] if self.decisions is not None else None
         for r in running:  # first tokens come with the batch in flight (prompts in it)
             if not r.output_token_ids:
                 engine.note_first_token(r.request_id, first_apply)
-        recs, finished, out, stats = stretch.apply(k, SAMPLE_TOKEN_ID)
+        recs, finished, out, stats, finished_in = stretch.apply(k, SAMPLE_TOKEN_ID)
         assert stats is not None  # the scheduler logs stats (log_stats=True)
         queries = stats.queries + stats.preempted_queries
         hits = stats.hits + stats.preempted_hits
@@ -138,25 +146,70 @@ class AsyncStretchRunner(StretchRunner):
         starts.insert(0, start0)
         durations.insert(0, duration0)
         del starts[k:], durations[k:]
-        return Segment(step0, starts, durations, end, batch, recs, finished, rids, head)
+        # Iteration f applies batch N + f - 1 when batch N + f starts (the end, for k).
+        finish_s = [starts[f] if f < k else end for f in finished_in]
+        pieces = _pieces(k, batch, left, finished, finished_in, rids)
+        return Segment(
+            step0, starts, durations, end, batch, recs, finished, rids, head, pieces, finish_s
+        )
+
+    def _batch_starts(
+        self, start: float, until: float, stretch: AsyncDecodeStretch
+    ) -> tuple[list[float], list[float], float]:
+        """The starts and durations of the batches ``N + 1 .. N + max_steps - 1`` that
+        start before ``until`` (the first at ``start``), and the end of the last of
+        them: batch ``N + j`` runs the requests that finish after iteration ``j``, so
+        the step time is the timer's over each run of batches of the same requests."""
+        left, computed0 = stretch.steps_left, stretch.computed0
+        n = stretch.max_steps - 1
+        cuts = sorted({f for f in left if f < n + 1})
+        if not cuts:  # the same requests in every batch
+            return self._stretch(start, until, stretch.batch_size, stretch.context0, n)
+        starts: list[float] = []
+        durations: list[float] = []
+        t = start
+        j = 1  # the next batch: N + j
+        for stop in [*cuts, n + 1]:  # batches N + j .. N + stop - 1
+            if stop <= j:
+                continue
+            members = [c for c, f in zip(computed0, left) if f > j]
+            size = len(members)
+            s, d, t = self._stretch(t, until, size, sum(members) + (j - 1) * size, stop - j)
+            starts += s
+            durations += d
+            if len(s) < stop - j:
+                break
+            j = stop
+        return starts, durations, t
 
     def _write_async_segment(self, seg: Segment) -> None:
         """Rows (and decisions) of an async segment: its first step's row as the loop
         writes it when that step is not a plain decode (``seg.head``), the rest as
-        decode rows."""
-        k = len(seg.starts)
-        if seg.head is None:
-            self._write_segment(seg, 0, k)
-            return
+        decode rows, a run of them per set of requests (``seg.pieces``)."""
+        pieces = seg.pieces
+        assert pieces is not None  # an async segment's
+        if seg.head is not None:
+            self._write_head(seg, pieces[0])
+        for run in pieces:
+            if seg.head is not None and run.lo == 0:
+                if run.hi == 1:
+                    continue
+                run = run._replace(lo=1)
+            self._write_rows(seg, run)
+
+    def _write_head(self, seg: Segment, first: RowRun) -> None:
+        """The row (and decision) of the segment's first step when it is not a plain
+        decode; ``first``: the run of steps it begins."""
+        assert seg.head is not None
         out, prefill, decode, queries, hits = seg.head
-        last = k == 1
+        only = first.hi == 1  # requests finish in it
         free, cached, cached_free = (c[0] for c in seg.records)
         row = StepRow(
             replica=self.replica_id,
             step=seg.step0,
             start_s=seg.starts[0],
             duration_s=seg.durations[0],
-            num_running=seg.batch - len(seg.finished) if last else seg.batch,
+            num_running=first.last_running if only else first.batch,
             num_waiting=0,
             num_prefill_tokens=prefill,
             num_decode_tokens=decode,
@@ -170,16 +223,43 @@ class AsyncStretchRunner(StretchRunner):
         )
         self.steps.add(row)
         if self.decisions is not None:
-            finished = [r.request_id for r in seg.finished] if last else []
             self.decisions.write(
                 decision_line(
                     self.replica_id,
                     seg.step0,
                     out.num_scheduled_tokens,
                     out.preempted_req_ids,
-                    finished,
+                    first.finished if only else [],
                     free,
                 )
             )
-        if k > 1:
-            self._write_segment(seg, 1, k)
+
+
+def _pieces(
+    k: int,
+    batch: int,
+    left: list[int],
+    finished: list[Request],
+    finished_in: list[int],
+    rids: list[str] | None,
+) -> list[RowRun]:
+    """The ``k`` applied steps of a stretch of ``batch`` requests in runs of the same
+    requests: step ``r`` (0-based; iteration ``r + 1`` applies batch ``N + r``) decodes
+    the requests that finish after iteration ``r`` (``left``: the iteration each
+    finishes in); a run ends with each step in which requests finish (``finished``, in
+    iteration ``finished_in``); ``rids``: the requests' ids, when decisions are
+    written."""
+    if not finished:
+        return [RowRun(0, k, batch, batch, rids, [])]
+    runs: list[RowRun] = []
+    lo, size, i = 0, batch, 0
+    while lo < k:
+        hi = finished_in[i] if i < len(finished_in) else k
+        gone: list[str] = []
+        while i < len(finished_in) and finished_in[i] == hi:
+            gone.append(finished[i].request_id)
+            i += 1
+        ids = None if rids is None else [r for r, f in zip(rids, left) if f > lo]
+        runs.append(RowRun(lo, hi, size, size - len(gone), ids, gone))
+        lo, size = hi, size - len(gone)
+    return runs
