@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from reports import render_worker
 from reports.render_worker import RenderWorker
 from reports.run_report import render_run
+from sim import offload
 from sim.app.run import RunSpec, run
+from sim.cli.early import start_report_worker
 from workloads.overrides import WorkloadOverrides
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _two_copies(tmp_path: Path) -> tuple[Path, Path]:
@@ -201,3 +208,57 @@ def test_the_steps_file_error_comes_first(tmp_path: Path, parallel: bool) -> Non
     (here / "steps.csv").write_text("replica,step\n")  # readable header, columns missing
     with pytest.raises(RunRecordsError, match=r"steps\.csv: header"):
         render_run(here, parallel=parallel)
+
+
+def test_a_worker_started_early_is_the_one_the_run_takes(tmp_path: Path) -> None:
+    here, there = _two_copies(tmp_path)
+    render_worker.start_early()
+    early = render_worker._early
+    assert early is not None
+    worker = RenderWorker(follow=there / "steps.csv")
+    assert worker._proc is early and render_worker._early is None  # taken, not a new one
+    assert worker.render(there)
+    for name in ("report.html", "plots/latency.png", "plots/timeline.png"):
+        assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
+def test_an_early_worker_nobody_takes_is_killed() -> None:
+    render_worker.start_early()
+    early = render_worker._early
+    assert early is not None and early.poll() is None
+    render_worker._drop_early()  # what exit runs
+    assert early.poll() is not None and render_worker._early is None
+
+
+@pytest.mark.parametrize(
+    ("args", "helpers", "started"),
+    [
+        (["chat"], "1", True),
+        (["chat", "--no-report"], "1", False),
+        (["--help"], "1", False),
+        (["chat"], "0", False),  # no helper processes: the run renders in process
+    ],
+)
+def test_kvsim_run_starts_its_worker_first_only_when_it_will_use_it(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], helpers: str, started: bool
+) -> None:
+    monkeypatch.setenv("KVSIM_HELPERS", helpers)
+    if started and not offload.allowed():
+        pytest.skip("helper processes need fork and two CPUs")
+    start_report_worker(args)
+    try:
+        assert (render_worker._early is not None) == started
+    finally:
+        render_worker._drop_early()
+
+
+def test_kvsim_run_renders_with_the_early_worker(tmp_path: Path) -> None:
+    """The command as a user runs it: the report is the one rendered in process."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "sim.cli", "run", "chat", "--num-requests", "30"]
+    subprocess.run([*cmd, "--out", str(out)], check=True, capture_output=True, cwd=_ROOT)
+    here = tmp_path / "here"
+    shutil.copytree(out, here)
+    render_run(here)
+    for name in ("report.html", "plots/latency.png", "plots/timeline.png"):
+        assert (here / name).read_bytes() == (out / name).read_bytes(), name

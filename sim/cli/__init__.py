@@ -28,12 +28,18 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 
 # One BLAS thread unless the user says otherwise: set before numpy loads, whose OpenBLAS
 # starts its thread pool then. kvsim's arrays are small, and on a 2-CPU machine the
 # pool's idle threads took CPU time from the run's helper processes (a 20,000-request
 # trace run: CPU 0.963, wall 0.984 of the run with the pool).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+if sys.argv[1:2] == ["run"]:  # its report's process, before the imports below
+    from sim.cli.early import start_report_worker
+
+    start_report_worker(sys.argv[2:])
 
 import typer  # noqa: E402
 
