@@ -265,3 +265,33 @@ def test_a_trace_drawn_ahead_writes_the_same_bytes(
         if max_model_len is not None:
             assert summary["num_rejected"] > 0
     assert digests[0] == digests[1]
+
+
+def test_prompts_travel_in_the_narrowest_array_that_holds_them() -> None:
+    from array import array
+
+    from workloads.tokens import token_typecode
+
+    assert token_typecode(32000) == "H" and token_typecode(1 << 16) == "H"
+    assert token_typecode(128256) == "I" and array("I").itemsize >= 4
+    assert token_typecode(128256, explicit=True) == "q"
+    ids = [0, 128255, 70000]
+    assert array(token_typecode(128256), ids).tolist() == ids
+
+
+def test_a_trace_without_its_own_ids_sends_them_narrow(tmp_path: Path) -> None:
+    """A kvsim JSONL trace of lengths only: two bytes a token on the workload pipe; one
+    row with its own ids: eight."""
+    from workloads.loader import load_workload
+
+    lines = ['{"request_id": "a", "arrival_s": 0.1, "prompt_tokens": 40, "output_tokens": 3}']
+    short = tmp_path / "short.jsonl"
+    short.write_text("\n".join(lines) + "\n")
+    mixed = tmp_path / "mixed.jsonl"
+    lines.append(
+        '{"request_id": "b", "arrival_s": 0.2, "prompt_token_ids": [5, 6, 7], "output_tokens": 3}'
+    )
+    mixed.write_text("\n".join(lines) + "\n")
+    for path, code in ((short, "H"), (mixed, "q")):
+        (chunk,) = list(load_workload(str(path)).draw_ahead(lambda req: []))
+        assert {tokens.typecode for tokens, _ in chunk} == {code}

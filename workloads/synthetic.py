@@ -22,7 +22,7 @@ from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
 from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
-from workloads.tokens import TAG_ARRIVALS, stream
+from workloads.tokens import TAG_ARRIVALS, stream, token_typecode
 
 
 def build_samplers(
@@ -86,7 +86,7 @@ class SyntheticWorkload(Workload):
         draw for each, all but its request id and arrival time, as :data:`DrawnTurn`
         (``prepare``'s result goes to ``prompt_block_hashes``)."""
         total = self.workload_spec.num_requests
-        typecode = "H" if self.workload_spec.vocab_size <= 1 << 16 else "q"
+        typecode = token_typecode(self.workload_spec.vocab_size)
         index = 0
         size = 64  # a small first chunk: the loop needs it at once
         while total is None or index < total:

@@ -14,6 +14,7 @@ and switch its state instead.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from hashlib import blake2b
 from typing import Any
@@ -77,6 +78,18 @@ class KeyedStreams:
     def restore(self, state: dict[str, Any]) -> np.random.Generator:
         self._bit_generator.state = state
         return self.generator
+
+
+def token_typecode(vocab_size: int, explicit: bool = False) -> str:
+    """The ``array`` type that carries prompt token ids below ``vocab_size`` from a
+    helper process: the narrowest that holds them (2 bytes a token, else 4: a
+    Llama-3's 128,256 ids in half the bytes of 8, so the pipe holds twice as many
+    prompts ahead); 8-byte signed for ``explicit`` ids (a trace's own, any int)."""
+    if explicit:
+        return "q"
+    if vocab_size <= 1 << 16:
+        return "H"
+    return "I" if vocab_size <= 1 << 32 and array("I").itemsize >= 4 else "q"
 
 
 def random_tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:

@@ -24,6 +24,7 @@ from workloads.tokens import (
     HashBlockTokens,
     KeyedStreams,
     random_tokens,
+    token_typecode,
 )
 from workloads.traces.table import TraceTable
 
@@ -76,8 +77,9 @@ class TraceWorkload(Workload):
     def _drawn_ahead(
         self, prepare: Callable[[SimRequest], Any] | None
     ) -> Iterator[list[tuple[Any, Any]]]:
-        explicit = self.table.token_ids is not None
-        typecode = "q" if explicit or self._vocab > 1 << 16 else "H"
+        ids = self.table.token_ids
+        explicit = ids is not None and any(t is not None for t in ids)  # rows' own ids
+        typecode = token_typecode(self._vocab, explicit)
         n, index, size = len(self.table), 0, 64  # a small first chunk: needed at once
         while index < n:
             end = min(index + size, n)
