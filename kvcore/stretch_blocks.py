@@ -160,10 +160,10 @@ def stretch_length(
     through_finishes: bool = False,
 ) -> tuple[int, bool] | None:
     """How many steps a decode stretch of the running requests may take (at most
-    ``horizon``) and whether requests finish in its last step; None when the free
-    blocks do not cover even one step. The stretch ends with the first step in which
-    requests finish, or, ``through_finishes``, goes on with the requests left (at most
-    until the last finishes; then the flag says whether any finishes in it).
+    ``horizon``) and whether a request finishes within them; None when the free blocks
+    do not cover even one step. The stretch ends with the first step in which requests
+    finish (then the only one they can finish in), or, ``through_finishes``, goes on
+    with the requests left, at most until the last finishes.
 
     Running request ``i`` has ``computed0[i]`` tokens computed and finishes in step
     ``steps_left[i]``; in step ``j`` it needs slots for ``computed0[i] + j`` tokens
@@ -172,11 +172,10 @@ def stretch_length(
     output finishes it: 1; the synchronous loop: 0). Blocks freed by requests that
     finish within the stretch are not counted on (they join the free queue's tail)."""
     first_finish = min(horizon + 1, min(steps_left))
-    finishes = first_finish <= horizon
     if through_finishes:
         max_steps = min(horizon, max(steps_left))
     else:
-        max_steps = first_finish if finishes else horizon
+        max_steps = min(horizon, first_finish)
     kvm = scheduler.kv_cache_manager
     managers = kvm.coordinator.single_type_managers
     bs = kvm.coordinator.block_size
@@ -199,8 +198,4 @@ def stretch_length(
     affordable = affordable_steps(needed, max_steps, free)
     if not affordable:
         return None
-    if through_finishes:
-        return affordable, first_finish <= affordable
-    if affordable < max_steps:
-        return affordable, False
-    return max_steps, finishes
+    return affordable, first_finish <= affordable
