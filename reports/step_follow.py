@@ -9,8 +9,8 @@ once a block of :data:`BLOCK_BYTES` has gathered. :meth:`~StepFollower.rows` rea
 rest once the run has written the file and gives what
 :func:`reports.step_stream.read_step_rows` would give for it. It gives nothing (the
 report then reads the file as usual) when anything is unusual: the file is not the one
-followed or has changed size since, a line was left out by the parser or is blank, or a
-block could not be parsed. The file is only read, never changed.
+followed or has changed size since, the parser left a line out (one with too many
+fields), or a block could not be parsed. The file is only read, never changed.
 """
 
 from __future__ import annotations
@@ -62,18 +62,15 @@ class StepFollower:
         the file followed or following it failed."""
         self.poll(final=True)
         file, check = self._file, self._check
-        if self.failed or file is None or check is None:
-            self._stop()
-            return None
         try:
+            if self.failed or file is None or check is None:
+                return None
             mine, theirs = os.fstat(file.fileno()), os.stat(path)
         except OSError:
-            mine = theirs = None
-        self._stop()
-        same = mine is not None and theirs is not None
-        if not same or (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
             return None
-        if theirs.st_size != self._read:
+        finally:
+            self._stop()
+        if (mine.st_dev, mine.st_ino, self._read) != (theirs.st_dev, theirs.st_ino, theirs.st_size):
             return None
         return check.finish(self._newlines, self._last == b"\n", expected, what)
 
@@ -129,7 +126,7 @@ class StepFollower:
 
     def _parse(self) -> None:
         """Parse and check the gathered rows; a line the parser left out (too many
-        fields, a blank line) stops the following."""
+        fields) stops the following."""
         if not self._block or self._check is None or self._header is None:
             return
         block = b"".join([self._header, *self._block])

@@ -83,8 +83,8 @@ class KeyedStreams:
 def token_typecode(vocab_size: int, explicit: bool = False) -> str:
     """The ``array`` type that carries prompt token ids below ``vocab_size`` from a
     helper process: the narrowest that holds them (2 bytes a token, else 4: a
-    Llama-3's 128,256 ids in half the bytes of 8, so the pipe holds twice as many
-    prompts ahead); 8-byte signed for ``explicit`` ids (a trace's own, any int)."""
+    Llama-3's 128,256 ids in half the bytes of 8, so the pipe holds more prompts
+    ahead); 8-byte signed for ``explicit`` ids (a trace's own, any int)."""
     if explicit:
         return "q"
     if vocab_size <= 1 << 16:

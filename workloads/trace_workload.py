@@ -77,8 +77,7 @@ class TraceWorkload(Workload):
     def _drawn_ahead(
         self, prepare: Callable[[SimRequest], Any] | None
     ) -> Iterator[list[tuple[Any, Any]]]:
-        ids = self.table.token_ids
-        explicit = ids is not None and any(t is not None for t in ids)  # rows' own ids
+        explicit = self.table.token_ids is not None  # some row has its own ids
         typecode = token_typecode(self._vocab, explicit)
         n, index, size = len(self.table), 0, 64  # a small first chunk: needed at once
         while index < n:

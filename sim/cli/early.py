@@ -2,8 +2,8 @@
 its report (:func:`reports.render_worker.start_early`). That process's own imports
 (matplotlib, pandas: about half a second of CPU) then overlap the run's start-up, on
 the other CPU, instead of the simulation's first second, where they took CPU from the
-helper processes: whole-process wall 0.955 on a 20,000-request trace (2 CPUs, median
-of 10 pairs).
+helper processes (whole-process wall 0.953 of starting it with the run, on a
+20,000-request trace, 2 CPUs, median of 10 pairs; measured once, not a benchmark).
 """
 
 from __future__ import annotations

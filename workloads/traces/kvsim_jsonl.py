@@ -69,6 +69,7 @@ def read_kvsim(path: Path, file: str) -> TraceTable:
     """Read a kvsim JSONL trace (see the module docstring)."""
     rows, lines, numbers = read_records(path, file, KvsimLine)
     check_arrivals(file, [r.arrival_s for r in rows], lines, "arrival_s")
+    token_ids = [r.prompt_token_ids for r in rows]
     return TraceTable(
         format="kvsim",
         arrival_s=np.asarray([r.arrival_s for r in rows], dtype=np.float64),
@@ -78,7 +79,7 @@ def read_kvsim(path: Path, file: str) -> TraceTable:
         ),
         output_tokens=np.asarray([r.output_tokens for r in rows], dtype=np.int64),
         request_ids=[r.request_id for r in rows],
-        token_ids=[r.prompt_token_ids for r in rows],
+        token_ids=token_ids if any(t is not None for t in token_ids) else None,
         hash_ids=[r.hash_ids for r in rows],
         hash_block_size=[r.hash_block_size for r in rows],
         priority=[r.priority for r in rows],

@@ -23,7 +23,8 @@ class TraceTable:
         prompt_tokens: prompt lengths in tokens (int64).
         output_tokens: output lengths in tokens (int64).
         request_ids: per-row ids, or None (then ``req-<row>``).
-        token_ids: per-row explicit prompt token ids (or None for a row), or None.
+        token_ids: per-row explicit prompt token ids (or None for a row), or None (no row
+            has its own).
         hash_ids: per-row hash ids of prompt blocks (or None for a row), or None.
         hash_block_size: tokens per hash block, per row, or None.
         priority, lora_id, cache_salt, session_id: optional per-row columns.
