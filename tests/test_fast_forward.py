@@ -499,3 +499,34 @@ def test_the_regime_is_decided_once_from_the_run() -> None:
         assert stepped_by is not None
         assert not decide(stepped_by=stepped_by).fast_forward
     assert stepping_part(offload=False, spec=False, lockstep=False) is None
+
+
+def test_async_stretches_run_through_finishes_with_an_open_loop_workload(tmp_path) -> None:
+    """A burst's drain (open loop: nothing reacts to a finish) is a few async stretches,
+    not one per finish, and its records are those of stepping."""
+    wl = {
+        "name": "drain",
+        "seed": 5,
+        "num_requests": 24,
+        "arrival": {"type": "burst"},
+        "prompt_len": 40,
+        "output_len": {"type": "uniform", "min": 20, "max": 300},
+    }
+    path = tmp_path / "drain.yaml"
+    path.write_text(yaml.safe_dump(wl))
+    spec = RunSpec(workload=str(path), engine=EngineConfig(async_scheduling=True))
+    files = {}
+    engines: list[ReplicaEngine] = []
+    for ff in (True, False):
+        out = tmp_path / f"drain-{ff}"
+        out.mkdir()
+        simulate(
+            resolve_run(spec), out, fast_forward=ff, on_cluster=lambda c: engines.extend(c.engines)
+        )
+        files[ff] = [(out / f).read_bytes() for f in FILES[:2]]
+    engine = engines[0]  # the fast-forwarded run's
+    lines = (tmp_path / "drain-True" / "requests.csv").read_text().splitlines()[1:]
+    finish_times = {line.split(",")[4] for line in lines}
+    assert files[True] == files[False]
+    assert len(finish_times) > 15  # requests finish at many different steps
+    assert engine.num_stretches * 3 < len(finish_times)

@@ -139,7 +139,9 @@ class StretchRunner:
         segment's batch; requests finish only in its last step)."""
         last = hi == len(seg.starts)
         batch = seg.batch
-        finished = [r.request_id for r in seg.finished] if last else []
+        # Ids only for decisions (several replicas write a step at a time through here).
+        ids = last and seg.rids is not None
+        finished = [r.request_id for r in seg.finished] if ids else []
         running = batch - len(seg.finished) if last else batch
         self._write_rows(seg, RowRun(lo, hi, batch, running, seg.rids, finished))
 
