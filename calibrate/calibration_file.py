@@ -18,6 +18,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from calibrate import yaml_load
 from calibrate.gpu_spec import GPUSpec
 from calibrate.latency_interface import LatencyModel, as_decode_arrays, as_token_arrays
 from calibrate.model_spec import ModelSpec
@@ -107,7 +108,7 @@ def read_versioned(path: str | Path, kind: str, version: int, what: str) -> dict
     schema ``version``; ``CalibrationError`` (naming ``--calibration`` and the file, and
     ``what`` the file should be) otherwise."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = yaml_load.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise CalibrationError(f"--calibration {path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:

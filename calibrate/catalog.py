@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from calibrate import yaml_load
 from calibrate.gpu_spec import GPUSpec
 from calibrate.hf_config import model_spec_from_hf_config
 from calibrate.model_spec import ModelSpec
@@ -63,7 +64,7 @@ def list_models() -> list[str]:
 
 def _read_gpu_file(path: Path) -> GPUSpec:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_load.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{path}: cannot read GPU file ({exc})") from None
     except yaml.YAMLError as exc:

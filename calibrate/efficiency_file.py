@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from calibrate import yaml_load
 from calibrate.calibration_file import CalibrationError, read_versioned, validation_message
 from calibrate.gpu_spec import GPUSpec
 from calibrate.roofline import RooflineEfficiency
@@ -83,7 +84,7 @@ def is_efficiency_file(path: str | Path) -> bool:
     """Whether ``path`` reads as YAML with ``kind: kvsim-efficiency`` (False when it
     cannot be read: the caller's own loader says why)."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = yaml_load.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     return isinstance(raw, dict) and raw.get("kind") == KIND

@@ -149,13 +149,12 @@ class BlockPool:
             blk._hash = h
             blk._group = kv_cache_group_id
             added += 1
-            existing = cache.get(h)
-            if existing is None:
-                cache[h] = blk
-            elif isinstance(existing, dict):
-                existing[blk.block_id] = blk
-            else:
-                cache[h] = {existing.block_id: existing, blk.block_id: blk}
+            existing = cache.setdefault(h, blk)  # one lookup: the usual new hash
+            if existing is not blk:
+                if isinstance(existing, dict):
+                    existing[blk.block_id] = blk
+                else:
+                    cache[h] = {existing.block_id: existing, blk.block_id: blk}
             if events:
                 new_hashes.append(external_block_hash(h))
         self.num_cached_blocks += added
@@ -227,13 +226,16 @@ class BlockPool:
             if h is not None:
                 evicted += 1
                 # _evict_cached_block, inlined for its usual case: the block is the
-                # only one cached under its hash.
+                # only one cached under its hash (one lookup: popped, and put back
+                # when it is not).
                 cache = maps[block._group]
-                if not events and cache.get(h) is block:
-                    del cache[h]
+                hit = cache.pop(h, None) if not events else None
+                if hit is block:
                     block._hash = None
                     self.num_cached_blocks -= 1
                 else:
+                    if hit is not None:
+                        cache[h] = hit
                     self._evict_cached_block(block)
             link = block.next_free_block
             assert link is not None

@@ -30,6 +30,7 @@ ROOT = PACKAGE_DIR.parent
 MANIFEST = PACKAGE_DIR / "manifest.json"
 """The build's source digests, written by every build (:mod:`kvsim_native.build`)."""
 NATIVE_MODULES = (
+    "kvcore.utils",
     "kvcore.kv_cache_block",
     "kvcore.block_pool",
     "kvcore.block_hashing",
