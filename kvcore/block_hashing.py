@@ -246,6 +246,34 @@ class FastBlockHasher(BlockHasher):
         )
         self._extra_ids: dict[Any, int] = {}
 
+    def __call__(self, request: Request) -> list[Any]:
+        """:meth:`BlockHasher.__call__`; for a request without extra keys (no LoRA,
+        multimodal items or cache salt) and no lookahead, the same hashes in one loop:
+        ``hash((parent, block_tokens))`` per block, as :meth:`_hash` computes them for a
+        block without extra keys, without the call and the tuple it takes apart."""
+        if (
+            self.num_lookahead_tokens
+            or request.lora_request is not None
+            or request.mm_features
+            or request.cache_salt
+        ):
+            return BlockHasher.__call__(self, request)
+        bs = self.hash_block_size
+        hashes = request.block_hashes
+        start = len(hashes) * bs
+        tokens = request.all_token_ids
+        num_tokens = len(tokens)
+        out: list[Any] = []
+        if start + bs > num_tokens:
+            return out
+        parent = hashes[-1] if hashes else self.none_hash
+        while start + bs <= num_tokens:
+            end = start + bs
+            parent = hash((parent, tuple(tokens[start:end])))
+            out.append(parent)
+            start = end
+        return out
+
     def _hash(self, obj: tuple[Any, tuple[int, ...], Any]) -> int:
         parent, tokens, extra = obj
         if extra is None:

@@ -226,16 +226,13 @@ class BlockPool:
             if h is not None:
                 evicted += 1
                 # _evict_cached_block, inlined for its usual case: the block is the
-                # only one cached under its hash (one lookup: popped, and put back
-                # when it is not).
+                # only one cached under its hash.
                 cache = maps[block._group]
-                hit = cache.pop(h, None) if not events else None
-                if hit is block:
+                if not events and cache.get(h) is block:
+                    del cache[h]
                     block._hash = None
                     self.num_cached_blocks -= 1
                 else:
-                    if hit is not None:
-                        cache[h] = hit
                     self._evict_cached_block(block)
             link = block.next_free_block
             assert link is not None

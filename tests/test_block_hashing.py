@@ -143,3 +143,41 @@ def test_fast_hasher_matches_the_prefix_structure_of_sha256():
             assert pairs.setdefault(f, s) == s  # one sha256 hash per fast hash
     assert len(set(pairs.values())) == len(pairs)  # and one fast hash per sha256 hash
     assert len(pairs) > 200
+
+
+def test_fast_hasher_loop_gives_the_general_paths_hashes():
+    """FastBlockHasher's loop for requests without extra keys returns, bit for bit,
+    what the general BlockHasher path returns with the same hash function (also when
+    hashing resumes after given hashes, and on appended outputs), and requests with
+    extra keys or a lookahead still take the general path."""
+    import random
+
+    from kvcore.block_hashing import FastBlockHasher
+
+    rng = random.Random(11)
+    fast = FastBlockHasher(4)
+    for i in range(200):
+        tokens = [rng.randrange(32000) for _ in range(rng.randrange(1, 60))]
+        kwargs = {}
+        if rng.random() < 0.25:
+            kwargs["cache_salt"] = "s"
+        if rng.random() < 0.25:
+            kwargs["lora_request"] = LoRARequest.from_id(1)
+        req = Request(f"r{i}", tokens, 10, **kwargs)  # no hasher: nothing hashed yet
+        general = BlockHasher.__call__(fast, req)
+        assert fast(req) == general
+        chained, parent = [], fast.none_hash
+        if not kwargs:  # the loop's formula, written out
+            for start in range(0, len(tokens) - 3, 4):
+                parent = hash((parent, tuple(tokens[start : start + 4])))
+                chained.append(parent)
+            assert general == chained
+        hashed = Request(f"h{i}", tokens, 10, block_hasher=fast, **kwargs)
+        more = [rng.randrange(3) for _ in range(rng.randrange(0, 13))]
+        hashed.append_output_token_ids(more)
+        ref = Request(f"g{i}", tokens + more, 10, **kwargs)
+        assert hashed.block_hashes == BlockHasher.__call__(fast, ref)
+    ahead = FastBlockHasher(4, num_lookahead_tokens=2)
+    req = Request("la", list(range(20)), 10)
+    assert ahead(req) == BlockHasher.__call__(ahead, req)
+    assert len(ahead(req)) == 4  # a block is hashed once its 2 lookahead tokens exist

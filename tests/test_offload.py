@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,25 @@ def test_prompts_travel_in_the_narrowest_array_that_holds_them() -> None:
     assert token_typecode(128256, explicit=True) == "q"
     ids = [0, 128255, 70000]
     assert array(token_typecode(128256), ids).tolist() == ids
+
+
+@pytest.mark.parametrize(
+    ("code", "ids"),
+    [("H", [0, 31999, 65535, 7]), ("I", [0, 128255, 70000]), ("q", [5, -3, 1 << 62]), ("H", [])],
+)
+def test_token_array_packs_what_array_holds(code: str, ids: list[int]) -> None:
+    """workloads.tokens.token_array (packed by struct) equals array(code, ids): the same
+    type, items and bytes; out of range fails as array's would fail, not silently."""
+    from array import array
+
+    from workloads.tokens import token_array
+
+    packed = token_array(code, ids)
+    assert packed.typecode == code and packed == array(code, ids)
+    assert packed.tobytes() == array(code, ids).tobytes()
+    if code == "H":
+        with pytest.raises((OverflowError, struct.error)):
+            token_array(code, [1 << 16])
 
 
 def test_a_trace_without_its_own_ids_sends_them_narrow(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
 from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
-from workloads.tokens import TAG_ARRIVALS, stream, token_typecode
+from workloads.tokens import TAG_ARRIVALS, stream, token_array, token_typecode
 
 
 def build_samplers(
@@ -98,7 +98,9 @@ class SyntheticWorkload(Workload):
                 skip = prepare is not None and prepared is None
                 chunk.append(
                     (
-                        req.num_prompt_tokens if skip else array(typecode, req.prompt_token_ids),
+                        req.num_prompt_tokens
+                        if skip
+                        else token_array(typecode, req.prompt_token_ids),
                         req.max_tokens,
                         req.priority,
                         req.session_id,

@@ -10,7 +10,6 @@ trace is open loop), so a helper process may build and hash the prompts ahead
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from typing import Any
@@ -24,6 +23,7 @@ from workloads.tokens import (
     HashBlockTokens,
     KeyedStreams,
     random_tokens,
+    token_array,
     token_typecode,
 )
 from workloads.traces.table import TraceTable
@@ -89,7 +89,7 @@ class TraceWorkload(Workload):
                 if prepare is not None and prepared is None:
                     chunk.append((req.num_prompt_tokens, None))
                 else:
-                    chunk.append((array(typecode, req.prompt_token_ids), prepared))
+                    chunk.append((token_array(typecode, req.prompt_token_ids), prepared))
             yield chunk
             index = end
             size = AHEAD_CHUNK
