@@ -116,7 +116,9 @@ class Request:
     ) -> None:
         """``block_hashes``: hashes of leading full blocks already computed by this same
         ``block_hasher`` (a kvsim extension: the simulator hashes prompts ahead, in a
-        helper process); hashing continues after them.
+        helper process); hashing continues after them, and nothing but KV events (off
+        in the simulator) reads the ids of the tokens they cover (the simulator passes
+        placeholders there).
 
         ``kv_transfer_params``: what a P/D connector reads and writes for the request
         (vLLM's ``Request.kv_transfer_params``, from the sampling parameters' extra

@@ -86,7 +86,7 @@ def test_row7_rejected_request_never_builds_its_prompt(tmp_path: Path) -> None:
         cluster = Cluster(
             simpy.Environment(), resolved, 1, make_router("round_robin"), steps, requests
         )
-        assert cluster.prompt_hashes(request) is None and built == []
+        assert cluster.prepare_prompt(request) is None and built == []
         cluster.submit(request)
         assert cluster.num_rejected == 1 and built == [] and not request.prompt_built
     finally:

@@ -18,6 +18,7 @@ from sim.app.run import RunSpec, simulate
 from sim.app.setup import resolve_run
 from workloads import SyntheticWorkload, WorkloadSpec
 from workloads.loader import workload_from_spec
+from workloads.process import Prepared
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="helpers need os.fork")
 
@@ -313,5 +314,49 @@ def test_a_trace_without_its_own_ids_sends_them_narrow(tmp_path: Path) -> None:
     )
     mixed.write_text("\n".join(lines) + "\n")
     for path, code in ((short, "H"), (mixed, "q")):
-        (chunk,) = list(load_workload(str(path)).draw_ahead(lambda req: []))
-        assert {tokens.typecode for tokens, _ in chunk} == {code}
+        (chunk,) = list(load_workload(str(path)).draw_ahead(lambda req: Prepared([], 0)))
+        assert {tail.typecode for _, tail, _ in chunk} == {code}
+
+
+@pytest.mark.parametrize("kind", ["trace", "synthetic"])
+def test_only_the_ids_after_the_hashed_blocks_travel(tmp_path: Path, kind: str) -> None:
+    """A prompt drawn ahead sends its length, the hashes and the ids after the tokens
+    they cover; the loop rebuilds it with placeholders where the hashes cover it, the
+    same ids after them. Without hashes every id travels; a prompt to be rejected sends
+    none."""
+    from workloads.loader import load_workload
+    from workloads.tokens import PLACEHOLDER_TOKEN_ID, prompt_after_hashed
+
+    if kind == "trace":
+        rows = [
+            f'{{"request_id": "r{i}", "arrival_s": {i}, "prompt_tokens": {n}, "output_tokens": 2}}'
+            for i, n in enumerate((40, 48, 7, 1000))
+        ]
+        path = tmp_path / "t.jsonl"
+        path.write_text("\n".join(rows) + "\n")
+        load = lambda: load_workload(str(path))  # noqa: E731
+    else:
+        load = lambda: _open_loop(num_requests=60)  # noqa: E731
+    full = [item for chunk in load().draw_ahead() for item in chunk]
+    seen: list[tuple[int, int]] = []
+
+    def prepare(req: Any) -> Prepared | None:
+        if req.num_prompt_tokens >= 900:
+            return None  # to be rejected: nothing drawn
+        covered = req.num_prompt_tokens // 16 * 16
+        seen.append((req.num_prompt_tokens, covered))
+        return Prepared([("hash", covered)], covered)
+
+    ahead = [item for chunk in load().draw_ahead(prepare) for item in chunk]
+    assert len(ahead) == len(full) and seen
+    for whole, sent in zip(full, ahead):
+        n, ids = whole[0], whole[1].tolist()
+        assert sent[0] == n and len(ids) == n
+        if n >= 900:
+            assert sent[1] is None and sent[-1] is None
+            continue
+        covered = n // 16 * 16
+        assert sent[1].tolist() == ids[covered:] and sent[-1] == [("hash", covered)]
+        rebuilt = prompt_after_hashed(n, sent[1])
+        assert rebuilt == [PLACEHOLDER_TOKEN_ID] * covered + ids[covered:]
+    assert kind != "trace" or any(n >= 900 for n, *_ in full)  # the trace's last row

@@ -16,7 +16,7 @@ zero or positive think time), never from inside ``on_finish`` itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import simpy
 
@@ -28,6 +28,22 @@ Submit = Callable[[SimRequest], None]
 AHEAD_CHUNK = 256
 """Requests per chunk a helper draws ahead, after a smaller first one (~350 kB pickled
 at 512 prompt tokens and their hashes)."""
+
+
+class Prepared(NamedTuple):
+    """What the engine made of a prompt where the workload drew it (a helper process):
+    the block hashes of its full blocks (the request's ``prompt_block_hashes``) and how
+    many of its leading tokens they cover. The engine reads no token id those hashes
+    cover (it hashes on from the first block they do not), so only the ids after them
+    travel back to the loop (:func:`workloads.tokens.prompt_after_hashed`)."""
+
+    block_hashes: list[Any]
+    hashed_tokens: int
+
+
+Prepare = Callable[[SimRequest], "Prepared | None"]
+"""The engine's work on each request drawn ahead (its prompt hashing), done where it is
+drawn; None for a prompt the engine will reject unseen (its ids are then not drawn)."""
 
 
 class Chunks(Protocol):
@@ -94,14 +110,13 @@ class Workload:
         self._env = None
         self.all_submitted = None
 
-    def draw_ahead(
-        self, prepare: Callable[[SimRequest], Any] | None = None
-    ) -> Iterator[list[Any]] | None:
+    def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[Any]] | None:
         """Chunks of what this workload will submit, when that does not depend on the
         engine and drawing it dominates (else None). Handed back to :meth:`start` as
         ``ahead``, possibly drawn in another process (a copy of this workload).
-        ``prepare(request)`` runs on each request where it is drawn; its result is the
-        request's ``prompt_block_hashes``."""
+        ``prepare(request)`` runs on each request where it is drawn; its hashes become
+        the request's ``prompt_block_hashes``, and the prompt's ids they cover are not
+        sent (see :class:`Prepared`)."""
         return None
 
     def locate(self, request_id: str) -> int | None:

@@ -9,7 +9,7 @@ a workload makes does not depend on the engine, only when the follow-ups are sen
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,19 @@ import simpy
 
 from workloads.arrivals import arrival_times
 from workloads.distributions import LengthSampler, make_sampler
-from workloads.process import AHEAD_CHUNK, Chunks, Workload
+from workloads.process import AHEAD_CHUNK, Chunks, Prepare, Workload
 from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
 from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
-from workloads.tokens import TAG_ARRIVALS, stream, token_array, token_typecode
+from workloads.tokens import (
+    TAG_ARRIVALS,
+    ahead_tail,
+    prompt_after_hashed,
+    stream,
+    token_array,
+    token_typecode,
+)
 
 
 def build_samplers(
@@ -37,13 +44,12 @@ def build_samplers(
     return prompt, output, turns
 
 
-DrawnTurn = tuple["array | int", int, int, "str | None", Any]
-"""A single-turn session drawn ahead: prompt token ids (a compact ``array``; it pickles
-as bytes), max_tokens, priority, session id, and what ``prepare`` made of it. When
+DrawnTurn = tuple[int, "array | None", int, int, "str | None", "list[Any] | None"]
+"""A single-turn session drawn ahead: its prompt length, the prompt's token ids after
+those its block hashes cover (a compact ``array``; it pickles as bytes), max_tokens,
+priority, session id, and those hashes (``prepare``'s; None without it). When
 ``prepare`` returns None (the engine will reject the prompt unseen), the ids are not
-drawn and the first item is the prompt length."""
-Prepare = Callable[[SimRequest], Any]
-"""Work on each drawn request done where it is drawn (the engine's prompt hashing)."""
+drawn (None)."""
 
 
 class SyntheticWorkload(Workload):
@@ -91,22 +97,19 @@ class SyntheticWorkload(Workload):
         size = 64  # a small first chunk: the loop needs it at once
         while total is None or index < total:
             end = index + size if total is None else min(index + size, total)
-            chunk = []
+            chunk: list[DrawnTurn] = []
             for i in range(index, end):
                 req = self._planner.next_request(self._planner.plan(i, 1, None), "", 0.0)
                 prepared = prepare(req) if prepare is not None else None
-                skip = prepare is not None and prepared is None
-                chunk.append(
-                    (
-                        req.num_prompt_tokens
-                        if skip
-                        else token_array(typecode, req.prompt_token_ids),
-                        req.max_tokens,
-                        req.priority,
-                        req.session_id,
-                        prepared,
-                    )
-                )
+                tail, hashes = None, None
+                if prepared is not None:
+                    ids = req.prompt_token_ids
+                    tail = token_array(typecode, ahead_tail(ids, prepared.hashed_tokens))
+                    hashes = prepared.block_hashes
+                elif prepare is None:
+                    tail = token_array(typecode, req.prompt_token_ids)
+                sent = (req.num_prompt_tokens, tail, req.max_tokens, req.priority)
+                chunk.append((*sent, req.session_id, hashes))
             yield chunk
             index = end
             size = AHEAD_CHUNK
@@ -167,17 +170,18 @@ class SyntheticWorkload(Workload):
         if self._ahead_pos == len(self._ahead_chunk):
             self._ahead_chunk = self._ahead.next()
             self._ahead_pos = 0
-        tokens, max_tokens, priority, session_id, hashes = self._ahead_chunk[self._ahead_pos]
+        drawn = self._ahead_chunk[self._ahead_pos]
+        num_tokens, tail, max_tokens, priority, session_id, hashes = drawn
         self._ahead_pos += 1
         index = self._next_session
         self._next_session += 1
         self._planned += 1
-        if isinstance(tokens, int):  # not drawn (to be rejected): drawn here if used
+        if tail is None:  # not drawn (to be rejected): drawn here if used
             request = SimRequest(
                 request_id=f"req-{self.num_submitted}",
                 arrival_s=float(self._env.now),
                 prompt_token_ids=None,
-                num_prompt_tokens=tokens,
+                num_prompt_tokens=num_tokens,
                 build_prompt=lambda: self._redraw_prompt(index),
                 max_tokens=max_tokens,
                 priority=priority,
@@ -187,7 +191,7 @@ class SyntheticWorkload(Workload):
             request = SimRequest(
                 request_id=f"req-{self.num_submitted}",
                 arrival_s=float(self._env.now),
-                prompt_token_ids=tokens.tolist(),
+                prompt_token_ids=prompt_after_hashed(num_tokens, tail),
                 max_tokens=max_tokens,
                 priority=priority,
                 session_id=session_id,

@@ -103,6 +103,28 @@ def token_array(typecode: str, ids: Sequence[int]) -> array:
     return out
 
 
+PLACEHOLDER_TOKEN_ID = 0
+"""The id a prompt drawn ahead holds where its block hashes came with it: the engine
+hashes on after those blocks and reads no id they cover."""
+
+
+def ahead_tail(ids: Sequence[int], hashed_tokens: int) -> Sequence[int]:
+    """The ids a helper sends of a prompt whose first ``hashed_tokens`` tokens its block
+    hashes cover: those after them (all of them when none are covered)."""
+    return ids[hashed_tokens:] if hashed_tokens else ids
+
+
+def prompt_after_hashed(num_tokens: int, tail: array) -> list[int]:
+    """A prompt of ``num_tokens`` tokens ending with ``tail`` (the ids a helper sent,
+    :func:`ahead_tail`), :data:`PLACEHOLDER_TOKEN_ID` before it: where the block hashes
+    that came with it cover the prompt (the engine never reads those ids). Building it
+    costs a fraction of the ids themselves (no int object per token)."""
+    head = num_tokens - len(tail)
+    if not head:
+        return tail.tolist()
+    return [PLACEHOLDER_TOKEN_ID] * head + tail.tolist()
+
+
 def random_tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
     """``n`` token ids drawn uniformly from ``[0, vocab_size)`` (64 raw bits each,
     reduced modulo the vocabulary: a bias below ``vocab_size / 2**64``)."""

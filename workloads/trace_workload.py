@@ -10,23 +10,31 @@ trace is open loop), so a helper process may build and hash the prompts ahead
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from array import array
+from collections.abc import Generator, Iterator
 from functools import partial
 from typing import Any
 
 import simpy
 
-from workloads.process import AHEAD_CHUNK, Chunks, Workload
+from workloads.process import AHEAD_CHUNK, Chunks, Prepare, Workload
 from workloads.request import SimRequest
 from workloads.tokens import (
     TAG_TRACE_ROW,
     HashBlockTokens,
     KeyedStreams,
+    ahead_tail,
+    prompt_after_hashed,
     random_tokens,
     token_array,
     token_typecode,
 )
 from workloads.traces.table import TraceTable
+
+DrawnRow = tuple[int, "array | None", "list[Any] | None"]
+"""A trace row drawn ahead: its prompt length, its token ids after those its block
+hashes cover (a compact ``array``; it pickles as bytes; None when the engine will reject
+the prompt unseen: its ids are then not drawn), and those hashes (None: none)."""
 
 
 class TraceWorkload(Workload):
@@ -64,32 +72,35 @@ class TraceWorkload(Workload):
         self._blocks = HashBlockTokens(seed, vocab_size)
         self._rows_by_id: dict[str, int] | None = None
 
-    def draw_ahead(
-        self, prepare: Callable[[SimRequest], Any] | None = None
-    ) -> Iterator[list[tuple[Any, Any]]]:
-        """Rows 0, 1, ... in chunks, as :meth:`_replay` submits them: each row's prompt
-        token ids (an ``array``) and ``prepare``'s result for its request (its block
-        hashes), or, where ``prepare`` says the request will be rejected (None), its
-        prompt length alone (its tokens are then never built, as in the loop). Arrival
-        times and everything else come from the table, in the loop."""
+    def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnRow]]:
+        """Rows 0, 1, ... in chunks, as :meth:`_replay` submits them (:data:`DrawnRow`):
+        each row's prompt length, its token ids after those its block hashes cover (an
+        ``array``), and those hashes (``prepare``'s, None without it); where ``prepare``
+        says the request will be rejected (None), no ids (its tokens are then never
+        built, as in the loop). Arrival times and everything else come from the table,
+        in the loop."""
         return self._drawn_ahead(prepare)
 
-    def _drawn_ahead(
-        self, prepare: Callable[[SimRequest], Any] | None
-    ) -> Iterator[list[tuple[Any, Any]]]:
+    def _drawn_ahead(self, prepare: Prepare | None) -> Iterator[list[DrawnRow]]:
         explicit = self.table.token_ids is not None  # some row has its own ids
         typecode = token_typecode(self._vocab, explicit)
         n, index, size = len(self.table), 0, 64  # a small first chunk: needed at once
         while index < n:
             end = min(index + size, n)
-            chunk: list[tuple[Any, Any]] = []
+            chunk: list[DrawnRow] = []
             for row in range(index, end):
                 req = self.request(row, 0.0)
-                prepared = prepare(req) if prepare is not None else None
-                if prepare is not None and prepared is None:
-                    chunk.append((req.num_prompt_tokens, None))
-                else:
-                    chunk.append((token_array(typecode, req.prompt_token_ids), prepared))
+                if prepare is None:
+                    ids = req.prompt_token_ids
+                    chunk.append((len(ids), token_array(typecode, ids), None))
+                    continue
+                prepared = prepare(req)
+                if prepared is None:
+                    chunk.append((req.num_prompt_tokens, None, None))
+                    continue
+                ids = req.prompt_token_ids
+                tail = ahead_tail(ids, prepared.hashed_tokens)
+                chunk.append((len(ids), token_array(typecode, tail), prepared.block_hashes))
             yield chunk
             index = end
             size = AHEAD_CHUNK
@@ -100,22 +111,22 @@ class TraceWorkload(Workload):
     def _replay(
         self, env: simpy.Environment, ahead: Chunks | None
     ) -> Generator[simpy.Event, None, None]:
-        chunk: list[tuple[Any, Any]] = []
+        chunk: list[DrawnRow] = []
         pos = 0
         for row, when in enumerate(self.table.arrival_s.tolist()):
             if when > env.now:
                 yield env.timeout(when - env.now)
-            tokens: Any = None
-            hashes = None
+            tail = None
             if ahead is not None:
                 if pos == len(chunk):
                     chunk, pos = ahead.next(), 0
-                tokens, hashes = chunk[pos]
+                num_tokens, tail, hashes = chunk[pos]
                 pos += 1
-            if tokens is None or isinstance(tokens, int):  # built when first used
+            if tail is None:  # built when first used
                 self._emit(self.request(row, float(env.now)))
             else:  # drawn and hashed by the helper
-                self._emit(self.request(row, float(env.now), tokens.tolist(), hashes))
+                prompt = prompt_after_hashed(num_tokens, tail)
+                self._emit(self.request(row, float(env.now), prompt, hashes))
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table

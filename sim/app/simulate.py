@@ -151,7 +151,7 @@ def _start_workload(
 ) -> None:
     """Start the workload's arrivals into ``cluster`` (drawn ahead in a helper process
     when ``helpers``); the workload lets go of the engines when ``stack`` closes."""
-    drawn = resolved.workload.draw_ahead(cluster.prompt_hashes) if helpers else None
+    drawn = resolved.workload.draw_ahead(cluster.prepare_prompt) if helpers else None
     ahead = None
     if drawn is not None:
         ahead = offload.ChunkReader(lambda: drawn, "workload")

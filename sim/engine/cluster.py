@@ -15,6 +15,8 @@ from typing import IO, Any
 
 import simpy
 
+from kvcore.block_hashing import BlockHasher, FastBlockHasher
+from kvcore.request import Request
 from sim.engine.input_limits import InputLimits
 from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_build import ReplicaBuilder
@@ -22,6 +24,16 @@ from sim.engine.replica_parts import kvcore_request
 from sim.engine.router import Router
 from sim.records.recorders import StepRecorder
 from sim.records.request_recorder import RequestRecorder
+from workloads.process import Prepared
+
+
+def prepared_prompt(req: Request, hasher: BlockHasher | FastBlockHasher) -> Prepared:
+    """What a helper drawing the workload sends back of ``req``, hashed by ``hasher``
+    at its arrival (:class:`workloads.process.Prepared`): its prompt's block hashes and
+    the tokens they cover, ``hash_block_size`` a hash."""
+    hashes = req.block_hashes
+    return Prepared(hashes, len(hashes) * hasher.hash_block_size)
+
 
 _UNCACHEABLE = object()
 """What a prefix-aware router is shown for a request that will be rejected (its prompt
@@ -101,14 +113,14 @@ class Cluster:
         else:
             self.process = simpy.AllOf(env, [e.process for e in self.engines])
 
-    def prompt_hashes(self, sr: Any) -> list[Any] | None:
+    def prepare_prompt(self, sr: Any) -> Prepared | None:
         """The block hashes of a workload request's prompt, as the engines compute them
-        (for ``SimRequest.prompt_block_hashes``, computed where the workload is drawn);
-        None for a prompt the engines will reject (at least max_model_len tokens),
-        whose token ids are then never built."""
+        (for ``SimRequest.prompt_block_hashes``, computed where the workload is drawn),
+        and the tokens they cover; None for a prompt the engines will reject (at least
+        max_model_len tokens), whose token ids are then never built."""
         if sr.num_prompt_tokens >= self.max_model_len:
             return None
-        return kvcore_request(sr, 0.0, self.hasher).block_hashes
+        return prepared_prompt(kvcore_request(sr, 0.0, self.hasher), self.hasher)
 
     def _routing_request(self, sr: Any, rejected: bool) -> Any:
         """The request as the router sees it: hashed into blocks when it needs that."""

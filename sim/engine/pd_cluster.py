@@ -49,7 +49,7 @@ from kvcore.block_hashing import FastBlockHasher
 from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
-from sim.engine.cluster import _UNCACHEABLE, EngineView
+from sim.engine.cluster import _UNCACHEABLE, EngineView, prepared_prompt
 from sim.engine.input_limits import InputLimits
 from sim.engine.pd import PDReplicaEngine, Role
 from sim.engine.pd_transfers import PDLinks, PDRead
@@ -59,6 +59,7 @@ from sim.engine.router import Router, make_router
 from sim.errors import SimulationStuck
 from sim.records.recorders import StepRecorder
 from sim.records.request_recorder import RequestRecorder
+from workloads.process import Prepared
 
 
 @dataclass
@@ -162,11 +163,11 @@ class PDCluster:
 
     # -- the workload's side -------------------------------------------------------
 
-    def prompt_hashes(self, sr: Any) -> list[Any] | None:
-        """As :meth:`sim.engine.cluster.Cluster.prompt_hashes`."""
+    def prepare_prompt(self, sr: Any) -> Prepared | None:
+        """As :meth:`sim.engine.cluster.Cluster.prepare_prompt`."""
         if sr.num_prompt_tokens >= self.max_model_len:
             return None
-        return kvcore_request(sr, 0.0, self.hasher).block_hashes
+        return prepared_prompt(kvcore_request(sr, 0.0, self.hasher), self.hasher)
 
     def _choose(self, role: Role, sr: Any, rejected: bool) -> int:
         views = self.views[role]
