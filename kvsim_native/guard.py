@@ -49,6 +49,7 @@ NATIVE_MODULES = (
     "sim.engine.step_timing",
     "sim.engine.step_cost",
     "sim.records.step_row",
+    "sim.records.step_rows",
     "sim.records.recorders",
     "sim.records.request_recorder",
     "sim.engine.stretches",

@@ -194,7 +194,8 @@ class AsyncStretchRunner(StretchRunner):
             if seg.head is not None and run.lo == 0:
                 if run.hi == 1:
                     continue
-                run = run._replace(lo=1)
+                # The run without its first step (a new tuple: _replace is Python's).
+                run = RowRun(1, run.hi, run.batch, run.last_running, run.rids, run.finished)
             self._write_rows(seg, run)
 
     def _write_head(self, seg: Segment, first: RowRun) -> None:
