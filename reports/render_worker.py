@@ -172,8 +172,11 @@ def main() -> int:
     """The worker: import the renderer, follow the steps file if told to, then render
     the directory named on stdin."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from reports.figures import warm_up
     from reports.run_report import render_run  # the imports that take the time
     from reports.step_follow import StepFollower
+
+    warm_up()  # while the run runs, not when it waits for the plots
 
     follower = None
     verb, _, arg = _line().partition(" ")

@@ -63,3 +63,40 @@ def test_save_png_keeps_a_real_layout_engine(tmp_path: Path) -> None:
     engine = fig.get_layout_engine()
     save_png(fig, tmp_path / "c.png")
     assert fig.get_layout_engine() is engine
+
+
+_DRAW = """
+import sys, json
+from pathlib import Path
+import pandas as pd
+from reports.figures import warm_up
+from reports.plots import plot_latency
+if sys.argv[2] == "warm":
+    warm_up()
+rng = __import__("numpy").random.default_rng(5)
+n = 400
+arrival = rng.uniform(0, 50, n).cumsum() / 10
+requests = pd.DataFrame({
+    "arrival_s": arrival, "first_token_s": arrival + rng.uniform(0.05, 0.4, n),
+    "output_tokens": rng.integers(1, 200, n),
+})
+requests["finish_s"] = requests["first_token_s"] + requests["output_tokens"] * 0.012
+plot_latency(requests, Path(sys.argv[1]))
+"""
+
+
+def test_warm_up_changes_no_byte_of_later_plots(tmp_path: Path) -> None:
+    """A fresh process that calls warm_up first writes the same latency PNG, byte for
+    byte, as one that does not (the report's worker warms up while the run runs)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = {}
+    for mode in ("cold", "warm"):
+        out[mode] = tmp_path / f"{mode}.png"
+        subprocess.run(
+            [sys.executable, "-c", _DRAW, str(out[mode]), mode], check=True, cwd=root, timeout=120
+        )
+    assert out["cold"].read_bytes() == out["warm"].read_bytes()
+    assert out["cold"].stat().st_size > 10_000
