@@ -14,7 +14,7 @@ It reads its engine's state and changes it only through the engine's methods
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -46,39 +46,83 @@ class StepTimeout(simpy.Timeout):
     steps look at another's state; only arrivals, through the router, do)."""
 
 
-class Segment(NamedTuple):
-    """One applied fast-forward stretch: its steps' numbers, times and block counts."""
+class Segment:
+    """One applied fast-forward stretch: its steps' numbers, times and block counts.
 
-    step0: int
-    starts: list[float]
-    durations: list[float]
-    end: float
-    batch: int
-    records: StretchRecords
-    finished: list[Request]
-    rids: list[str] | None  # scheduled request ids, when decisions are written
-    head: tuple[SchedulerOutput, int, int, int, int] | None = None
-    """Async: the first step's output, prefill and decode tokens, prefix queries and
-    hits when its row is not a plain decode row (prompts completed in it, preemptions
-    or prefix lookups recorded)."""
-    pieces: list[RowRun] | None = None
-    """Async: the steps in runs of the same requests, in order (one run when no
-    request finishes before the last step)."""
-    finish_s: list[float] | None = None
-    """Async: when each of ``finished`` finished (s); else all at ``end``."""
+    A plain class, not a ``NamedTuple``: one is made per stretch, and a compiled class
+    is built without Python code (a ``NamedTuple``'s constructor is Python's)."""
+
+    __slots__ = (
+        "batch",
+        "durations",
+        "end",
+        "finish_s",
+        "finished",
+        "head",
+        "pieces",
+        "records",
+        "rids",
+        "starts",
+        "step0",
+    )
+
+    def __init__(
+        self,
+        step0: int,
+        starts: list[float],
+        durations: list[float],
+        end: float,
+        batch: int,
+        records: StretchRecords,
+        finished: list[Request],
+        rids: list[str] | None,
+        head: tuple[SchedulerOutput, int, int, int, int] | None = None,
+        pieces: list[RowRun] | None = None,
+        finish_s: list[float] | None = None,
+    ) -> None:
+        """``rids``: the scheduled request ids, when decisions are written. Async only:
+        ``head``, the first step's output, prefill and decode tokens, prefix queries
+        and hits when its row is not a plain decode row (prompts completed in it,
+        preemptions or prefix lookups recorded); ``pieces``, the steps in runs of the
+        same requests, in order (one run when no request finishes before the last
+        step); ``finish_s``, when each of ``finished`` finished (s; else all at
+        ``end``)."""
+        self.step0 = step0
+        self.starts = starts
+        self.durations = durations
+        self.end = end
+        self.batch = batch
+        self.records = records
+        self.finished = finished
+        self.rids = rids
+        self.head = head
+        self.pieces = pieces
+        self.finish_s = finish_s
 
 
-class RowRun(NamedTuple):
+class RowRun:
     """Steps ``lo .. hi - 1`` of a segment, each decoding one token for each of the
     same ``batch`` requests (ids ``rids`` when decisions are written), after which
-    ``last_running`` run; ``finished``: the ids that finish in step ``hi - 1``."""
+    ``last_running`` run; ``finished``: the ids that finish in step ``hi - 1`` (a
+    plain class, as :class:`Segment`)."""
 
-    lo: int
-    hi: int
-    batch: int
-    last_running: int
-    rids: list[str] | None
-    finished: list[str]
+    __slots__ = ("batch", "finished", "hi", "last_running", "lo", "rids")
+
+    def __init__(
+        self,
+        lo: int,
+        hi: int,
+        batch: int,
+        last_running: int,
+        rids: list[str] | None,
+        finished: list[str],
+    ) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.batch = batch
+        self.last_running = last_running
+        self.rids = rids
+        self.finished = finished
 
 
 class StretchRunner:

@@ -194,7 +194,7 @@ class AsyncStretchRunner(StretchRunner):
             if seg.head is not None and run.lo == 0:
                 if run.hi == 1:
                     continue
-                # The run without its first step (a new tuple: _replace is Python's).
+                # The run without its first step.
                 run = RowRun(1, run.hi, run.batch, run.last_running, run.rids, run.finished)
             self._write_rows(seg, run)
 
