@@ -26,8 +26,8 @@ Submit = Callable[[SimRequest], None]
 
 
 AHEAD_CHUNK = 256
-"""Requests per chunk a helper draws ahead, after a smaller first one (~350 kB pickled
-at 512 prompt tokens and their hashes)."""
+"""Requests per chunk a helper draws ahead, after a smaller first one (~90 kB pickled
+at 512 prompt tokens: their 32 block hashes, no ids; see :class:`Prepared`)."""
 
 
 class Prepared(NamedTuple):
