@@ -187,6 +187,11 @@ class BlockHasher:
         while start + bs <= num_tokens:
             end = start + bs
             if plain and not (salt and start == 0):
+                if not lookahead:  # no extra keys at all: the usual block
+                    parent = self.plain_hash(parent, tuple(tokens[start:end]))
+                    out.append(parent)
+                    start = end
+                    continue
                 extra: Any = None
             elif lookahead:
                 extra, mm_idx = generate_block_hash_extra_keys(
@@ -201,6 +206,11 @@ class BlockHasher:
             out.append(parent)
             start = end
         return out
+
+    def plain_hash(self, parent: Any, block_tokens: tuple[int, ...]) -> Any:
+        """The hash of a block without extra keys and lookahead after ``parent``'s:
+        ``hash_fn((parent, block_tokens, None))``, as vLLM's ``hash_block_tokens``."""
+        return self.hash_fn((parent, block_tokens, None))
 
 
 def _rewind_mm_index(request: Request, mm_idx: int, block_end: int) -> int:
@@ -246,38 +256,15 @@ class FastBlockHasher(BlockHasher):
         )
         self._extra_ids: dict[Any, int] = {}
 
-    def __call__(self, request: Request) -> list[Any]:
-        """:meth:`BlockHasher.__call__`; for a request without extra keys (no LoRA,
-        multimodal items or cache salt) and no lookahead, the same hashes in one loop:
-        ``hash((parent, block_tokens))`` per block, as :meth:`_hash` computes them for a
-        block without extra keys, without the call and the tuple it takes apart."""
-        if (
-            self.num_lookahead_tokens
-            or request.lora_request is not None
-            or request.mm_features
-            or request.cache_salt
-        ):
-            return BlockHasher.__call__(self, request)
-        bs = self.hash_block_size
-        hashes = request.block_hashes
-        start = len(hashes) * bs
-        tokens = request.all_token_ids
-        num_tokens = len(tokens)
-        out: list[Any] = []
-        if start + bs > num_tokens:
-            return out
-        parent = hashes[-1] if hashes else self.none_hash
-        while start + bs <= num_tokens:
-            end = start + bs
-            parent = hash((parent, tuple(tokens[start:end])))
-            out.append(parent)
-            start = end
-        return out
+    def plain_hash(self, parent: Any, block_tokens: tuple[int, ...]) -> Any:
+        """``hash((parent, block_tokens))``: what :meth:`_hash` gives a block without
+        extra keys, without the call through ``hash_fn`` and the tuple it takes apart."""
+        return hash((parent, block_tokens))
 
     def _hash(self, obj: tuple[Any, tuple[int, ...], Any]) -> int:
         parent, tokens, extra = obj
         if extra is None:
-            return hash((parent, tokens))
+            return self.plain_hash(parent, tokens)
         if self.num_lookahead_tokens:  # (keys, *next tokens): the tokens as ints
             keys = extra[0]
             next_tokens = tuple(extra[1:])

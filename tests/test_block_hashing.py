@@ -146,10 +146,10 @@ def test_fast_hasher_matches_the_prefix_structure_of_sha256():
 
 
 def test_fast_hasher_loop_gives_the_general_paths_hashes():
-    """FastBlockHasher's loop for requests without extra keys returns, bit for bit,
-    what the general BlockHasher path returns with the same hash function (also when
-    hashing resumes after given hashes, and on appended outputs), and requests with
-    extra keys or a lookahead still take the general path."""
+    """FastBlockHasher's hashes of blocks without extra keys (BlockHasher's plain_hash)
+    are hash((parent, block)) chained, bit for bit (also when hashing resumes after
+    given hashes, and on appended outputs), and requests with extra keys or a lookahead
+    hash as the general path does."""
     import random
 
     from kvcore.block_hashing import FastBlockHasher
