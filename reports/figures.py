@@ -39,9 +39,9 @@ def warm_up() -> None:
     """Draw a small throwaway figure (titles, a legend, a line, a histogram, a tight
     layout, a PNG in memory): the fonts load and matplotlib's caches fill, which the
     first real figure of a process would otherwise pay for (about 0.04 s of a
-    20,000-request run's latency plot). A process that draws after it writes the same
-    PNG bytes (``tests/test_figures.py``); the report's worker calls it while the run
-    runs."""
+    20,000-request run's latency plot, measured once in process). A process that draws
+    after it writes the same PNG bytes (``tests/test_figures.py``); the report's worker
+    calls it while the run runs."""
     fig, axes = plt.subplots(1, 2, figsize=(3, 2))
     axes[0].plot([0, 1], [0, 1], label="w")
     axes[0].legend(fontsize=9)

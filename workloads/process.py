@@ -15,12 +15,14 @@ zero or positive think time), never from inside ``on_finish`` itself.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import simpy
 
 from workloads.request import SimRequest
+from workloads.tokens import token_array
 
 Submit = Callable[[SimRequest], None]
 
@@ -44,6 +46,27 @@ class Prepared(NamedTuple):
 Prepare = Callable[[SimRequest], "Prepared | None"]
 """The engine's work on each request drawn ahead (its prompt hashing), done where it is
 drawn; None for a prompt the engine will reject unseen (its ids are then not drawn)."""
+
+DrawnPrompt = tuple[int, "array | None", "list[Any] | None"]
+"""A prompt drawn ahead as it travels to the loop: its length, its token ids after those
+its block hashes cover (a compact ``array``: it pickles as bytes; None when the engine
+will reject the prompt unseen, whose ids are then not drawn), and those hashes (None
+without ``prepare``). The loop rebuilds it with
+:func:`workloads.tokens.prompt_after_hashed`."""
+
+
+def draw_prompt(req: SimRequest, prepare: Prepare | None, typecode: str) -> DrawnPrompt:
+    """``req``'s prompt drawn ahead (:data:`DrawnPrompt`), its ids packed as ``typecode``
+    (:func:`workloads.tokens.token_typecode`): all of them without ``prepare``."""
+    if prepare is None:
+        return req.num_prompt_tokens, token_array(typecode, req.prompt_token_ids), None
+    prepared = prepare(req)
+    if prepared is None:
+        return req.num_prompt_tokens, None, None
+    ids = req.prompt_token_ids
+    covered = prepared.hashed_tokens
+    tail = ids[covered:] if covered else ids
+    return len(ids), token_array(typecode, tail), prepared.block_hashes
 
 
 class Chunks(Protocol):

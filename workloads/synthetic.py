@@ -17,17 +17,15 @@ import simpy
 
 from workloads.arrivals import arrival_times
 from workloads.distributions import LengthSampler, make_sampler
-from workloads.process import AHEAD_CHUNK, Chunks, Prepare, Workload
+from workloads.process import AHEAD_CHUNK, Chunks, Prepare, Workload, draw_prompt
 from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
 from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
 from workloads.tokens import (
     TAG_ARRIVALS,
-    ahead_tail,
     prompt_after_hashed,
     stream,
-    token_array,
     token_typecode,
 )
 
@@ -100,15 +98,8 @@ class SyntheticWorkload(Workload):
             chunk: list[DrawnTurn] = []
             for i in range(index, end):
                 req = self._planner.next_request(self._planner.plan(i, 1, None), "", 0.0)
-                prepared = prepare(req) if prepare is not None else None
-                tail, hashes = None, None
-                if prepared is not None:
-                    ids = req.prompt_token_ids
-                    tail = token_array(typecode, ahead_tail(ids, prepared.hashed_tokens))
-                    hashes = prepared.block_hashes
-                elif prepare is None:
-                    tail = token_array(typecode, req.prompt_token_ids)
-                sent = (req.num_prompt_tokens, tail, req.max_tokens, req.priority)
+                num_tokens, tail, hashes = draw_prompt(req, prepare, typecode)
+                sent = (num_tokens, tail, req.max_tokens, req.priority)
                 chunk.append((*sent, req.session_id, hashes))
             yield chunk
             index = end

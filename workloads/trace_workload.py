@@ -10,31 +10,27 @@ trace is open loop), so a helper process may build and hash the prompts ahead
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Generator, Iterator
 from functools import partial
 from typing import Any
 
 import simpy
 
-from workloads.process import AHEAD_CHUNK, Chunks, Prepare, Workload
+from workloads.process import AHEAD_CHUNK, Chunks, DrawnPrompt, Prepare, Workload, draw_prompt
 from workloads.request import SimRequest
 from workloads.tokens import (
     TAG_TRACE_ROW,
     HashBlockTokens,
     KeyedStreams,
-    ahead_tail,
     prompt_after_hashed,
     random_tokens,
-    token_array,
     token_typecode,
 )
 from workloads.traces.table import TraceTable
 
-DrawnRow = tuple[int, "array | None", "list[Any] | None"]
-"""A trace row drawn ahead: its prompt length, its token ids after those its block
-hashes cover (a compact ``array``; it pickles as bytes; None when the engine will reject
-the prompt unseen: its ids are then not drawn), and those hashes (None: none)."""
+DrawnRow = DrawnPrompt
+"""A trace row drawn ahead: its prompt (arrival times and the rest come from the
+table, in the loop)."""
 
 
 class TraceWorkload(Workload):
@@ -89,18 +85,7 @@ class TraceWorkload(Workload):
             end = min(index + size, n)
             chunk: list[DrawnRow] = []
             for row in range(index, end):
-                req = self.request(row, 0.0)
-                if prepare is None:
-                    ids = req.prompt_token_ids
-                    chunk.append((len(ids), token_array(typecode, ids), None))
-                    continue
-                prepared = prepare(req)
-                if prepared is None:
-                    chunk.append((req.num_prompt_tokens, None, None))
-                    continue
-                ids = req.prompt_token_ids
-                tail = ahead_tail(ids, prepared.hashed_tokens)
-                chunk.append((len(ids), token_array(typecode, tail), prepared.block_hashes))
+                chunk.append(draw_prompt(self.request(row, 0.0), prepare, typecode))
             yield chunk
             index = end
             size = AHEAD_CHUNK

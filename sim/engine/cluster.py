@@ -16,7 +16,6 @@ from typing import IO, Any
 import simpy
 
 from kvcore.block_hashing import BlockHasher, FastBlockHasher
-from kvcore.request import Request
 from sim.engine.input_limits import InputLimits
 from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_build import ReplicaBuilder
@@ -27,11 +26,17 @@ from sim.records.request_recorder import RequestRecorder
 from workloads.process import Prepared
 
 
-def prepared_prompt(req: Request, hasher: BlockHasher | FastBlockHasher) -> Prepared:
-    """What a helper drawing the workload sends back of ``req``, hashed by ``hasher``
-    at its arrival (:class:`workloads.process.Prepared`): its prompt's block hashes and
-    the tokens they cover, ``hash_block_size`` a hash."""
-    hashes = req.block_hashes
+def prepare_prompt(
+    sr: Any, max_model_len: int, hasher: BlockHasher | FastBlockHasher
+) -> Prepared | None:
+    """A workload request's prompt as engines of ``max_model_len`` tokens hash it with
+    ``hasher``, computed where the workload is drawn (:class:`workloads.process.Prepared`:
+    the block hashes, for ``SimRequest.prompt_block_hashes``, and the tokens they
+    cover); None for a prompt the engines will reject (at least ``max_model_len``
+    tokens), whose token ids are then never built."""
+    if sr.num_prompt_tokens >= max_model_len:
+        return None
+    hashes = kvcore_request(sr, 0.0, hasher).block_hashes
     return Prepared(hashes, len(hashes) * hasher.hash_block_size)
 
 
@@ -114,13 +119,8 @@ class Cluster:
             self.process = simpy.AllOf(env, [e.process for e in self.engines])
 
     def prepare_prompt(self, sr: Any) -> Prepared | None:
-        """The block hashes of a workload request's prompt, as the engines compute them
-        (for ``SimRequest.prompt_block_hashes``, computed where the workload is drawn),
-        and the tokens they cover; None for a prompt the engines will reject (at least
-        max_model_len tokens), whose token ids are then never built."""
-        if sr.num_prompt_tokens >= self.max_model_len:
-            return None
-        return prepared_prompt(kvcore_request(sr, 0.0, self.hasher), self.hasher)
+        """:func:`prepare_prompt` for this cluster's engines (a workload's ``prepare``)."""
+        return prepare_prompt(sr, self.max_model_len, self.hasher)
 
     def _routing_request(self, sr: Any, rejected: bool) -> Any:
         """The request as the router sees it: hashed into blocks when it needs that."""

@@ -49,7 +49,7 @@ from kvcore.block_hashing import FastBlockHasher
 from kvcore.nixl_connector import NixlConnectorScheduler
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
-from sim.engine.cluster import _UNCACHEABLE, EngineView, prepared_prompt
+from sim.engine.cluster import _UNCACHEABLE, EngineView, prepare_prompt
 from sim.engine.input_limits import InputLimits
 from sim.engine.pd import PDReplicaEngine, Role
 from sim.engine.pd_transfers import PDLinks, PDRead
@@ -164,10 +164,8 @@ class PDCluster:
     # -- the workload's side -------------------------------------------------------
 
     def prepare_prompt(self, sr: Any) -> Prepared | None:
-        """As :meth:`sim.engine.cluster.Cluster.prepare_prompt`."""
-        if sr.num_prompt_tokens >= self.max_model_len:
-            return None
-        return prepared_prompt(kvcore_request(sr, 0.0, self.hasher), self.hasher)
+        """:func:`sim.engine.cluster.prepare_prompt` for this cluster's engines."""
+        return prepare_prompt(sr, self.max_model_len, self.hasher)
 
     def _choose(self, role: Role, sr: Any, rejected: bool) -> int:
         views = self.views[role]
