@@ -49,8 +49,10 @@ class StepTimeout(simpy.Timeout):
 class Segment:
     """One applied fast-forward stretch: its steps' numbers, times and block counts.
 
-    A plain class, not a ``NamedTuple``: one is made per stretch, and a compiled class
-    is built without Python code (a ``NamedTuple``'s constructor is Python's)."""
+    A plain class, not a ``NamedTuple`` or a dataclass: one is made per stretch, and a
+    compiled plain class is built without Python code (the constructor of either is
+    Python's: as a compiled dataclass, 1% more instructions in the main process of a
+    4,000-request trace run)."""
 
     __slots__ = (
         "batch",
