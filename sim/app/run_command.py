@@ -16,7 +16,6 @@ from calibrate.use_calibration import calibration_defaults
 from sim.app.engine_config import load_engine_config
 from sim.app.outdir import OutputError, OutputTarget, check_output
 from sim.app.pd_config import parse_pd
-from sim.app.progress import progress_bar
 from sim.app.run import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -156,6 +155,9 @@ def _run_with_progress(
     console = Console(stderr=True)
     total = resolved.workload.num_requests
     if console.is_terminal:
+        # Imported here: rich's progress module (~20 ms) only for a bar that is shown.
+        from sim.app.progress import progress_bar
+
         with progress_bar(console) as progress:
             task = progress.add_task("simulating", total=total, unit="req")
             return run(
