@@ -212,15 +212,64 @@ def test_one_pass_and_line_by_line_reads_agree(tmp_path):
     """Blank lines, CRLF endings, an unterminated last line and a non-ASCII id: the
     one-pass read gives the rows, labels and line numbers of the line-by-line one."""
     from workloads.traces.jsonl import _bulk, _line_by_line, read_records
-    from workloads.traces.kvsim_jsonl import KvsimLine
+    from workloads.traces.kvsim_jsonl import KvsimLine, _check_row
 
     text = KV % ("a", "0") + "\n  \n" + (KV % ("b\u00e9", "0.5")).replace("\n", "\r\n")
     text += '{"request_id": "c", "arrival_s": 2, "prompt_token_ids": [7, 8], "output_tokens": 1}'
     path = Path(write(tmp_path, "ok.jsonl", text))
-    assert _bulk(path, KvsimLine) is not None
-    rows, labels, numbers = read_records(path, str(path), KvsimLine)
+    assert _bulk(path, KvsimLine, _check_row) is not None
+    rows, labels, numbers = read_records(path, str(path), KvsimLine, _check_row)
     assert (rows, numbers) == _line_by_line(path, str(path), KvsimLine)
-    assert labels == ["line 1", "line 4", "line 5"] and rows[1].request_id == "b\u00e9"
+    assert labels == ["line 1", "line 4", "line 5"] and rows[1]["request_id"] == "b\u00e9"
+
+
+LINES = [
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": "1.5", "prompt_tokens": 5, "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_token_ids": [3, 4], "output_tokens": 2,'
+    ' "priority": -1, "lora_id": 2, "cache_salt": "s", "session_id": "x"}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 20, "hash_ids": [1, 2],'
+    ' "hash_block_size": 16, "output_tokens": 2}',
+    '{"request_id": "", "arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 5.0, "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 0, "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": NaN, "prompt_tokens": 5, "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2, "x": 1}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_token_ids": [], "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_token_ids": [1, true], "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2, "priority": null}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 5, "hash_block_size": 0,'
+    ' "output_tokens": 2}',
+    # Valid field by field, refused by the model's cross-field check:
+    '{"request_id": "a", "arrival_s": 1, "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 5, "prompt_token_ids": [1],'
+    ' "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_token_ids": [-1], "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_token_ids": [1], "hash_ids": [1],'
+    ' "output_tokens": 2}',
+    '{"request_id": "a", "arrival_s": 1, "prompt_tokens": 20, "hash_ids": [1],'
+    ' "hash_block_size": 16, "output_tokens": 2}',
+]
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_one_pass_accepts_what_the_model_accepts(tmp_path, line):
+    """The one pass (a dict of the model's fields, then its cross-field check) takes a
+    line exactly when the model does, with the model's values, defaults included."""
+    from pydantic import ValidationError
+
+    from workloads.traces.jsonl import _bulk
+    from workloads.traces.kvsim_jsonl import KvsimLine, _check_row
+
+    path = Path(write(tmp_path, "one.jsonl", line + "\n"))
+    try:
+        model = dict(KvsimLine.model_validate_json(line))
+    except ValidationError:
+        model = None
+    bulk = _bulk(path, KvsimLine, _check_row)
+    assert (bulk is None) == (model is None), line
+    if bulk is not None:
+        assert bulk == ([model], [1])
 
 
 def test_all_rows_failed_is_empty(tmp_path):

@@ -10,12 +10,14 @@ replayed exactly and must be non-decreasing; request ids must be unique.
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from workloads.traces.jsonl import read_records
+from workloads.traces.jsonl import Row, read_records
 from workloads.traces.table import TraceTable, check_arrivals
 
 MOONCAKE_BLOCK = 512
@@ -41,16 +43,33 @@ class KvsimLine(BaseModel):
 
     @model_validator(mode="after")
     def _prompt(self) -> KvsimLine:
-        if (self.prompt_token_ids is None) == (self.prompt_tokens is None):
-            raise ValueError("give exactly one of prompt_token_ids and prompt_tokens")
-        if self.prompt_token_ids is not None:
-            if self.hash_ids is not None:
-                raise ValueError("hash_ids go with prompt_tokens, not prompt_token_ids")
-            if min(self.prompt_token_ids) < 0:
-                raise ValueError("prompt_token_ids must be >= 0")
-        if self.hash_ids is not None:
-            check_hash_cover(self.hash_ids, self.hash_block_size, self.prompt_tokens or 0)
+        check_prompt(self.prompt_token_ids, self.prompt_tokens, self.hash_ids, self.hash_block_size)
         return self
+
+
+def check_prompt(
+    token_ids: list[int] | None, tokens: int | None, hash_ids: list[int] | None, block_size: int
+) -> None:
+    """A line's prompt fields together (``ValueError`` when they do not go together):
+    exactly one of ``prompt_token_ids`` and ``prompt_tokens``, ids >= 0, ``hash_ids``
+    only with ``prompt_tokens`` and covering them."""
+    if (token_ids is None) == (tokens is None):
+        raise ValueError("give exactly one of prompt_token_ids and prompt_tokens")
+    if token_ids is not None:
+        if hash_ids is not None:
+            raise ValueError("hash_ids go with prompt_tokens, not prompt_token_ids")
+        if min(token_ids) < 0:
+            raise ValueError("prompt_token_ids must be >= 0")
+    if hash_ids is not None:
+        check_hash_cover(hash_ids, block_size, tokens or 0)
+
+
+def _check_row(row: Row) -> Row:
+    """:class:`KvsimLine`'s cross-field check on a row of its fields."""
+    check_prompt(
+        row["prompt_token_ids"], row["prompt_tokens"], row["hash_ids"], row["hash_block_size"]
+    )
+    return row
 
 
 def check_hash_cover(hash_ids: list[int], block_size: int, num_tokens: int) -> None:
@@ -67,24 +86,32 @@ def check_hash_cover(hash_ids: list[int], block_size: int, num_tokens: int) -> N
 
 def read_kvsim(path: Path, file: str) -> TraceTable:
     """Read a kvsim JSONL trace (see the module docstring)."""
-    rows, lines, numbers = read_records(path, file, KvsimLine)
-    check_arrivals(file, [r.arrival_s for r in rows], lines, "arrival_s")
-    token_ids = [r.prompt_token_ids for r in rows]
+    rows, lines, numbers = read_records(path, file, KvsimLine, _check_row)
+
+    def column(name: str) -> list[Any]:
+        return list(map(itemgetter(name), rows))
+
+    arrivals = column("arrival_s")
+    check_arrivals(file, arrivals, lines, "arrival_s")
+    token_ids = column("prompt_token_ids")
     return TraceTable(
         format="kvsim",
-        arrival_s=np.asarray([r.arrival_s for r in rows], dtype=np.float64),
+        arrival_s=np.asarray(arrivals, dtype=np.float64),
         prompt_tokens=np.asarray(
-            [len(r.prompt_token_ids) if r.prompt_token_ids else r.prompt_tokens for r in rows],
+            [
+                len(r["prompt_token_ids"]) if r["prompt_token_ids"] else r["prompt_tokens"]
+                for r in rows
+            ],
             dtype=np.int64,
         ),
-        output_tokens=np.asarray([r.output_tokens for r in rows], dtype=np.int64),
-        request_ids=[r.request_id for r in rows],
+        output_tokens=np.asarray(column("output_tokens"), dtype=np.int64),
+        request_ids=column("request_id"),
         token_ids=token_ids if any(t is not None for t in token_ids) else None,
-        hash_ids=[r.hash_ids for r in rows],
-        hash_block_size=[r.hash_block_size for r in rows],
-        priority=[r.priority for r in rows],
-        lora_id=[r.lora_id for r in rows],
-        cache_salt=[r.cache_salt for r in rows],
-        session_id=[r.session_id for r in rows],
+        hash_ids=column("hash_ids"),
+        hash_block_size=column("hash_block_size"),
+        priority=column("priority"),
+        lora_id=column("lora_id"),
+        cache_salt=column("cache_salt"),
+        session_id=column("session_id"),
         line_numbers=numbers,
     )

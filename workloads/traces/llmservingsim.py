@@ -36,13 +36,13 @@ class LLMServingSimLine(BaseModel):
 def read_llmservingsim(path: Path, file: str) -> TraceTable:
     """Read an LLMServingSim ``requests.jsonl`` (see the module docstring)."""
     rows, lines, numbers = read_records(path, file, LLMServingSimLine)
-    stamps = [r.arrival_time - rows[0].arrival_time for r in rows]
+    stamps = [r["arrival_time"] - rows[0]["arrival_time"] for r in rows]
     check_arrivals(file, stamps, lines, "arrival_time")
     return TraceTable(
         format="llmservingsim",
         arrival_s=np.asarray(stamps, dtype=np.float64),
-        prompt_tokens=np.asarray([r.input_toks for r in rows], dtype=np.int64),
-        output_tokens=np.asarray([r.output_toks for r in rows], dtype=np.int64),
-        request_ids=[r.request_id for r in rows],
+        prompt_tokens=np.asarray([r["input_toks"] for r in rows], dtype=np.int64),
+        output_tokens=np.asarray([r["output_toks"] for r in rows], dtype=np.int64),
+        request_ids=[r["request_id"] for r in rows],
         line_numbers=numbers,
     )
