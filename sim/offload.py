@@ -82,6 +82,12 @@ def _child_exit(body: Callable[[], None], parent: int) -> None:
         os._exit(status)
 
 
+_PARENT_ENDS: set[int] = set()
+"""This process's ends of its helpers' pipes (file descriptors), while open: a helper
+forked later closes its copies, so that each helper's pipe ends (EOF) when this process
+closes its end, whatever order the helpers are closed in."""
+
+
 def _fork_helper(serve: Callable[[BinaryIO], None], helper_writes: bool) -> tuple[int, BinaryIO]:
     """Fork a helper that runs ``serve`` on its end of a new pipe (the end it writes
     when ``helper_writes``); return its pid and this process's end."""
@@ -93,6 +99,9 @@ def _fork_helper(serve: Callable[[BinaryIO], None], helper_writes: bool) -> tupl
     pid = os.fork()
     if pid == 0:
         os.close(mine)
+        for fd in _PARENT_ENDS:  # the other helpers' pipes
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
         def body() -> None:
             with os.fdopen(theirs, "wb" if helper_writes else "rb", buffering=1 << 16) as pipe:
@@ -100,7 +109,14 @@ def _fork_helper(serve: Callable[[BinaryIO], None], helper_writes: bool) -> tupl
 
         _child_exit(body, parent)
     os.close(theirs)
+    _PARENT_ENDS.add(mine)
     return pid, os.fdopen(mine, "rb" if helper_writes else "wb", buffering=1 << 16)
+
+
+def _close_end(pipe: BinaryIO) -> None:
+    """Close this process's end of a helper's pipe."""
+    _PARENT_ENDS.discard(pipe.fileno())
+    pipe.close()
 
 
 def _wait(pid: int, what: str) -> None:
@@ -166,7 +182,7 @@ class ChunkWriter:
         pipe, self._pipe = self._pipe, None
         try:
             if pipe is not None:
-                pipe.close()
+                _close_end(pipe)
         finally:
             _wait(pid, self._what)
 
@@ -193,7 +209,7 @@ class ChunkReader:
             return pickle.load(self._pipe)
         except (EOFError, pickle.UnpicklingError):
             pid, self._pid = self._pid, 0
-            self._pipe.close()
+            _close_end(self._pipe)
             self._pipe = None
             _wait(pid, self._what)  # raises when the helper failed part-way
             raise StopIteration from None
@@ -203,7 +219,7 @@ class ChunkReader:
         pid, self._pid = self._pid, 0
         pipe, self._pipe = self._pipe, None
         if pipe is not None:
-            pipe.close()
+            _close_end(pipe)
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)  # it ignores SIGTERM; it holds nothing to clean

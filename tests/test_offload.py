@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +52,30 @@ def test_chunk_writer_writes_every_chunk_in_order(tmp_path: Path, fork: bool) ->
     writer.close()
     lines = path.read_text().splitlines()
     assert lines == [" ".join(map(str, range(i, i + 50))) for i in range(300)]
+
+
+@needs_fork
+def test_helpers_close_in_any_order(tmp_path: Path) -> None:
+    """A helper forked after another does not keep the other's pipe open: the first
+    one's close (EOF to its helper) returns while the second still runs."""
+    first = offload.ChunkWriter(LinesFile(tmp_path / "a.txt"), True, "first")
+    second = offload.ChunkWriter(LinesFile(tmp_path / "b.txt"), True, "second")
+    first.write([1, 2])
+    second.write([3])
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError("the first helper never saw its pipe end")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)  # a helper that never sees EOF would hang the close
+    try:
+        first.close()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    second.close()
+    assert (tmp_path / "a.txt").read_text() == "1 2\n"
+    assert (tmp_path / "b.txt").read_text() == "3\n"
 
 
 @needs_fork

@@ -96,7 +96,7 @@ def _open_records(
         out_dir / name, helper=helpers, mode=steps_mode, fmt=steps_format, num_replicas=num_replicas
     )
     stack.callback(steps.close)
-    requests = RequestRecorder(out_dir / "requests.csv")
+    requests = RequestRecorder(out_dir / "requests.csv", helper=helpers)
     stack.callback(requests.close)
     decisions_file = (
         stack.enter_context((out_dir / "decisions.jsonl").open("w")) if decisions else None

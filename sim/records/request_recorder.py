@@ -13,6 +13,7 @@ from array import array
 from pathlib import Path
 from typing import IO
 
+from sim.offload import ChunkWriter
 from sim.records.step_rows import fmt
 
 REQUEST_COLUMNS = (
@@ -33,11 +34,32 @@ _NAN = float("nan")
 _FLUSH_ROWS = 4096
 
 
-class _CsvSink:
+class _CsvRows:
+    """Writes chunks of request rows to a CSV file (header first, flushed at once, so
+    the open file holds no buffered text): the three times (columns 2-4, seconds) as
+    :func:`sim.records.step_rows.fmt` writes them, the rest as ``csv`` does."""
+
     def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
         self._file: IO[str] = path.open("w", newline="")
         self._writer = csv.writer(self._file, lineterminator="\n")
         self._writer.writerow(columns)
+        self._file.flush()
+
+    def write(self, rows: list[tuple]) -> None:
+        self._writer.writerows(
+            [(r[0], r[1], fmt(r[2]), fmt(r[3]), fmt(r[4]), *r[5:]) for r in rows]
+        )
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _CsvSink:
+    """Request rows in chunks to a :class:`_CsvRows`, formatted and written by a helper
+    process when ``helper`` (:class:`sim.offload.ChunkWriter`), else here."""
+
+    def __init__(self, path: Path, columns: tuple[str, ...], helper: bool = False) -> None:
+        self._out = ChunkWriter(_CsvRows(path, columns), helper, f"{path.name} writer")
         self._rows: list[tuple] = []
 
     def add(self, row: tuple) -> None:
@@ -46,12 +68,16 @@ class _CsvSink:
             self.flush()
 
     def flush(self) -> None:
-        self._writer.writerows(self._rows)
-        self._rows.clear()
+        if self._rows:
+            self._out.write(self._rows)
+            self._rows = []
 
     def close(self) -> None:
-        self.flush()
-        self._file.close()
+        """Write the remaining rows and close the file (waits for the helper)."""
+        try:
+            self.flush()
+        finally:
+            self._out.close()
 
 
 class RequestRecorder:
@@ -59,8 +85,10 @@ class RequestRecorder:
     finish order, TTFT and TPOT (NaN with one output token), arrival and finish times
     (seconds), prompt and output tokens and preemptions, and per-replica counts."""
 
-    def __init__(self, path: Path) -> None:
-        self._sink = _CsvSink(path, REQUEST_COLUMNS)
+    def __init__(self, path: Path, helper: bool = False) -> None:
+        """``helper``: format and write ``requests.csv`` in a helper process
+        (:mod:`sim.offload`); ``aborted.csv``, opened at a first abort, is written here."""
+        self._sink = _CsvSink(path, REQUEST_COLUMNS, helper)
         self._aborted_path = path.with_name("aborted.csv")
         self._aborted: _CsvSink | None = None  # opened at the first abort
         self.num_aborted = 0
@@ -93,9 +121,9 @@ class RequestRecorder:
             (
                 request_id,
                 replica,
-                fmt(arrival_s),
-                fmt(first_token_s),
-                fmt(finish_s),
+                arrival_s,
+                first_token_s,
+                finish_s,
                 prompt_tokens,
                 output_tokens,
                 cached_tokens,
@@ -141,9 +169,9 @@ class RequestRecorder:
             (
                 request_id,
                 replica,
-                fmt(arrival_s),
-                fmt(first_token_s),
-                fmt(abort_s),
+                arrival_s,
+                first_token_s,
+                abort_s,
                 prompt_tokens,
                 output_tokens,
                 cached_tokens,
