@@ -1,9 +1,9 @@
 """Helper processes for a single run: record writing and workload drawing off the loop.
 
-The simulation loop is one Python thread. Two pieces of a run do not depend on what
-the loop decides next: formatting and writing ``steps.csv`` rows (the loop only hands
-over raw values), and drawing an open-loop workload's requests (what request ``i``
-holds depends on the seed and ``i`` alone). On a machine with a spare CPU each runs
+The simulation loop is one Python thread. Some pieces of a run do not depend on what
+the loop decides next: formatting and writing the rows of ``steps.csv`` and
+``requests.csv`` (the loop only hands over raw values), and drawing an open-loop
+workload's requests (what request ``i`` holds depends on the seed and ``i`` alone). On a machine with a spare CPU each runs
 in a forked helper process and talks to the loop through a pipe (pickled chunks);
 the results are the same bytes as doing the work in the loop, because both sides run
 the same code on the same inputs in the same order.
