@@ -3,10 +3,11 @@
 The simulation loop is one Python thread. Some pieces of a run do not depend on what
 the loop decides next: formatting and writing the rows of ``steps.csv`` and
 ``requests.csv`` (the loop only hands over raw values), and drawing an open-loop
-workload's requests (what request ``i`` holds depends on the seed and ``i`` alone). On a machine with a spare CPU each runs
-in a forked helper process and talks to the loop through a pipe (pickled chunks);
-the results are the same bytes as doing the work in the loop, because both sides run
-the same code on the same inputs in the same order.
+workload's requests (what request ``i`` holds depends on the seed and ``i`` alone).
+On a machine with a spare CPU each runs in a forked helper process and talks to the
+loop through a pipe (pickled chunks); the results are the same bytes as doing the work
+in the loop, because both sides run the same code on the same inputs in the same
+order.
 
 Helpers are used when ``allowed()``: POSIX ``fork`` exists, this process may run on
 at least two CPUs, and ``KVSIM_HELPERS`` is not ``0``. Sweeps turn them off in their

@@ -99,8 +99,9 @@ class SyntheticWorkload(Workload):
             for i in range(index, end):
                 req = self._planner.next_request(self._planner.plan(i, 1, None), "", 0.0)
                 num_tokens, tail, hashes = draw_prompt(req, prepare, typecode)
-                sent = (num_tokens, tail, req.max_tokens, req.priority)
-                chunk.append((*sent, req.session_id, hashes))
+                chunk.append(
+                    (num_tokens, tail, req.max_tokens, req.priority, req.session_id, hashes)
+                )
             yield chunk
             index = end
             size = AHEAD_CHUNK

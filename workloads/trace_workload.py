@@ -28,10 +28,6 @@ from workloads.tokens import (
 )
 from workloads.traces.table import TraceTable
 
-DrawnRow = DrawnPrompt
-"""A trace row drawn ahead: its prompt (arrival times and the rest come from the
-table, in the loop)."""
-
 
 class TraceWorkload(Workload):
     """Replays a ``TraceTable`` at its arrival times (seconds)."""
@@ -68,22 +64,22 @@ class TraceWorkload(Workload):
         self._blocks = HashBlockTokens(seed, vocab_size)
         self._rows_by_id: dict[str, int] | None = None
 
-    def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnRow]]:
-        """Rows 0, 1, ... in chunks, as :meth:`_replay` submits them (:data:`DrawnRow`):
-        each row's prompt length, its token ids after those its block hashes cover (an
-        ``array``), and those hashes (``prepare``'s, None without it); where ``prepare``
-        says the request will be rejected (None), no ids (its tokens are then never
-        built, as in the loop). Arrival times and everything else come from the table,
-        in the loop."""
+    def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnPrompt]]:
+        """Rows 0, 1, ... in chunks, as :meth:`_replay` submits them: each row's prompt
+        (:data:`workloads.process.DrawnPrompt`): its length, its token ids after those
+        its block hashes cover (an ``array``), and those hashes (``prepare``'s, None
+        without it); where ``prepare`` says the request will be rejected (None), no ids
+        (its tokens are then never built, as in the loop). Arrival times and everything
+        else come from the table, in the loop."""
         return self._drawn_ahead(prepare)
 
-    def _drawn_ahead(self, prepare: Prepare | None) -> Iterator[list[DrawnRow]]:
+    def _drawn_ahead(self, prepare: Prepare | None) -> Iterator[list[DrawnPrompt]]:
         explicit = self.table.token_ids is not None  # some row has its own ids
         typecode = token_typecode(self._vocab, explicit)
         n, index, size = len(self.table), 0, 64  # a small first chunk: needed at once
         while index < n:
             end = min(index + size, n)
-            chunk: list[DrawnRow] = []
+            chunk: list[DrawnPrompt] = []
             for row in range(index, end):
                 chunk.append(draw_prompt(self.request(row, 0.0), prepare, typecode))
             yield chunk
@@ -96,7 +92,7 @@ class TraceWorkload(Workload):
     def _replay(
         self, env: simpy.Environment, ahead: Chunks | None
     ) -> Generator[simpy.Event, None, None]:
-        chunk: list[DrawnRow] = []
+        chunk: list[DrawnPrompt] = []
         pos = 0
         for row, when in enumerate(self.table.arrival_s.tolist()):
             if when > env.now:
