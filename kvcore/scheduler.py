@@ -948,7 +948,8 @@ class Scheduler:
             ids = list(self.requests)
         else:
             ids = dict.fromkeys(request_ids)
-        running: set[Request] = set()
+        # The running ones by id: a str's hash is cached, a request's is a call.
+        running: set[str] = set()
         waiting: list[Request] = []
         ended: list[Request] = []
         for rid in ids:
@@ -957,11 +958,11 @@ class Scheduler:
                 continue
             ended.append(request)
             if request.status == RequestStatus.RUNNING:
-                running.add(request)
+                running.add(rid)
             else:
                 waiting.append(request)
         if running:
-            self.running = [r for r in self.running if r not in running]
+            self.running = [r for r in self.running if r.request_id not in running]
         if waiting:
             self.waiting.remove_requests(waiting)
             if self.kv_holding_waiting:
