@@ -296,6 +296,35 @@ def test_fast_forward_engages_with_several_replicas(tmp_path: Path) -> None:
     assert _strip_wall(summary) == _strip_wall(runs[False][1])
 
 
+CHECKED = [v for v in VARIANTS if v[1] == "async"][:4] + [(i, "drawn") for i in range(6)]
+"""A few variants of both loops, run again in check mode."""
+
+
+@pytest.mark.parametrize(("case", "variant"), CHECKED, ids=[f"{i}-{v}" for i, v in CHECKED])
+def test_stretch_starts_are_the_steps_starts(case: int, variant: str, tmp_path: Path) -> None:
+    """The recorder takes a stretch's step starts from its segment instead of summing
+    its durations again: in check mode each stretch asserts the two are equal, and the
+    per-step starts, durations and KV usage the summary reads equal a stepped run's."""
+    wl, eng, model, replicas = _variant(case, variant)
+    path = tmp_path / "wl.yaml"
+    path.write_text(yaml.safe_dump(wl))
+    kwargs: dict[str, Any] = {"num_replicas": replicas} if replicas > 1 else {}
+    kept = {}
+    for ff in (True, False):
+        spec = RunSpec(workload=str(path), model=model, engine=EngineConfig(**eng))
+        clusters: list[Any] = []
+        out = tmp_path / f"ff-{ff}"
+        out.mkdir()
+        simulate(
+            resolve_run(spec), out, check=ff, fast_forward=ff, on_cluster=clusters.append, **kwargs
+        )
+        engine = clusters[0].engines[0]
+        kept[ff] = (engine.steps.start_s, engine.steps.duration_s, engine.steps.kv_usage)
+        if ff and variant == "async":
+            assert engine.num_stretches > 0
+    assert kept[True] == kept[False]
+
+
 # ---- plan_decode_stretch ------------------------------------------------------------
 
 BLOCK = 16

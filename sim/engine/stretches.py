@@ -195,9 +195,9 @@ class StretchRunner:
         """Rows (and decisions) of the segment's steps ``run.lo .. run.hi - 1``."""
         lo, hi = run.lo, run.hi
         free, cached, cached_free = seg.records
-        durations = seg.durations
+        durations, starts = seg.durations, seg.starts
         if lo or hi != len(durations):  # a part of the segment
-            durations = durations[lo:hi]
+            durations, starts = durations[lo:hi], starts[lo:hi]
             free, cached, cached_free = free[lo:hi], cached[lo:hi], cached_free[lo:hi]
         rows = DecodeRows(
             replica=self.replica_id,
@@ -211,7 +211,11 @@ class StretchRunner:
             num_cached_blocks=cached,
             num_cached_free_blocks=cached_free,
         )
-        self.steps.add_decode_steps(rows)
+        # The segment's starts are the timer's running sum of its durations, the sums
+        # DecodeRows.starts() makes again (bit for bit: the same additions in order).
+        if self.check:
+            assert starts == rows.starts(), "a stretch's starts are not its durations' sums"
+        self.steps.add_decode_steps(rows, starts)
         if run.rids is not None:
             self.decisions.write(
                 decode_decision_lines(self.replica_id, rows.step0, run.rids, free, run.finished)

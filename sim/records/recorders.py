@@ -153,9 +153,11 @@ class StepRecorder:
         else:
             rec.stuck_run = rec.stuck_preempted = 0
 
-    def add_decode_steps(self, rows: DecodeRows) -> None:
+    def add_decode_steps(self, rows: DecodeRows, starts: list[float] | None = None) -> None:
         """The rows of a stretch of decode-only steps (fast-forward), in bulk:
-        byte-identical to calling :meth:`add` with each of ``rows.row(j, ...)``."""
+        byte-identical to calling :meth:`add` with each of ``rows.row(j, ...)``.
+        ``starts``: the steps' starts where the caller has them (equal to
+        ``rows.starts()``, which is computed otherwise)."""
         durations = rows.durations
         k = len(durations)
         chunk = self._chunk
@@ -169,7 +171,7 @@ class StepRecorder:
         if self._chunk_rows >= _STEP_CHUNK_ROWS:
             self._flush()
         if k:
-            self.start_s.fromlist(rows.starts())
+            self.start_s.fromlist(rows.starts() if starts is None else starts)
         self.duration_s.fromlist(durations)
         self.kv_usage.fromlist(rows.kv_usage())
         replica = rows.replica
