@@ -12,8 +12,9 @@ process and its helpers) and peak RSS (MiB, of the main process).
 (c) the ``chat`` preset at 20,000 requests, ``kvsim run chat --num-requests 20000``;
 (v) with ``--vidur-script PATH`` (a script that runs Vidur on the workload of (t) and
     prints ``vidur_wall_s=<s>`` last, e.g. the team's Vidur runner), Vidur's own wall
-    time in the same benchmark run, and the ratio of (t) against it (target: 10x with
-    the compiled build, 5x in pure Python);
+    time in the same benchmark run, each of its runs right after one of (t)'s (so a
+    drift in the machine's speed reaches both), and the ratio of their medians (target:
+    10x with the compiled build, 5x in pure Python);
 (m) with ``--million``: ``kvsim run chat --num-requests 1000000``: wall time, simulated
     requests per wall-second against (c)'s (target: at least 90%: cost linear in
     requests) and peak RSS (target: under 1 GiB).
@@ -87,6 +88,11 @@ def bench(label: str, cmd: list[str], repeat: int, out: Path) -> dict[str, float
     runs = []
     for i in range(repeat):
         runs.append(timed([*cmd, "--out", str(out / f"{label}-{i}")]))
+    return report(label, runs)
+
+
+def report(label: str, runs: list[dict[str, float]]) -> dict[str, float]:
+    """Print and return the medians of ``runs`` (:func:`timed`'s figures)."""
     print(
         f"{label:<34} wall {median_of(runs, 'wall_s')} s  cpu {median_of(runs, 'cpu_s')} s"
         f"  peak RSS {median_of(runs, 'rss_mib')} MiB"
@@ -126,20 +132,23 @@ def main() -> None:
         trace = out / "poisson4.jsonl"
         write_trace(trace, args.requests, 4.0, 512, 128, seed=0)
         n = args.requests
-        t = bench(
-            f"(t) trace, {n:,} requests",
-            [kvsim, "run", str(trace), "--model", "Llama-3.1-8B", "--gpu", "A100-80GB"],
-            args.repeat,
-            out,
-        )
+        trace_cmd = [kvsim, "run", str(trace), "--model", "Llama-3.1-8B", "--gpu", "A100-80GB"]
+        walls: list[float] = []
+        if args.vidur_script is None:
+            t = bench(f"(t) trace, {n:,} requests", trace_cmd, args.repeat, out)
+        else:  # (t) and Vidur in turn, so that both see the machine's drift alike
+            t_runs = []
+            for i in range(args.repeat):
+                t_runs.append(timed([*trace_cmd, "--out", str(out / f"t-{i}")]))
+                walls.append(vidur(args.vidur_script, n, out))
+            t = report(f"(t) trace, {n:,} requests", t_runs)
         c = bench(
             f"(c) chat, {n:,} requests",
             [kvsim, "run", "chat", "--num-requests", str(n)],
             args.repeat,
             out,
         )
-        if args.vidur_script is not None:
-            walls = [vidur(args.vidur_script, n, out) for _ in range(args.repeat)]
+        if walls:
             v = statistics.median(walls)
             print(
                 f"{'(v) Vidur, same workload':<34} "
