@@ -49,16 +49,30 @@ def sample_fixed_token(token_id: int) -> SampleFn:
     return sample
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Batch:
-    """One scheduled batch: the engine step that planned it and what it samples."""
+    """One scheduled batch: the engine step that planned it and what it samples (its
+    ``__init__`` written out, as :class:`kvcore.sched_output.SchedulerOutput`'s: one is
+    made per engine step)."""
 
     step: int
     """Index of the engine iteration (:attr:`BatchQueue.iteration`) that scheduled it."""
     scheduler_output: SchedulerOutput
     sampled_token_ids: Mapping[str, Sequence[int]]
-    kv_connector_output: KVConnectorOutput | None = None
+    kv_connector_output: KVConnectorOutput | None
     """The connector workers' report for the batch (None without a connector)."""
+
+    def __init__(
+        self,
+        step: int,
+        scheduler_output: SchedulerOutput,
+        sampled_token_ids: Mapping[str, Sequence[int]],
+        kv_connector_output: KVConnectorOutput | None = None,
+    ) -> None:
+        self.step = step
+        self.scheduler_output = scheduler_output
+        self.sampled_token_ids = sampled_token_ids
+        self.kv_connector_output = kv_connector_output
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from kvcore.batch_queue import BatchQueue
 from kvcore.block_pool import BlockPool
 from kvcore.fast_forward_async import AsyncDecodeStretch, plan_async_decode_stretch
 from kvcore.request import Request
+from kvcore.sched_output import SchedulerOutput
 from sim.engine.stretches import (
     FAST_FORWARD_HORIZON,
     SAMPLE_TOKEN_ID,
@@ -135,10 +136,7 @@ class AsyncStretchRunner(StretchRunner):
         head = None
         if prefill0 or decode0 != batch or head_out.preempted_req_ids or queries or hits:
             head = (head_out, prefill0, decode0, queries, hits)
-        if out.total_num_scheduled_tokens:
-            duration, prefill, decode, _ = engine.costs.cost(out)
-        else:
-            duration, prefill, decode = 0.0, 0, 0
+        duration, prefill, decode = self._last_batch_cost(out)
         engine.relaunch_in_flight(end, duration, prefill, decode)
         step0 = engine.claim_steps(k)
         self.num_fast_forwarded += k
@@ -152,6 +150,25 @@ class AsyncStretchRunner(StretchRunner):
         return Segment(
             step0, starts, durations, end, batch, recs, finished, rids, head, pieces, finish_s
         )
+
+    def _last_batch_cost(self, out: SchedulerOutput) -> tuple[float, int, int]:
+        """The duration (s), prefill and decode tokens of the batch a stretch leaves in
+        flight (``out``: one decode token for each running request), as the engine's
+        step cost gives them."""
+        costs = self.engine.costs
+        running = self.scheduler.running
+        batch = len(running)
+        if not batch:
+            return 0.0, 0, 0
+        # Each request's context: its computed tokens but the one scheduled.
+        context = sum(r.num_computed_tokens for r in running) - batch
+        seconds = costs.steady_decode_seconds(batch, context)
+        if seconds is None:
+            duration, prefill, decode, _ = costs.cost(out)
+            return duration, prefill, decode
+        if self.check:
+            assert costs.cost(out)[:3] == (seconds, 0, batch), "not a batch of steady decodes"
+        return seconds, 0, batch
 
     def _batch_starts(
         self, start: float, until: float, stretch: AsyncDecodeStretch
