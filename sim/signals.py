@@ -115,7 +115,14 @@ def _watch_parent(sig: int, parent: int) -> None:
 
 
 def _worker_signal(signum: int, frame: FrameType | None) -> None:
+    global _pending
     if _busy:
+        # The point's cleanup runs once: a second signal (its parent's death sends two,
+        # the kernel's and the watchdog's) must not cut it short and leave its
+        # directory behind. A first one that was swallowed is raised again.
+        for sig in (*_HANDLED, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        _pending = signum
         raise Terminated(signum)
     os._exit(128 + signum)
 

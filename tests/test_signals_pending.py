@@ -62,3 +62,51 @@ def test_a_run_raises_a_pending_signal_at_its_first_finish(tmp_path, monkeypatch
         run_sim(workload, tmp_path / "out")
     assert not (tmp_path / "out").exists()  # a failed run leaves nothing complete
     assert signals._pending is None
+
+
+WORKER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from sim import signals
+
+out = Path({out!r})
+
+def point():
+    try:
+        (out / "started").write_text("")
+        time.sleep(60)
+    finally:  # the point's cleanup (a run's: its helpers reaped, its directory removed)
+        time.sleep(1.0)
+        (out / "cleaned").write_text("")
+
+signals.worker_init(os.getppid())
+signals.run_in_worker(point)
+"""
+
+
+def test_a_second_signal_does_not_cut_a_workers_cleanup_short(tmp_path) -> None:
+    """A sweep worker whose parent dies gets SIGTERM twice (the kernel's parent-death
+    signal and the watchdog's, up to 0.5 s apart): the second must not interrupt the
+    cleanup the first started (it once left a point's temporary directory behind)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    code = WORKER.format(root=root, out=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "the worker did not start"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # inside the cleanup
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (tmp_path / "cleaned").exists()
