@@ -142,8 +142,13 @@ def run_in_worker(fn: Callable[..., T], *args: Any) -> T:
     global _busy
     _busy = True
     try:
-        return fn(*args)
+        result = fn(*args)
     except KeyboardInterrupt as e:
         os._exit(exit_status(e))
     finally:
         _busy = False
+    if _pending is not None:
+        # A signal came and its exception was swallowed: the point is done, and this
+        # worker, whose handlers now ignore signals, ends instead of waiting idle.
+        os._exit(128 + _pending)
+    return result

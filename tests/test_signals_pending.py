@@ -110,3 +110,36 @@ def test_a_second_signal_does_not_cut_a_workers_cleanup_short(tmp_path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert (tmp_path / "cleaned").exists()
+
+
+SWALLOWED = """
+import contextlib, os, signal, sys
+sys.path.insert(0, {root!r})
+from sim import signals
+
+def point():
+    # A SIGTERM whose exception is swallowed (as in a __del__ or a fork hook).
+    with contextlib.suppress(signals.Terminated):
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a point where the handler runs
+    return "done"
+
+signals.worker_init(os.getppid())
+signals.run_in_worker(point)
+print("idle", flush=True)
+"""
+
+
+def test_a_worker_whose_signal_was_swallowed_ends_after_its_point(tmp_path) -> None:
+    """Its handlers ignore signals after the first, so it must not go back to waiting
+    idle for points from a parent that is gone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", SWALLOWED.format(root=root)],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 128 + signal.SIGTERM and "idle" not in done.stdout
