@@ -45,11 +45,17 @@ def _interrupt(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-def _raise(signum: int, frame: FrameType | None) -> None:
+def _first_signal(signum: int) -> None:
+    """Cleanup runs once: later signals are ignored, so none cuts it short; ``signum``
+    is kept for :func:`raise_pending` in case its exception is swallowed."""
     global _pending
-    for sig in (*_HANDLED, signal.SIGINT):  # cleanup runs once: a second signal
-        signal.signal(sig, signal.SIG_IGN)  # does not cut it short
+    for sig in (*_HANDLED, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     _pending = signum
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    _first_signal(signum)
     raise _interrupt(signum)
 
 
@@ -115,14 +121,10 @@ def _watch_parent(sig: int, parent: int) -> None:
 
 
 def _worker_signal(signum: int, frame: FrameType | None) -> None:
-    global _pending
     if _busy:
-        # The point's cleanup runs once: a second signal (its parent's death sends two,
-        # the kernel's and the watchdog's) must not cut it short and leave its
-        # directory behind. A first one that was swallowed is raised again.
-        for sig in (*_HANDLED, signal.SIGINT):
-            signal.signal(sig, signal.SIG_IGN)
-        _pending = signum
+        # Its parent's death sends two (the kernel's and the watchdog's): the second
+        # must not cut the point's cleanup short and leave its directory behind.
+        _first_signal(signum)
         raise Terminated(signum)
     os._exit(128 + signum)
 

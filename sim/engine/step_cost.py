@@ -95,15 +95,6 @@ class StepCoster:
             duration = self.seconds(list(n_sched.values()), contexts)
         return duration, prefill, decode, sampled
 
-    def steady_decode_seconds(self, batch: int, context: int) -> float | None:
-        """:meth:`cost`'s duration (s) of a batch of ``batch`` steady decodes (one token
-        each, every request's context all its known tokens but the last) over
-        ``context`` tokens in all, without the batch's output to walk through; None
-        where :meth:`cost` would not take the decode formula for it."""
-        if self.spec is not None or self.decode_time is None:
-            return None
-        return self.decode_time(batch, context)
-
     def seconds(self, new_tokens: list[int], contexts: list[int]) -> float:
         """The latency model's seconds for a step of ``new_tokens`` per request over
         ``contexts`` tokens each (its pure-Python twin where it has one)."""

@@ -153,19 +153,16 @@ class AsyncStretchRunner(StretchRunner):
 
     def _last_batch_cost(self, out: SchedulerOutput) -> tuple[float, int, int]:
         """The duration (s), prefill and decode tokens of the batch a stretch leaves in
-        flight (``out``: one decode token for each running request), as the engine's
-        step cost gives them."""
+        flight (``out``: one decode token for each running request): the decode formula
+        the engine's step cost takes for such a batch (stretches run only where it does:
+        vectorized decode timing, no speculative decoding; check mode compares)."""
         costs = self.engine.costs
         running = self.scheduler.running
         batch = len(running)
         if not batch:
             return 0.0, 0, 0
         # Each request's context: its computed tokens but the one scheduled.
-        context = sum(r.num_computed_tokens for r in running) - batch
-        seconds = costs.steady_decode_seconds(batch, context)
-        if seconds is None:
-            duration, prefill, decode, _ = costs.cost(out)
-            return duration, prefill, decode
+        seconds = costs.decode_seconds(batch, sum(r.num_computed_tokens for r in running) - batch)
         if self.check:
             assert costs.cost(out)[:3] == (seconds, 0, batch), "not a batch of steady decodes"
         return seconds, 0, batch

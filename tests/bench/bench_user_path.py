@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -82,17 +83,20 @@ def median_of(runs: list[dict[str, float]], key: str) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def bench(label: str, cmd: list[str], repeat: int, out: Path) -> dict[str, float]:
+def bench(
+    label: str,
+    cmd: list[str],
+    repeat: int,
+    out: Path,
+    after_each: Callable[[], object] | None = None,
+) -> dict[str, float]:
     """Run ``cmd`` (with ``--out`` appended, a fresh directory each time) ``repeat``
-    times; print and return the medians."""
+    times, ``after_each`` after each run; print and return the medians."""
     runs = []
     for i in range(repeat):
         runs.append(timed([*cmd, "--out", str(out / f"{label}-{i}")]))
-    return report(label, runs)
-
-
-def report(label: str, runs: list[dict[str, float]]) -> dict[str, float]:
-    """Print and return the medians of ``runs`` (:func:`timed`'s figures)."""
+        if after_each is not None:
+            after_each()
     print(
         f"{label:<34} wall {median_of(runs, 'wall_s')} s  cpu {median_of(runs, 'cpu_s')} s"
         f"  peak RSS {median_of(runs, 'rss_mib')} MiB"
@@ -132,16 +136,16 @@ def main() -> None:
         trace = out / "poisson4.jsonl"
         write_trace(trace, args.requests, 4.0, 512, 128, seed=0)
         n = args.requests
-        trace_cmd = [kvsim, "run", str(trace), "--model", "Llama-3.1-8B", "--gpu", "A100-80GB"]
         walls: list[float] = []
-        if args.vidur_script is None:
-            t = bench(f"(t) trace, {n:,} requests", trace_cmd, args.repeat, out)
-        else:  # (t) and Vidur in turn, so that both see the machine's drift alike
-            t_runs = []
-            for i in range(args.repeat):
-                t_runs.append(timed([*trace_cmd, "--out", str(out / f"t-{i}")]))
-                walls.append(vidur(args.vidur_script, n, out))
-            t = report(f"(t) trace, {n:,} requests", t_runs)
+        script = args.vidur_script
+        t = bench(
+            f"(t) trace, {n:,} requests",
+            [kvsim, "run", str(trace), "--model", "Llama-3.1-8B", "--gpu", "A100-80GB"],
+            args.repeat,
+            out,
+            # Vidur right after each (t), so that both see the machine's drift alike.
+            None if script is None else lambda: walls.append(vidur(script, n, out)),
+        )
         c = bench(
             f"(c) chat, {n:,} requests",
             [kvsim, "run", "chat", "--num-requests", str(n)],
