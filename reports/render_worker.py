@@ -20,6 +20,7 @@ cleanup stops it) and exits when its stdin closes, so it never outlives the run.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import select
 import signal
@@ -164,6 +165,11 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
+NICENESS = 10
+"""How much lower the worker's scheduling priority is than the run's (``os.nice``),
+as the run's helper processes (``sim.offload.HELPER_NICENESS``): its imports and its
+reading of the steps file then take a CPU the simulation loop does not need."""
+
 POLL_S = 0.05
 """How often the worker reads what the followed steps file has gained (s)."""
 
@@ -172,6 +178,8 @@ def main() -> int:
     """The worker: import the renderer, follow the steps file if told to, then render
     the directory named on stdin."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(AttributeError, OSError):  # no os.nice, or refused
+        os.nice(NICENESS)
     from reports.figures import warm_up
     from reports.run_report import render_run  # the imports that take the time
     from reports.step_follow import StepFollower

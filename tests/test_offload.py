@@ -146,6 +146,43 @@ def test_chunk_reader_close_stops_an_endless_producer() -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _nicer(niceness: int) -> int:
+    """This process's niceness made ``niceness`` steps nicer (the kernel's cap: 19)."""
+    return min(os.nice(0) + niceness, 19)
+
+
+@needs_fork
+def test_helpers_run_at_lower_priority_than_the_run() -> None:
+    """Reader and writer helpers both: the niceness a helper reports (or writes) is the
+    run's plus HELPER_NICENESS, while the run's own is unchanged."""
+    before = os.nice(0)
+    if before >= 19:
+        pytest.skip("this process already runs at the lowest priority")
+    reader = offload.ChunkReader(lambda: iter([os.nice(0)]), "test")
+    got = reader.next()
+    reader.close()
+    assert got == _nicer(offload.HELPER_NICENESS) != before
+    assert os.nice(0) == before
+
+
+@needs_fork
+def test_a_writer_helper_runs_at_lower_priority(tmp_path: Path) -> None:
+    class Niceness:
+        def __init__(self, path: Path) -> None:
+            self.path = path
+
+        def write(self, chunk: Any) -> None:
+            self.path.write_text(str(os.nice(0)))
+
+        def close(self) -> None:
+            pass
+
+    writer = offload.ChunkWriter(Niceness(tmp_path / "nice"), True, "test")
+    writer.write([1])
+    writer.close()
+    assert int((tmp_path / "nice").read_text()) == _nicer(offload.HELPER_NICENESS)
+
+
 def test_allowed_respects_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(offload.ENV_SWITCH, "0")
     assert not offload.allowed()

@@ -4,9 +4,11 @@ worker that cannot render leaves the run to render (and fail) itself."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -220,6 +222,24 @@ def test_a_worker_started_early_is_the_one_the_run_takes(tmp_path: Path) -> None
     assert worker.render(there)
     for name in ("report.html", "plots/latency.png", "plots/timeline.png"):
         assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
+def test_the_worker_runs_at_the_helpers_lower_priority() -> None:
+    """The worker lowers its own priority as it starts, by the helpers' step."""
+    from sim.offload import HELPER_NICENESS
+
+    assert render_worker.NICENESS == HELPER_NICENESS
+    want = min(os.nice(0) + HELPER_NICENESS, 19)
+    worker = RenderWorker()
+    proc = worker._proc
+    assert proc is not None
+    try:
+        deadline = time.monotonic() + 10.0
+        while os.getpriority(os.PRIO_PROCESS, proc.pid) != want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == want
+    finally:
+        worker.close()
 
 
 def test_an_early_worker_nobody_takes_is_killed() -> None:
