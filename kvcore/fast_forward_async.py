@@ -32,14 +32,17 @@ shortcut whose results equal the batch queue's step-by-step behaviour (see the t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from kvcore.batch_queue import BatchQueue
 from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import SchedulerOutput
+from kvcore.scheduler import Scheduler
 from kvcore.single_type_kv_cache_manager import SingleTypeKVCacheManager
 from kvcore.stretch_blocks import (
+    JoinBlocks,
     StretchRecords,
     add_allocations,
     block_events,
@@ -65,6 +68,20 @@ class AsyncStretchResult(NamedTuple):
     batch was applied since); the later iterations' are empty (nothing waits)."""
     finished_in: list[int]
     """The iteration (1-based) in which each of ``finished`` finished."""
+    join_stats: dict[int, PrefixCacheStats | None]
+    """What the apply of each iteration after the first that admitted requests
+    reports: their prefix-cache lookups (iteration 1's are in ``prefix_cache_stats``)."""
+
+
+class Join(NamedTuple):
+    """A request admitted within a stretch: the schedule of iteration ``iteration``
+    (1-based) takes it from the waiting queue with its whole prompt, after the running
+    requests' decodes, as ``Scheduler.schedule`` takes a waiting request; from the next
+    iteration on it decodes with the others."""
+
+    iteration: int
+    request: Request
+    """Not yet added to the scheduler (the stretch adds it when it admits it)."""
 
 
 class AsyncDecodeStretch:
@@ -79,6 +96,12 @@ class AsyncDecodeStretch:
     when ``finishes`` is true, iteration ``max_steps`` is the first in which requests
     finish, else none finishes within the stretch; with it, ``finishes`` says whether
     any finishes within ``max_steps``.
+
+    ``joins`` (in iteration order) are admitted within the stretch: join ``i`` decodes
+    from iteration ``joins[i].iteration + 1`` on as a running request whose ``num_tokens``
+    at the start would have been ``join_computed0[i]``, and finishes in iteration
+    ``join_steps_left[i]``. A stretch is never applied to end in an iteration that
+    admits requests (its last batch must be one of decodes): see :meth:`can_end_at`.
     """
 
     __slots__ = (
@@ -86,6 +109,9 @@ class AsyncDecodeStretch:
         "computed0",
         "context0",
         "finishes",
+        "join_computed0",
+        "join_steps_left",
+        "joins",
         "max_steps",
         "queue",
         "steps_left",
@@ -98,6 +124,9 @@ class AsyncDecodeStretch:
         computed0: list[int],
         steps_left: list[int],
         finishes: bool,
+        joins: Sequence[Join] = (),
+        join_computed0: Sequence[int] = (),
+        join_steps_left: Sequence[int] = (),
     ) -> None:
         self.queue = queue
         self.max_steps = max_steps
@@ -106,66 +135,137 @@ class AsyncDecodeStretch:
         self.context0 = sum(computed0)
         self.steps_left = steps_left
         self.finishes = finishes
+        self.joins = list(joins)
+        self.join_computed0 = list(join_computed0)
+        self.join_steps_left = list(join_steps_left)
+
+    def can_end_at(self, k: int) -> bool:
+        """Whether :meth:`apply` may take ``k`` iterations: ``1 <= k <= max_steps`` and
+        iteration ``k`` admits no request."""
+        return 1 <= k <= self.max_steps and all(j.iteration != k for j in self.joins)
 
     def apply(self, k: int, sample_token_id: int) -> AsyncStretchResult:
-        """Advance ``k`` (1 <= k <= max_steps) iterations; see
-        :class:`AsyncStretchResult` for what they did."""
-        assert 1 <= k <= self.max_steps
+        """Advance ``k`` iterations (:meth:`can_end_at`); see
+        :class:`AsyncStretchResult` for what they did. The joins of iterations after
+        ``k`` are left out (not added to the scheduler)."""
+        assert self.can_end_at(k), "a stretch ends with a batch of decodes"
         queue = self.queue
         sched = queue.scheduler
         kvm = sched.kv_cache_manager
         managers = kvm.coordinator.single_type_managers
-        running = list(sched.running)
-        computed0 = self.computed0
+        njoin = sum(1 for j in self.joins if j.iteration <= k)
+        joins = self.joins[:njoin]
+        # Running order from each request's admission on: the running ones, then the joins.
+        members = [*sched.running, *(j.request for j in joins)]
+        computed0 = self.computed0 + self.join_computed0[:njoin]
+        left = self.steps_left + self.join_steps_left[:njoin]
         # The iteration in which each request finishes, 0 for those that run on.
-        ends = [left if left <= k else 0 for left in self.steps_left]
+        ends = [f if f <= k else 0 for f in left]
         by_step: dict[int, list[int]] = {}  # iteration -> its finishing requests' indices
         for i, f in enumerate(ends):
             if f:
                 by_step.setdefault(f, []).append(i)
         order = sorted(by_step)
-        finished = [running[i] for f in order for i in by_step[f]]
+        finished = [members[i] for f in order for i in by_step[f]]
         finished_in = [f for f in order for _ in by_step[f]]
-        alloc, cache, held_before_last = self._block_events(k, ends)
+        alloc, cache, held_before_last = self._block_events(k, ends, members, computed0)
         self._advance_tokens(k, ends, sample_token_id)
         finished_before = sched.finished_req_ids
         finished_ids: dict[int, set[str]] = {}  # iteration -> ids its output finished
+        admits: dict[int, list[int]] = {}  # iteration -> the joins it admits
+        for i, join in enumerate(joins):
+            admits.setdefault(join.iteration, []).append(i)
+        stats1 = None if 1 in admits else kvm.make_prefix_cache_stats()
+        join_stats: dict[int, PrefixCacheStats | None] = {}
+        base = self.batch_size
 
         def run_step(j: int) -> None:
             block_events(managers, alloc.get(j, ()), cache.get(j, ()))
+            admitted = admits.get(j)
+            if admitted:
+                for i in admitted:
+                    self._admit(joins[i].request, j, k, ends[base + i], sample_token_id)
+                nonlocal stats1
+                stats = kvm.make_prefix_cache_stats()  # this iteration's apply reports it
+                if j == 1:
+                    stats1 = stats
+                else:
+                    join_stats[j] = stats
             gone = by_step.get(j)
             if gone:
                 for i in gone:  # its output's registration, then its free
-                    kvm.cache_blocks(running[i], computed0[i] + j - 1)
+                    kvm.cache_blocks(members[i], computed0[i] + j - 1)
                 sched.finished_req_ids = set()  # the next schedule takes these
-                ids = [running[i].request_id for i in gone]
+                ids = [members[i].request_id for i in gone]
                 sched.finish_requests(ids, RequestStatus.FINISHED_LENGTH_CAPPED)
                 finished_ids[j] = sched.finished_req_ids
 
-        records = record_event_steps(
-            kvm.block_pool, k, sorted(alloc.keys() | cache.keys() | by_step.keys()), run_step
-        )
+        steps = alloc.keys() | cache.keys() | by_step.keys() | admits.keys()
+        records = record_event_steps(kvm.block_pool, k, sorted(steps), run_step)
         # Iteration k's schedule took what iteration k - 1's output finished (before the
         # stretch: what the batch in flight's apply finishes); iteration k's own wait.
         sched.finished_req_ids = finished_ids.get(k, set())
         carried = finished_before if k == 1 else finished_ids.get(k - 1, set())
         sched.reset_preempted_req_ids = set()
-        stats = kvm.make_prefix_cache_stats()  # iteration 1's; the others' are empty
         kvm.take_events()
         out = self._last_batch(held_before_last, carried)
         queue.replace_in_flight(k, out)
-        return AsyncStretchResult(records, finished, out, stats, finished_in)
+        return AsyncStretchResult(records, finished, out, stats1, finished_in, join_stats)
+
+    def _admit(self, req: Request, j: int, k: int, end: int, sample_token_id: int) -> None:
+        """Admit ``req`` in iteration ``j``'s schedule as ``Scheduler.schedule`` takes a
+        waiting request with its whole prompt (prefix lookup, slots, registration,
+        statistics, then the async scheduler's placeholder), then give it the tokens
+        and counters of the stretch's ``k`` iterations (``end``: the iteration it
+        finishes in, 0 if after). Its later block events are the stretch's."""
+        sched = self.queue.scheduler
+        kvm = sched.kv_cache_manager
+        sched.add_request(req)
+        blocks, hits = kvm.get_computed_blocks(req)
+        n = req.num_tokens - hits
+        new_blocks = kvm.allocate_slots(
+            req,
+            n,
+            num_new_computed_tokens=hits,
+            new_computed_blocks=blocks,
+            num_lookahead_tokens=sched.num_lookahead_tokens,
+            full_sequence_must_fit=sched.scheduler_config.scheduler_reserve_full_isl,
+            has_scheduled_reqs=bool(sched.running),
+        )
+        assert new_blocks is not None, "the stretch's plan covers every admission"
+        kvm.record_prefix_cache_stats(req, hits)
+        if req.num_cached_tokens < 0:
+            req.num_cached_tokens = hits
+        sched.waiting.pop_request()
+        sched.running.append(req)
+        req.status = RequestStatus.RUNNING
+        # Its tokens after the admission, as the iterations up to k leave them: one
+        # sampled per iteration from j + 1 on, the last scheduled one in flight.
+        prompt = req.num_tokens
+        last = end if end else k
+        req.append_output_token_ids([sample_token_id] * (last - j))
+        req.is_prefill_chunk = False
+        if end:
+            req.num_computed_tokens = prompt + end - 1 - j
+            req.num_in_flight_tokens = 0
+            req.num_output_placeholders = 0
+        else:
+            req.num_computed_tokens = prompt + k - j
+            req.num_in_flight_tokens = 1
+            req.num_output_placeholders = 1
 
     def _block_events(
-        self, k: int, ends: list[int]
+        self, k: int, ends: list[int], members: list[Request], computed0: list[int]
     ) -> tuple[
         dict[int, list[tuple[Request, int]]], dict[int, list[tuple[Request, int]]], dict[str, int]
     ]:
         """The schedule-time events of ``k`` iterations, keyed by iteration, in running
-        order: allocations (request, slots) and prefix-cache registrations (request,
-        tokens); and the blocks each request still scheduled in iteration ``k`` holds
-        before that iteration's schedule. ``ends``: the iteration each request
-        finishes in (0: after the ``k``)."""
+        order (``members``: the running requests, then the joins admitted by iteration
+        ``k``; ``computed0`` theirs): allocations (request, slots) and prefix-cache
+        registrations (request, tokens), a join's from the iteration after its admission
+        (which makes its own); and the blocks each request still scheduled in iteration
+        ``k`` holds before that iteration's schedule. ``ends``: the iteration each
+        request finishes in (0: after the ``k``)."""
         sched = self.queue.scheduler
         kvm = sched.kv_cache_manager
         req_to_blocks = kvm.coordinator.single_type_managers[0].req_to_blocks
@@ -176,17 +276,26 @@ class AsyncDecodeStretch:
         alloc: dict[int, list[tuple[Request, int]]] = {}
         cache: dict[int, list[tuple[Request, int]]] = {}
         held_before_last: dict[str, int] = {}
-        for req, c0, f in zip(sched.running, self.computed0, ends):
+        base = self.batch_size
+        for i, (req, c0, f) in enumerate(zip(members, computed0, ends)):
             rid = req.request_id
             last = f - 1 if f else k  # iterations that schedule it
-            held = len(req_to_blocks.get(rid) or ())
+            if i < base:
+                first = 1
+                held = len(req_to_blocks.get(rid) or ())
+                cached_from = -(-c0 // bs)
+            else:  # admitted in iteration first - 1 with its prompt's slots
+                first = self.joins[i - base].iteration + 1
+                prompt = c0 + first - 1
+                held = -(-min(prompt + la, mml) // bs)
+                cached_from = prompt // bs + 1  # its admission registered the prompt's
             # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
-            before_k = add_allocations(alloc, req, c0, held, last, k, la, mml, bs)
+            before_k = add_allocations(alloc, req, c0, held, last, k, la, mml, bs, first)
             if before_k >= 0:
                 held_before_last[rid] = before_k
             if caching:
                 # Iteration j registers the blocks the first c0 + j - 1 tokens fill.
-                for q in range(-(-c0 // bs), (c0 + last - 1) // bs + 1):
+                for q in range(cached_from, (c0 + last - 1) // bs + 1):
                     if q:
                         cache.setdefault(q * bs - c0 + 1, []).append((req, q * bs))
         return alloc, cache, held_before_last
@@ -271,8 +380,76 @@ def _steady(
     return True
 
 
+def _admissible(sched: Scheduler, req: Request) -> bool:
+    """Whether ``req`` is a request a stretch admits (:class:`Join`): new, stopping only
+    on length, without a LoRA adapter, reading the prefix cache, shorter than the
+    model's length, and the scheduler's policy first-come-first-served."""
+    return (
+        req.status == RequestStatus.WAITING
+        and req.num_computed_tokens == 0
+        and not req.output_token_ids
+        and not req.num_preemptions
+        and not req.num_stale_output_tokens
+        and not req.spec_token_ids
+        and req.eos_token_id is None
+        and not req.stop_token_ids
+        and req.lora_request is None
+        and not req.skip_reading_prefix_cache
+        and req.max_tokens >= 1
+        and req.num_tokens < sched.max_model_len
+        and sched.policy == "fcfs"
+    )
+
+
+def _plan_joins(
+    sched: Scheduler, steps_left: list[int], joins: Sequence[Join], horizon: int
+) -> tuple[list[Join], list[int], list[int], int]:
+    """The joins a stretch can take, each as the first of its iteration's admissions
+    that the scheduler's limits would also let through (the token budget after the
+    running decodes, whole prompts: no chunk; the running-request cap; the long-prefill
+    threshold), their ``join_computed0`` and ``join_steps_left``, and the most
+    iterations the stretch may take because of them: it ends before the first join it
+    cannot take (the joins after it are left out)."""
+    mml = sched.max_model_len
+    budget = sched.max_num_scheduled_tokens
+    threshold = sched.scheduler_config.long_prefill_token_threshold
+    taken: list[Join] = []
+    computed0: list[int] = []
+    left: list[int] = []
+    limit = horizon
+    for join in joins:
+        j, req = join.iteration, join.request
+        prompt = req.num_tokens
+        # At iteration j's schedule: running (not finished before j); scheduled: those
+        # that do not finish in j; then the joins before this one in j.
+        before = [f for t, f in zip(taken, left) if t.iteration < j]
+        same = [t.request.num_tokens for t in taken if t.iteration == j]
+        running = sum(1 for f in steps_left if f >= j) + sum(1 for f in before if f >= j)
+        running += len(same)
+        scheduled = sum(1 for f in steps_left if f > j) + sum(1 for f in before if f > j)
+        tokens_left = budget - scheduled - sum(same)
+        if (
+            j < 1
+            or (taken and j < taken[-1].iteration)
+            or not _admissible(sched, req)
+            or not running  # the engine is busy: the batch in flight is not empty
+            or prompt > tokens_left
+            or running >= sched.max_num_running_reqs
+            or 0 < threshold < prompt
+        ):
+            limit = min(limit, j - 1)
+            break
+        taken.append(join)
+        computed0.append(prompt - j)
+        left.append(j + min(req.max_tokens, mml - prompt))
+    return taken, computed0, left, limit
+
+
 def plan_async_decode_stretch(
-    queue: BatchQueue, horizon: int, through_finishes: bool = False
+    queue: BatchQueue,
+    horizon: int,
+    through_finishes: bool = False,
+    joins: Sequence[Join] = (),
 ) -> AsyncDecodeStretch | None:
     """The longest steady async decode stretch (at most ``horizon`` iterations) from
     the top of an engine iteration, or None; ``through_finishes``: going on past the
@@ -287,6 +464,14 @@ def plan_async_decode_stretch(
     are full attention, KV events are off and the token budget covers one token per
     request. Requests with no output yet get their first token when iteration 1
     applies the batch in flight.
+
+    ``joins`` (in iteration order; requests not yet added to the scheduler) are
+    admitted in their iterations: the stretch ends before the first it cannot take
+    exactly as ``schedule()`` would (a request that is not new, stops on EOS or a stop
+    token, has a LoRA adapter or skips the prefix cache; a prompt over the token budget
+    the running decodes leave, or over the long-prefill threshold; the running-request
+    cap; a batch in flight with nothing in it; blocks for its whole prompt, no prefix
+    hit counted, and the pool's watermark).
     """
     sched = queue.scheduler
     if len(queue.queue) != 1 or not stretch_possible(sched):
@@ -312,10 +497,26 @@ def plan_async_decode_stretch(
             return None
         computed0.append(c)
         steps_left.append(f)
+    taken, join_computed0, join_left, limit = _plan_joins(sched, steps_left, joins, horizon)
+    if limit < 1:
+        return None
+    la = sched.num_lookahead_tokens
+    blocks = [
+        JoinBlocks(t.iteration, c0, -(-min(c0 + t.iteration + la, mml) // bs), f)
+        for t, c0, f in zip(taken, join_computed0, join_left)
+    ]
     planned = stretch_length(
-        sched, computed0, steps_left, horizon, finish_lag=1, through_finishes=through_finishes
+        sched,
+        computed0,
+        steps_left,
+        limit,
+        finish_lag=1,
+        through_finishes=through_finishes,
+        joins=blocks,
     )
     if planned is None:
         return None
     max_steps, finishes = planned
-    return AsyncDecodeStretch(queue, max_steps, computed0, steps_left, finishes)
+    return AsyncDecodeStretch(
+        queue, max_steps, computed0, steps_left, finishes, taken, join_computed0, join_left
+    )

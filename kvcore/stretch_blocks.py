@@ -74,15 +74,16 @@ def add_allocations(
     la: int,
     mml: int,
     bs: int,
+    first: int = 1,
 ) -> int:
     """Add to ``alloc[j]`` the allocation ``(req, slots)`` of each step ``j`` in
-    ``1 .. last`` whose slots cross into a block ``req`` does not hold yet: step ``j``
-    schedules token ``c0 + j - 1`` and needs ``min(c0 + j + la, mml)`` slots (``la``
-    lookahead tokens, ``mml`` the model's length, ``bs`` tokens a block); ``req`` holds
-    ``held`` blocks before step 1. Returns the blocks it holds before step ``k``'s
-    allocation when step ``k`` allocates, else -1."""
+    ``first .. last`` whose slots cross into a block ``req`` does not hold yet: step
+    ``j`` schedules token ``c0 + j - 1`` and needs ``min(c0 + j + la, mml)`` slots
+    (``la`` lookahead tokens, ``mml`` the model's length, ``bs`` tokens a block); ``req``
+    holds ``held`` blocks before step ``first``. Returns the blocks it holds before step
+    ``k``'s allocation when step ``k`` allocates, else -1."""
     before_k = -1
-    j = 1
+    j = first
     while j <= last:
         slots = min(c0 + j + la, mml)
         required = -(-slots // bs)
@@ -151,6 +152,21 @@ def stretch_possible(scheduler: Scheduler) -> bool:
     return all(type(m) is FullAttentionManager for m in kvm.coordinator.single_type_managers)
 
 
+class JoinBlocks(NamedTuple):
+    """A request admitted within a stretch, as its block count sees it (see
+    :func:`stretch_length`)."""
+
+    step: int
+    """The step whose schedule admits it (1-based)."""
+    c0: int
+    """Its computed tokens as a running request's before step 1 would be: each later
+    step ``j`` schedules its token ``c0 + j - 1``."""
+    held: int
+    """Blocks (per group) its admission leaves it at most (none of them a prefix hit)."""
+    steps_left: int
+    """The step it finishes in."""
+
+
 def stretch_length(
     scheduler: Scheduler,
     computed0: list[int],
@@ -158,6 +174,7 @@ def stretch_length(
     horizon: int,
     finish_lag: int,
     through_finishes: bool = False,
+    joins: Sequence[JoinBlocks] = (),
 ) -> tuple[int, bool] | None:
     """How many steps a decode stretch of the running requests may take (at most
     ``horizon``) and whether a request finishes within them; None when the free blocks
@@ -170,10 +187,17 @@ def stretch_length(
     (plus lookahead, capped at ``max_model_len``), through step ``steps_left[i] -
     finish_lag`` (the async loop does not schedule a request in the iteration whose
     output finishes it: 1; the synchronous loop: 0). Blocks freed by requests that
-    finish within the stretch are not counted on (they join the free queue's tail)."""
-    first_finish = min(horizon + 1, min(steps_left))
+    finish within the stretch are not counted on (they join the free queue's tail).
+
+    ``joins``: requests admitted within the stretch (the async loop's), each counted
+    from its step on with the blocks its admission takes (at most ``held``, prefix hits
+    unknown before then) and its decodes after it; each admission also leaves the
+    pool's watermark free, as ``allocate_slots`` demands of a waiting request: the
+    stretch ends before one the free blocks would not cover so."""
+    finishes = steps_left + [j.steps_left for j in joins]
+    first_finish = min(horizon + 1, min(finishes))
     if through_finishes:
-        max_steps = min(horizon, max(steps_left))
+        max_steps = min(horizon, max(finishes))
     else:
         max_steps = min(horizon, first_finish)
     kvm = scheduler.kv_cache_manager
@@ -193,9 +217,17 @@ def stretch_length(
             extra = -(-min(c + min(s, f - finish_lag) + la, mml) // bs) - h
             if extra > 0:
                 total += extra
+        for join in joins:
+            if join.step <= s:
+                last = min(s, join.steps_left - finish_lag)
+                total += max(join.held, -(-min(join.c0 + last + la, mml) // bs))
         return total * ng
 
     affordable = affordable_steps(needed, max_steps, free)
+    watermark = scheduler.kv_cache_manager.watermark_blocks
+    for join in joins:  # in step order
+        if join.step <= affordable and needed(join.step) + watermark > free:
+            affordable = join.step - 1
     if not affordable:
         return None
     return affordable, first_finish <= affordable

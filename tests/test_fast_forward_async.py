@@ -18,7 +18,7 @@ import pytest
 from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher
-from kvcore.fast_forward_async import plan_async_decode_stretch
+from kvcore.fast_forward_async import Join, plan_async_decode_stretch
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from kvcore.request import Request
 from kvcore.scheduler_config import SchedulerConfig
@@ -150,11 +150,11 @@ def test_async_plan_ends_with_the_first_finish() -> None:
     short = plan_async_decode_stretch(queue, 5)
     assert short is not None and short.max_steps == 5 and not short.finishes
     # Fewer iterations than planned finish nothing.
-    _records, finished, out, _stats, _in = plan.apply(8, SAMPLE_TOKEN_ID)
+    _records, finished, out, _stats, _in, _joins = plan.apply(8, SAMPLE_TOKEN_ID)
     assert finished == [] and list(out.num_scheduled_tokens) == ["a", "b"]
     last = plan_async_decode_stretch(queue, 1000)
     assert last is not None and last.max_steps == 1 and last.finishes
-    _records, finished, out, _stats, _in = last.apply(1, SAMPLE_TOKEN_ID)
+    _records, finished, out, _stats, _in, _joins = last.apply(1, SAMPLE_TOKEN_ID)
     assert [r.request_id for r in finished] == ["b"]
     assert list(out.num_scheduled_tokens) == ["a"]
     assert [r.request_id for r in queue.scheduler.running] == ["a"]
@@ -281,7 +281,8 @@ def test_async_apply_equals_stepping(name: str, through: bool) -> None:
     past_a_finish = False
     while (plan := plan_async_decode_stretch(ff, 7, through)) is not None:
         assert plan_async_decode_stretch(ref, 7, through) is not None
-        records, finished, _out, _stats, finished_in = plan.apply(plan.max_steps, SAMPLE_TOKEN_ID)
+        result = plan.apply(plan.max_steps, SAMPLE_TOKEN_ID)
+        records, finished, finished_in = result.records, result.finished, result.finished_in
         counts, done, every = _step_iterations(ref, plan.max_steps)
         assert list(zip(*records)) == counts
         assert [(r.request_id, f) for r, f in zip(finished, finished_in)] == every
@@ -296,3 +297,161 @@ def test_async_apply_equals_stepping(name: str, through: bool) -> None:
         assert past_a_finish  # a stretch went on after requests finished
     if name == "all-finish":  # an empty batch is in flight, as stepping leaves it
         assert not ff.scheduler.running and _state(ff)[7][2] == 0
+
+
+def _request(rid: str, prompt: int, max_tokens: int, seed: int = 0) -> Request:
+    """The request :func:`_add` adds, not added."""
+    ids = [1000 + seed * 1000 + i for i in range(prompt)]
+    return Request(rid, ids, max_tokens, block_hasher=BlockHasher.from_name(BLOCK))
+
+
+JOIN_SCENARIOS = {
+    # name: (blocks, max_model_len, caching, running [(id, prompt, max_tokens, seed)],
+    #        joins [(iteration, id, prompt, max_tokens, seed)], queue keywords)
+    "hit": (100, 4096, True, [("a", 30, 80, 0), ("b", 17, 80, 1)], [(3, "c", 30, 20, 0)], {}),
+    "at-1": (100, 4096, True, [("a", 30, 80, 0), ("b", 17, 80, 1)], [(1, "c", 40, 20, 2)], {}),
+    "finishes": (100, 4096, True, [("a", 30, 80, 0)], [(2, "c", 33, 3, 0)], {}),
+    "same-iteration": (
+        100,
+        4096,
+        True,
+        [("a", 30, 80, 0), ("b", 17, 80, 1)],
+        [(4, "c", 20, 30, 3), (4, "d", 20, 30, 3), (9, "e", 48, 10, 0)],
+        {},
+    ),
+    # e shares c's prompt, admitted after c registered it.
+    "hits-a-join": (
+        100,
+        4096,
+        True,
+        [("a", 30, 80, 0)],
+        [(2, "c", 50, 30, 4), (6, "e", 50, 30, 4)],
+        {},
+    ),
+    "after-a-finish": (
+        100,
+        4096,
+        True,
+        [("a", 30, 4, 0), ("b", 17, 60, 1)],
+        [(7, "c", 30, 10, 0)],
+        {},
+    ),
+    "lookahead": (100, 4096, True, [("a", 30, 40, 0)], [(3, "c", 31, 20, 5)], {"lookahead": 3}),
+    "no-caching": (100, 4096, False, [("a", 30, 40, 0)], [(3, "c", 30, 20, 0)], {}),
+    "max-model-len": (100, 64, True, [("a", 20, 100, 0)], [(2, "c", 40, 100, 1)], {}),
+    # Few blocks: the running decodes' allocations evict cached free blocks first.
+    "tight": (14, 4096, True, [("a", 30, 50, 0)], [(5, "c", 40, 8, 1)], {}),
+    "watermark": (60, 4096, True, [("a", 30, 40, 0)], [(3, "c", 40, 8, 1)], {"watermark": 0.1}),
+    # c comes in the iteration whose apply finishes a, the only one running.
+    "as-the-last-finishes": (100, 4096, True, [("a", 30, 4, 0)], [(3, "c", 40, 10, 2)], {}),
+    # The blocks run out while c decodes: the stretch ends before.
+    "growth": (9, 4096, True, [("a", 30, 80, 0)], [(2, "c", 20, 60, 1)], {}),
+}
+
+
+def _join_queue(name: str) -> BatchQueue:
+    blocks, max_model_len, caching, running, _, kw = JOIN_SCENARIOS[name]
+    queue = _queue(blocks, max_model_len, caching, lookahead=kw.get("lookahead", 0))
+    if "watermark" in kw:  # a pool that keeps a tenth of its blocks for running requests
+        kvm = queue.scheduler.kv_cache_manager
+        kvm.watermark_blocks = int(kw["watermark"] * blocks)
+    for rid, prompt, max_tokens, seed in running:
+        _add(queue, rid, prompt, max_tokens, seed)
+    _warm(queue)
+    return queue
+
+
+def _stats(stats: Any) -> tuple[int, int]:
+    return (0, 0) if stats is None else (stats.queries, stats.hits)
+
+
+@pytest.mark.parametrize("horizon", [12, 40])
+@pytest.mark.parametrize("name", JOIN_SCENARIOS)
+def test_a_stretch_admits_arrivals_as_stepping_does(name: str, horizon: int) -> None:
+    """A stretch that admits requests in its iterations leaves everything as stepping
+    does with the requests added before those iterations: the same scheduler, caches
+    and batch in flight, the same block counts after every iteration, the same requests
+    finished in the same iterations and the same prefix-cache lookups reported by each
+    iteration's apply. ``horizon``: the stretch ends with requests it admitted still
+    running (12) or, mostly, after they finished (40)."""
+    joins = JOIN_SCENARIOS[name][4]
+    ff, ref = _join_queue(name), _join_queue(name)
+    plan = plan_async_decode_stretch(
+        ff, horizon, True, [Join(j, _request(rid, p, m, s)) for j, rid, p, m, s in joins]
+    )
+    assert plan is not None
+    k = max(i for i in range(1, plan.max_steps + 1) if plan.can_end_at(i))
+    assert k > max(j for j, *_ in joins if j <= k)  # it admitted someone
+    result = plan.apply(k, SAMPLE_TOKEN_ID)
+    counts, every, reported = [], [], []
+    for j in range(1, k + 1):
+        for jj, rid, p, m, s in joins:
+            if jj == j:
+                _add(ref, rid, p, m, s)
+        step = ref.step()
+        assert step.output is not None and step.applied is not None
+        counts.append(_counts(ref))
+        every += [(rid, j) for rid in step.output.finished_req_ids]
+        reported.append(_stats(step.output.prefix_cache_stats))
+    assert list(zip(*result.records)) == counts
+    assert [(r.request_id, f) for r, f in zip(result.finished, result.finished_in)] == every
+    got = [_stats(result.prefix_cache_stats)] + [
+        _stats(result.join_stats.get(j)) for j in range(2, k + 1)
+    ]
+    assert got == reported
+    assert _state(ff) == _state(ref)
+    # Afterwards both go on alike.
+    while (nxt := plan_async_decode_stretch(ff, 7, True)) is not None:
+        records = nxt.apply(nxt.max_steps, SAMPLE_TOKEN_ID).records
+        assert list(zip(*records)) == _step_iterations(ref, nxt.max_steps)[0]
+        assert _state(ff) == _state(ref)
+
+
+def test_a_stretch_ends_before_an_arrival_schedule_would_treat_otherwise() -> None:
+    """The stretch stops before the iteration of a join that ``schedule()`` would chunk,
+    hold back or refuse, and takes nothing after it."""
+
+    def planned(queue: BatchQueue, join: Request, at: int = 5) -> int | None:
+        later = _request("z", 10, 5, 9)
+        plan = plan_async_decode_stretch(queue, 40, True, [Join(at, join), Join(at + 2, later)])
+        if plan is None:
+            return None
+        assert all(j.iteration < at or j.request is not later for j in plan.joins[:1])
+        return plan.max_steps
+
+    def running(**kw: Any) -> BatchQueue:
+        queue = _queue(200, **kw)
+        _add(queue, "a", 30, 80, 0)
+        _add(queue, "b", 17, 80, 1)
+        _warm(queue)
+        return queue
+
+    assert planned(running(), _request("c", 40, 10, 2)) == 40
+    assert planned(running(budget=40), _request("c", 40, 10, 2)) == 4  # over the budget
+    assert planned(running(budget=41), _request("c", 39, 10, 2)) == 40
+    assert planned(running(), _request("c", 40, 10, 2), at=1) == 40
+    eos = _request("c", 40, 10, 2)
+    eos.eos_token_id = 2
+    assert planned(running(), eos) == 4
+    assert planned(running(), _request("c", 40, 10, 2), at=0) is None
+    seqs = running()
+    seqs.scheduler.max_num_running_reqs = 2
+    assert planned(seqs, _request("c", 40, 10, 2)) == 4
+    tight = _queue(8)  # 7 usable blocks: a holds 2 and b 2 after the warm-up
+    _add(tight, "a", 30, 80, 0)
+    _add(tight, "b", 17, 80, 1)
+    _warm(tight)
+    assert planned(tight, _request("c", 40, 10, 2), at=2) == 1  # c's 3 blocks + growth
+    # 9 usable blocks: by iteration 5 a and b hold 5 and c takes 3, one left free.
+    roomy = _queue(10)
+    _add(roomy, "a", 30, 80, 0)
+    _add(roomy, "b", 17, 80, 1)
+    _warm(roomy)
+    assert planned(roomy, _request("c", 40, 10, 2)) > 5
+    roomy.scheduler.kv_cache_manager.watermark_blocks = 2  # but 2 must stay free
+    assert planned(roomy, _request("c", 40, 10, 2)) == 4
+    idle = _queue(200)  # a finishes in iteration 3: the engine idles until c comes
+    _add(idle, "a", 30, 4, 0)
+    _warm(idle)
+    assert planned(idle, _request("c", 40, 10, 2)) == 3  # a's last iteration
+    assert planned(idle, _request("c", 40, 10, 2), at=3) == 13  # c's

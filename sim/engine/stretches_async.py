@@ -129,7 +129,7 @@ class AsyncStretchRunner(StretchRunner):
         for r in running:  # first tokens come with the batch in flight (prompts in it)
             if not r.output_token_ids:
                 engine.note_first_token(r.request_id, first_apply)
-        recs, finished, out, stats, finished_in = stretch.apply(k, SAMPLE_TOKEN_ID)
+        recs, finished, out, stats, finished_in, _ = stretch.apply(k, SAMPLE_TOKEN_ID)
         assert stats is not None  # the scheduler logs stats (log_stats=True)
         queries = stats.queries + stats.preempted_queries
         hits = stats.hits + stats.preempted_hits
