@@ -144,6 +144,59 @@ class AsyncDecodeStretch:
         iteration ``k`` admits no request."""
         return 1 <= k <= self.max_steps and all(j.iteration != k for j in self.joins)
 
+    def first_prefills(self) -> list[int] | None:
+        """The prompt tokens each join of iteration 1 will compute (its prompt less its
+        prefix hits), known before :meth:`apply` because nothing before its lookup can
+        change those hits; None when something could: a block it would hit is free and
+        among those the iteration's allocations before it may evict, the iteration's
+        registrations could extend its hits, or two of them share their first block
+        (the first's registrations would). Checked against the admissions by
+        :meth:`apply`'s caller."""
+        first = [j.request for j in self.joins if j.iteration == 1]
+        sched = self.queue.scheduler
+        kvm = sched.kv_cache_manager
+        if not kvm.enable_caching:
+            return [r.num_tokens for r in first]
+        coordinator = kvm.coordinator
+        bs = coordinator.block_size
+        la = sched.num_lookahead_tokens
+        mml = sched.max_model_len
+        ng = len(coordinator.single_type_managers)
+        req_to_blocks = coordinator.single_type_managers[0].req_to_blocks
+        # Blocks iteration 1 may take from the free queue's head before each lookup: the
+        # decodes' new blocks, then each earlier join's whole prompt's.
+        popped = 0
+        registered: set[object] = set()  # block hashes iteration 1's decodes register
+        for req, c0, f in zip(sched.running, self.computed0, self.steps_left):
+            if f > 1:
+                need = -(-min(c0 + 1 + la, mml) // bs)
+                popped += max(0, need - len(req_to_blocks.get(req.request_id) or ()))
+            if c0 % bs == 0 and c0:  # its block filled by the token in flight
+                registered.add(req.block_hashes[c0 // bs - 1])
+        popped *= ng
+        prefills: list[int] = []
+        firsts: set[object] = set()
+        head = kvm.block_pool.free_block_queue.fake_free_list_head
+        for req in first:
+            hashes = req.block_hashes
+            if hashes:
+                if hashes[0] in firsts:
+                    return None
+                firsts.add(hashes[0])
+            blocks, hits = kvm.get_computed_blocks(req)
+            if hits // bs < len(hashes) and hashes[hits // bs] in registered:
+                return None
+            free_hits = {b.block_id for group in blocks.blocks for b in group if b.ref_cnt == 0}
+            if free_hits:
+                block = head.next_free_block
+                for _ in range(popped):
+                    if block is None or block.block_id in free_hits:
+                        return None
+                    block = block.next_free_block
+            prefills.append(req.num_tokens - hits)
+            popped += ng * -(-min(req.num_tokens + la, mml) // bs)
+        return prefills
+
     def apply(self, k: int, sample_token_id: int) -> AsyncStretchResult:
         """Advance ``k`` iterations (:meth:`can_end_at`); see
         :class:`AsyncStretchResult` for what they did. The joins of iterations after

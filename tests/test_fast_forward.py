@@ -33,6 +33,7 @@ from sim.app.setup import resolve_run
 from sim.engine.cluster import Cluster
 from sim.engine.regime import decide_regime, stepping_part
 from sim.engine.replica import SAMPLE_TOKEN_ID, ReplicaEngine
+from sim.engine.stretches_async import AsyncStretchRunner
 
 CASES = 200
 FILES = ("requests.csv", "steps.csv", "decisions.jsonl")
@@ -269,6 +270,22 @@ def test_async_fast_forward_engages(tmp_path: Path) -> None:
     assert engine.num_fast_forwarded > summary["num_steps"] // 2
     assert engine.num_fast_forwarded / engine.num_stretches > 5
     assert runs[False][0].num_fast_forwarded == 0
+    assert files == runs[False][2]
+    assert _strip_wall(summary) == _strip_wall(runs[False][1])
+
+
+def test_async_stretches_admit_arrivals(tmp_path: Path) -> None:
+    """With async scheduling under load, most arrivals are admitted by a stretch's
+    first iteration instead of a stepped one, and the records are stepping's."""
+    runs = {}
+    for ff in (True, False):
+        engines, summary = _light_engines(tmp_path, ff, rate=20.0, n=80, async_scheduling=True)
+        out = tmp_path / f"light-{ff}-0-async"
+        runs[ff] = (engines[0], summary, [(out / f).read_bytes() for f in FILES[:2]])
+    engine, summary, files = runs[True]
+    runner = engine.stretches
+    assert isinstance(runner, AsyncStretchRunner)
+    assert runner.num_joined > 40
     assert files == runs[False][2]
     assert _strip_wall(summary) == _strip_wall(runs[False][1])
 

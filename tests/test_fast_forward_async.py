@@ -455,3 +455,49 @@ def test_a_stretch_ends_before_an_arrival_schedule_would_treat_otherwise() -> No
     _warm(idle)
     assert planned(idle, _request("c", 40, 10, 2)) == 3  # a's last iteration
     assert planned(idle, _request("c", 40, 10, 2), at=3) == 13  # c's
+
+
+@pytest.mark.parametrize("name", JOIN_SCENARIOS)
+def test_first_prefills_are_the_admissions(name: str) -> None:
+    """Joins of iteration 1: the prompt tokens :meth:`first_prefills` foresees are those
+    the admissions compute (the prompt less the hits found then)."""
+    joins = [(1, rid, p, m, s) for _, rid, p, m, s in JOIN_SCENARIOS[name][4]]
+    queue = _join_queue(name)
+    reqs = [_request(rid, p, m, s) for _, rid, p, m, s in joins]
+    plan = plan_async_decode_stretch(queue, 12, True, [Join(1, r) for r in reqs])
+    if plan is None or len(plan.joins) < len(reqs) or plan.max_steps < 2:
+        return  # not taken: nothing foreseen
+    foreseen = plan.first_prefills()
+    if foreseen is None:
+        assert len({r.block_hashes[0] for r in reqs}) < len(reqs)  # shared first blocks
+        return
+    plan.apply(2, SAMPLE_TOKEN_ID)
+    assert foreseen == [r.num_prompt_tokens - r.num_cached_tokens for r in reqs]
+
+
+def test_first_prefills_unknown_when_hits_could_change() -> None:
+    """None when two joins share their first block, or when the running decodes'
+    registrations in iteration 1 extend what a join would hit."""
+    queue = _queue(100)
+    _add(queue, "a", 31, 40, 0)  # its 32nd token (its first output) fills block 2
+    _warm(queue)
+    first_two = [1000 + i for i in range(31)] + [SAMPLE_TOKEN_ID]
+    hasher = BlockHasher.from_name(BLOCK)
+    y = Request("y", first_two + list(range(2000, 2010)), 5, block_hasher=hasher)
+    assert queue.scheduler.kv_cache_manager.get_computed_blocks(y)[1] == BLOCK  # now
+    plan = plan_async_decode_stretch(queue, 12, True, [Join(1, y)])
+    assert plan is not None and plan.first_prefills() is None
+    stepped = _queue(100)
+    _add(stepped, "a", 31, 40, 0)
+    _warm(stepped)
+    stepped.scheduler.add_request(
+        Request("y", first_two + list(range(2000, 2010)), 5, block_hasher=hasher)
+    )
+    stepped.step()
+    assert stepped.scheduler.requests["y"].num_cached_tokens == 2 * BLOCK  # then
+    twins = [_request("c", 40, 5, 3), _request("d", 40, 5, 3)]
+    plan = plan_async_decode_stretch(_join_queue("hit"), 12, True, [Join(1, r) for r in twins])
+    assert plan is not None and plan.first_prefills() is None
+    other = [_request("c", 40, 5, 3), _request("d", 40, 5, 4)]
+    plan = plan_async_decode_stretch(_join_queue("hit"), 12, True, [Join(1, r) for r in other])
+    assert plan is not None and plan.first_prefills() == [40, 40]

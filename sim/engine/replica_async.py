@@ -59,9 +59,14 @@ class AsyncReplicaEngine(ReplicaEngine):
     # forward time line instead.
     _in_flight: list[tuple[float, float, int, int]]
     _rank_batches: RankBatches | None
+    # Set when the stretch runner is made (fast-forward on): the same object as
+    # ``stretches``, with the async runner's type.
+    _runner: AsyncStretchRunner | None = None
 
     def _make_stretches(self, timer: StretchTimer, regime: EngineRegime) -> StretchRunner:
-        return AsyncStretchRunner(self, timer, regime)
+        runner = AsyncStretchRunner(self, timer, regime)
+        self._runner = runner
+        return runner
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         queue = self.batch_queue
@@ -87,7 +92,15 @@ class AsyncReplicaEngine(ReplicaEngine):
         rank_batches = self._rank_batches
         while True:
             if self._pending:
-                self._admit_pending()
+                runner = self._runner
+                if runner is not None and len(timing) == 1 and not scheduler.waiting:
+                    # A stretch may admit them in its first iteration, as schedule() would.
+                    arrivals = self.pending_requests()
+                    if (yield from runner.try_fast_forward(arrivals)):
+                        continue
+                    self._admit_pending(arrivals)
+                else:
+                    self._admit_pending()
             if self._aborts:
                 self._apply_aborts()
             if (

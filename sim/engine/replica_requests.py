@@ -135,12 +135,29 @@ class ReplicaRequests:
         """Whether arrivals wait to be added before the next ``schedule()``."""
         return bool(self._pending)
 
-    def _admit_pending(self) -> None:
+    def _admit_pending(self, built: list[Request] | None = None) -> None:
+        """Add the arrivals to the scheduler (``built``: their kvcore requests, made by
+        :meth:`pending_requests`)."""
+        reqs = self.pending_requests() if built is None else built
+        add = self.scheduler.add_request
+        for req in reqs:
+            add(req)
+        self.joined(reqs)
+
+    def pending_requests(self) -> list[Request]:
+        """The kvcore requests of the arrivals waiting to be added, as they are added
+        now (their arrival in the engine: now)."""
         now = self.env.now
-        for sr in self._pending:
-            req = kvcore_request(sr, now, self.hasher)
-            self._meta[sr.request_id] = RequestMeta(sr.arrival_s, req.num_prompt_tokens)
-            self.scheduler.add_request(req)
+        hasher = self.hasher
+        return [kvcore_request(sr, now, hasher) for sr in self._pending]
+
+    def joined(self, reqs: list[Request]) -> None:
+        """The arrivals (``reqs``: :meth:`pending_requests`) went to the scheduler, by
+        ``add_request`` or a stretch that admits them: note each for its record and
+        empty the queue of arrivals."""
+        meta = self._meta
+        for sr, req in zip(self._pending, reqs):
+            meta[sr.request_id] = RequestMeta(sr.arrival_s, req.num_prompt_tokens)
         self._pending.clear()
 
     def _idle(self) -> simpy.Event:
