@@ -4,7 +4,8 @@ With async scheduling (:class:`kvcore.async_scheduler.AsyncScheduler` behind a
 :class:`kvcore.batch_queue.BatchQueue` of 2 batches) a steady decode has one batch in
 flight at the top of every engine iteration; the iteration schedules the next batch
 (one output placeholder per request) and then applies the one in flight.
-:func:`plan_async_decode_stretch` says how many such iterations can pass from now, and
+:func:`kvcore.fast_forward_async_plan.plan_async_decode_stretch` says how many such
+iterations can pass from now, and
 :meth:`AsyncDecodeStretch.apply` performs ``k`` of them at once, in exactly the order
 the batch queue's iterations would:
 
@@ -39,17 +40,13 @@ from kvcore.batch_queue import BatchQueue
 from kvcore.kv_cache_manager import KVCacheBlocks, PrefixCacheStats
 from kvcore.request import Request, RequestStatus
 from kvcore.sched_output import SchedulerOutput
-from kvcore.scheduler import Scheduler
-from kvcore.single_type_kv_cache_manager import SingleTypeKVCacheManager
 from kvcore.stretch_blocks import (
-    JoinBlocks,
     StretchRecords,
     add_allocations,
     block_events,
     record_event_steps,
-    stretch_length,
-    stretch_possible,
 )
+from kvcore.stretch_joins import Join, admit, first_prefills
 
 
 class AsyncStretchResult(NamedTuple):
@@ -71,17 +68,6 @@ class AsyncStretchResult(NamedTuple):
     join_stats: dict[int, PrefixCacheStats | None]
     """What the apply of each iteration after the first that admitted requests
     reports: their prefix-cache lookups (iteration 1's are in ``prefix_cache_stats``)."""
-
-
-class Join(NamedTuple):
-    """A request admitted within a stretch: the schedule of iteration ``iteration``
-    (1-based) takes it from the waiting queue with its whole prompt, after the running
-    requests' decodes, as ``Scheduler.schedule`` takes a waiting request; from the next
-    iteration on it decodes with the others."""
-
-    iteration: int
-    request: Request
-    """Not yet added to the scheduler (the stretch adds it when it admits it)."""
 
 
 class AsyncDecodeStretch:
@@ -145,57 +131,10 @@ class AsyncDecodeStretch:
         return 1 <= k <= self.max_steps and all(j.iteration != k for j in self.joins)
 
     def first_prefills(self) -> list[int] | None:
-        """The prompt tokens each join of iteration 1 will compute (its prompt less its
-        prefix hits), known before :meth:`apply` because nothing before its lookup can
-        change those hits; None when something could: a block it would hit is free and
-        among those the iteration's allocations before it may evict, the iteration's
-        registrations could extend its hits, or two of them share their first block
-        (the first's registrations would). Checked against the admissions by
-        :meth:`apply`'s caller."""
+        """The prompt tokens each join of iteration 1 will compute:
+        :func:`kvcore.stretch_joins.first_prefills`."""
         first = [j.request for j in self.joins if j.iteration == 1]
-        sched = self.queue.scheduler
-        kvm = sched.kv_cache_manager
-        if not kvm.enable_caching:
-            return [r.num_tokens for r in first]
-        coordinator = kvm.coordinator
-        bs = coordinator.block_size
-        la = sched.num_lookahead_tokens
-        mml = sched.max_model_len
-        ng = len(coordinator.single_type_managers)
-        req_to_blocks = coordinator.single_type_managers[0].req_to_blocks
-        # Blocks iteration 1 may take from the free queue's head before each lookup: the
-        # decodes' new blocks, then each earlier join's whole prompt's.
-        popped = 0
-        registered: set[object] = set()  # block hashes iteration 1's decodes register
-        for req, c0, f in zip(sched.running, self.computed0, self.steps_left):
-            if f > 1:
-                need = -(-min(c0 + 1 + la, mml) // bs)
-                popped += max(0, need - len(req_to_blocks.get(req.request_id) or ()))
-            if c0 % bs == 0 and c0:  # its block filled by the token in flight
-                registered.add(req.block_hashes[c0 // bs - 1])
-        popped *= ng
-        prefills: list[int] = []
-        firsts: set[object] = set()
-        head = kvm.block_pool.free_block_queue.fake_free_list_head
-        for req in first:
-            hashes = req.block_hashes
-            if hashes:
-                if hashes[0] in firsts:
-                    return None
-                firsts.add(hashes[0])
-            blocks, hits = kvm.get_computed_blocks(req)
-            if hits // bs < len(hashes) and hashes[hits // bs] in registered:
-                return None
-            free_hits = {b.block_id for group in blocks.blocks for b in group if b.ref_cnt == 0}
-            if free_hits:
-                block = head.next_free_block
-                for _ in range(popped):
-                    if block is None or block.block_id in free_hits:
-                        return None
-                    block = block.next_free_block
-            prefills.append(req.num_tokens - hits)
-            popped += ng * -(-min(req.num_tokens + la, mml) // bs)
-        return prefills
+        return first_prefills(self.queue.scheduler, first, self.computed0, self.steps_left)
 
     def apply(self, k: int, sample_token_id: int) -> AsyncStretchResult:
         """Advance ``k`` iterations (:meth:`can_end_at`); see
@@ -214,10 +153,7 @@ class AsyncDecodeStretch:
         left = self.steps_left + self.join_steps_left[:njoin]
         # The iteration in which each request finishes, 0 for those that run on.
         ends = [f if f <= k else 0 for f in left]
-        by_step: dict[int, list[int]] = {}  # iteration -> its finishing requests' indices
-        for i, f in enumerate(ends):
-            if f:
-                by_step.setdefault(f, []).append(i)
+        by_step = _by_iteration(ends)  # iteration -> its finishing requests' indices
         order = sorted(by_step)
         finished = [members[i] for f in order for i in by_step[f]]
         finished_in = [f for f in order for _ in by_step[f]]
@@ -225,9 +161,7 @@ class AsyncDecodeStretch:
         self._advance_tokens(k, ends, sample_token_id)
         finished_before = sched.finished_req_ids
         finished_ids: dict[int, set[str]] = {}  # iteration -> ids its output finished
-        admits: dict[int, list[int]] = {}  # iteration -> the joins it admits
-        for i, join in enumerate(joins):
-            admits.setdefault(join.iteration, []).append(i)
+        admits = _by_iteration([j.iteration for j in joins])  # iteration -> its joins
         stats1 = None if 1 in admits else kvm.make_prefix_cache_stats()
         join_stats: dict[int, PrefixCacheStats | None] = {}
         base = self.batch_size
@@ -237,7 +171,7 @@ class AsyncDecodeStretch:
             admitted = admits.get(j)
             if admitted:
                 for i in admitted:
-                    self._admit(joins[i].request, j, k, ends[base + i], sample_token_id)
+                    admit(sched, joins[i].request, j, k, ends[base + i], sample_token_id)
                 nonlocal stats1
                 stats = kvm.make_prefix_cache_stats()  # this iteration's apply reports it
                 if j == 1:
@@ -264,48 +198,6 @@ class AsyncDecodeStretch:
         out = self._last_batch(held_before_last, carried)
         queue.replace_in_flight(k, out)
         return AsyncStretchResult(records, finished, out, stats1, finished_in, join_stats)
-
-    def _admit(self, req: Request, j: int, k: int, end: int, sample_token_id: int) -> None:
-        """Admit ``req`` in iteration ``j``'s schedule as ``Scheduler.schedule`` takes a
-        waiting request with its whole prompt (prefix lookup, slots, registration,
-        statistics, then the async scheduler's placeholder), then give it the tokens
-        and counters of the stretch's ``k`` iterations (``end``: the iteration it
-        finishes in, 0 if after). Its later block events are the stretch's."""
-        sched = self.queue.scheduler
-        kvm = sched.kv_cache_manager
-        sched.add_request(req)
-        blocks, hits = kvm.get_computed_blocks(req)
-        n = req.num_tokens - hits
-        new_blocks = kvm.allocate_slots(
-            req,
-            n,
-            num_new_computed_tokens=hits,
-            new_computed_blocks=blocks,
-            num_lookahead_tokens=sched.num_lookahead_tokens,
-            full_sequence_must_fit=sched.scheduler_config.scheduler_reserve_full_isl,
-            has_scheduled_reqs=bool(sched.running),
-        )
-        assert new_blocks is not None, "the stretch's plan covers every admission"
-        kvm.record_prefix_cache_stats(req, hits)
-        if req.num_cached_tokens < 0:
-            req.num_cached_tokens = hits
-        sched.waiting.pop_request()
-        sched.running.append(req)
-        req.status = RequestStatus.RUNNING
-        # Its tokens after the admission, as the iterations up to k leave them: one
-        # sampled per iteration from j + 1 on, the last scheduled one in flight.
-        prompt = req.num_tokens
-        last = end if end else k
-        req.append_output_token_ids([sample_token_id] * (last - j))
-        req.is_prefill_chunk = False
-        if end:
-            req.num_computed_tokens = prompt + end - 1 - j
-            req.num_in_flight_tokens = 0
-            req.num_output_placeholders = 0
-        else:
-            req.num_computed_tokens = prompt + k - j
-            req.num_in_flight_tokens = 1
-            req.num_output_placeholders = 1
 
     def _block_events(
         self, k: int, ends: list[int], members: list[Request], computed0: list[int]
@@ -401,175 +293,10 @@ class AsyncDecodeStretch:
         )
 
 
-def _steady(
-    req: Request,
-    n: int,
-    managers: tuple[SingleTypeKVCacheManager, ...],
-    bs: int,
-    caching: bool,
-) -> bool:
-    """Whether ``req``, with ``n`` tokens in the batch in flight, is a steady decode:
-    computed up to the token in flight (one placeholder, only that batch's tokens in
-    flight, no stale output, no drafts, its prompt done), stopping only on length and,
-    with caching, registered in the prefix cache up to its last computed token."""
-    c = req.num_computed_tokens
-    if (
-        c != req.num_tokens
-        or req.num_output_placeholders != 1
-        or req.num_in_flight_tokens != n
-        or req.num_stale_output_tokens
-        or req.spec_token_ids
-        or req.is_prefill_chunk
-        or req.eos_token_id is not None
-        or req.stop_token_ids
-    ):
-        return False
-    if caching:
-        rid = req.request_id
-        full = min(c - 1, len(req.block_hashes) * bs) // bs
-        for m in managers:
-            if m.num_cached_block.get(rid, 0) < full:
-                return False
-    return True
-
-
-def _admissible(sched: Scheduler, req: Request) -> bool:
-    """Whether ``req`` is a request a stretch admits (:class:`Join`): new, stopping only
-    on length, without a LoRA adapter, reading the prefix cache, shorter than the
-    model's length, and the scheduler's policy first-come-first-served."""
-    return (
-        req.status == RequestStatus.WAITING
-        and req.num_computed_tokens == 0
-        and not req.output_token_ids
-        and not req.num_preemptions
-        and not req.num_stale_output_tokens
-        and not req.spec_token_ids
-        and req.eos_token_id is None
-        and not req.stop_token_ids
-        and req.lora_request is None
-        and not req.skip_reading_prefix_cache
-        and req.max_tokens >= 1
-        and req.num_tokens < sched.max_model_len
-        and sched.policy == "fcfs"
-    )
-
-
-def _plan_joins(
-    sched: Scheduler, steps_left: list[int], joins: Sequence[Join], horizon: int
-) -> tuple[list[Join], list[int], list[int], int]:
-    """The joins a stretch can take, each as the first of its iteration's admissions
-    that the scheduler's limits would also let through (the token budget after the
-    running decodes, whole prompts: no chunk; the running-request cap; the long-prefill
-    threshold), their ``join_computed0`` and ``join_steps_left``, and the most
-    iterations the stretch may take because of them: it ends before the first join it
-    cannot take (the joins after it are left out)."""
-    mml = sched.max_model_len
-    budget = sched.max_num_scheduled_tokens
-    threshold = sched.scheduler_config.long_prefill_token_threshold
-    taken: list[Join] = []
-    computed0: list[int] = []
-    left: list[int] = []
-    limit = horizon
-    for join in joins:
-        j, req = join.iteration, join.request
-        prompt = req.num_tokens
-        # At iteration j's schedule: running (not finished before j); scheduled: those
-        # that do not finish in j; then the joins before this one in j.
-        before = [f for t, f in zip(taken, left) if t.iteration < j]
-        same = [t.request.num_tokens for t in taken if t.iteration == j]
-        running = sum(1 for f in steps_left if f >= j) + sum(1 for f in before if f >= j)
-        running += len(same)
-        scheduled = sum(1 for f in steps_left if f > j) + sum(1 for f in before if f > j)
-        tokens_left = budget - scheduled - sum(same)
-        if (
-            j < 1
-            or (taken and j < taken[-1].iteration)
-            or not _admissible(sched, req)
-            or not running  # the engine is busy: the batch in flight is not empty
-            or prompt > tokens_left
-            or running >= sched.max_num_running_reqs
-            or 0 < threshold < prompt
-        ):
-            limit = min(limit, j - 1)
-            break
-        taken.append(join)
-        computed0.append(prompt - j)
-        left.append(j + min(req.max_tokens, mml - prompt))
-    return taken, computed0, left, limit
-
-
-def plan_async_decode_stretch(
-    queue: BatchQueue,
-    horizon: int,
-    through_finishes: bool = False,
-    joins: Sequence[Join] = (),
-) -> AsyncDecodeStretch | None:
-    """The longest steady async decode stretch (at most ``horizon`` iterations) from
-    the top of an engine iteration, or None; ``through_finishes``: going on past the
-    iterations in which requests finish (see :class:`AsyncDecodeStretch`).
-
-    Eligible when nothing waits and exactly one batch is in flight, in which every
-    running request (in running order) samples: a decode, or the last part of its
-    prompt (a new or resumed request). Every running request then has its sequence
-    computed up to the token in flight (one output placeholder, only that batch's
-    tokens in flight, no stale output), stops only on length (no EOS or stop tokens)
-    and is registered in the prefix cache up to its last computed token; all groups
-    are full attention, KV events are off and the token budget covers one token per
-    request. Requests with no output yet get their first token when iteration 1
-    applies the batch in flight.
-
-    ``joins`` (in iteration order; requests not yet added to the scheduler) are
-    admitted in their iterations: the stretch ends before the first it cannot take
-    exactly as ``schedule()`` would (a request that is not new, stops on EOS or a stop
-    token, has a LoRA adapter or skips the prefix cache; a prompt over the token budget
-    the running decodes leave, or over the long-prefill threshold; the running-request
-    cap; a batch in flight with nothing in it; blocks for its whole prompt, no prefix
-    hit counted, and the pool's watermark).
-    """
-    sched = queue.scheduler
-    if len(queue.queue) != 1 or not stretch_possible(sched):
-        return None
-    running = sched.running
-    kvm = sched.kv_cache_manager
-    managers = kvm.coordinator.single_type_managers
-    in_flight = queue.queue[0].scheduler_output.num_scheduled_tokens
-    if len(in_flight) != len(running):
-        return None
-    mml = sched.max_model_len
-    bs = kvm.coordinator.block_size
-    caching = kvm.enable_caching
-    computed0: list[int] = []
-    steps_left: list[int] = []
-    for req, (rid, n) in zip(running, in_flight.items()):
-        c = req.num_computed_tokens
-        if rid != req.request_id or not _steady(req, n, managers, bs, caching):
-            return None
-        # Finishes in iteration f: its output reaches max_tokens or length max_model_len.
-        f = min(req.max_tokens - req.num_output_tokens, mml - c)
-        if f < 1:
-            return None
-        computed0.append(c)
-        steps_left.append(f)
-    taken, join_computed0, join_left, limit = _plan_joins(sched, steps_left, joins, horizon)
-    if limit < 1:
-        return None
-    la = sched.num_lookahead_tokens
-    blocks = [
-        JoinBlocks(t.iteration, c0, -(-min(c0 + t.iteration + la, mml) // bs), f)
-        for t, c0, f in zip(taken, join_computed0, join_left)
-    ]
-    planned = stretch_length(
-        sched,
-        computed0,
-        steps_left,
-        limit,
-        finish_lag=1,
-        through_finishes=through_finishes,
-        joins=blocks,
-    )
-    if planned is None:
-        return None
-    max_steps, finishes = planned
-    return AsyncDecodeStretch(
-        queue, max_steps, computed0, steps_left, finishes, taken, join_computed0, join_left
-    )
+def _by_iteration(iterations: list[int]) -> dict[int, list[int]]:
+    """The indices of ``iterations`` by iteration, each list in index order (0: none)."""
+    out: dict[int, list[int]] = {}
+    for i, f in enumerate(iterations):
+        if f:
+            out.setdefault(f, []).append(i)
+    return out

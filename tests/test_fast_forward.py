@@ -33,7 +33,7 @@ from sim.app.setup import resolve_run
 from sim.engine.cluster import Cluster
 from sim.engine.regime import decide_regime, stepping_part
 from sim.engine.replica import SAMPLE_TOKEN_ID, ReplicaEngine
-from sim.engine.stretches_async import AsyncStretchRunner
+from sim.engine.stretch_arrivals import ArrivalStretchRunner
 
 CASES = 200
 FILES = ("requests.csv", "steps.csv", "decisions.jsonl")
@@ -284,7 +284,7 @@ def test_async_stretches_admit_arrivals(tmp_path: Path) -> None:
         runs[ff] = (engines[0], summary, [(out / f).read_bytes() for f in FILES[:2]])
     engine, summary, files = runs[True]
     runner = engine.stretches
-    assert isinstance(runner, AsyncStretchRunner)
+    assert isinstance(runner, ArrivalStretchRunner)
     assert runner.num_joined > 40
     assert files == runs[False][2]
     assert _strip_wall(summary) == _strip_wall(runs[False][1])

@@ -18,10 +18,11 @@ import pytest
 from kvcore.async_scheduler import AsyncScheduler
 from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher
-from kvcore.fast_forward_async import Join, plan_async_decode_stretch
+from kvcore.fast_forward_async_plan import plan_async_decode_stretch
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from kvcore.request import Request
 from kvcore.scheduler_config import SchedulerConfig
+from kvcore.stretch_joins import Join
 from sim.engine.replica import SAMPLE_TOKEN_ID
 
 BLOCK = 16

@@ -156,12 +156,10 @@ def test_helpers_run_at_lower_priority_than_the_run() -> None:
     """Reader and writer helpers both: the niceness a helper reports (or writes) is the
     run's plus HELPER_NICENESS, while the run's own is unchanged."""
     before = os.nice(0)
-    if before >= 19:
-        pytest.skip("this process already runs at the lowest priority")
     reader = offload.ChunkReader(lambda: iter([os.nice(0)]), "test")
     got = reader.next()
     reader.close()
-    assert got == _nicer(offload.HELPER_NICENESS) != before
+    assert got == _nicer(offload.HELPER_NICENESS)
     assert os.nice(0) == before
 
 

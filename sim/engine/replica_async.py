@@ -11,7 +11,7 @@ Host time (scheduling, input preparation, output processing) is not charged
 separately: it overlaps the GPU's in this loop and is part of the latency model's
 per-step overhead in both.
 
-Fast-forward here is :class:`sim.engine.stretches_async.AsyncStretchRunner` (one
+Fast-forward here is :class:`sim.engine.stretch_arrivals.ArrivalStretchRunner` (one
 replica). With a KV connector the async loop is
 :class:`sim.engine.connector.ConnectorEngine`'s. Units: seconds.
 """
@@ -31,8 +31,8 @@ from sim.engine.regime import EngineRegime
 from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_parts import ReplicaParts
 from sim.engine.step_timing import StretchTimer
+from sim.engine.stretch_arrivals import ArrivalStretchRunner
 from sim.engine.stretches import StepTimeout, StretchRunner
-from sim.engine.stretches_async import AsyncStretchRunner
 from sim.spec_decode.engine import SpecDecodeRun
 
 
@@ -61,10 +61,10 @@ class AsyncReplicaEngine(ReplicaEngine):
     _rank_batches: RankBatches | None
     # Set when the stretch runner is made (fast-forward on): the same object as
     # ``stretches``, with the async runner's type.
-    _runner: AsyncStretchRunner | None = None
+    _runner: ArrivalStretchRunner | None = None
 
     def _make_stretches(self, timer: StretchTimer, regime: EngineRegime) -> StretchRunner:
-        runner = AsyncStretchRunner(self, timer, regime)
+        runner = ArrivalStretchRunner(self, timer, regime)
         self._runner = runner
         return runner
 
@@ -88,19 +88,11 @@ class AsyncReplicaEngine(ReplicaEngine):
         scheduler = self.scheduler
         self._gpu_free = env.now
         timing = self._in_flight
-        stretches = self.stretches  # an AsyncStretchRunner here
+        stretches = self.stretches  # an ArrivalStretchRunner here
         rank_batches = self._rank_batches
         while True:
-            if self._pending:
-                runner = self._runner
-                if runner is not None and len(timing) == 1 and not scheduler.waiting:
-                    # A stretch may admit them in its first iteration, as schedule() would.
-                    arrivals = self.pending_requests()
-                    if (yield from runner.try_fast_forward(arrivals)):
-                        continue
-                    self._admit_pending(arrivals)
-                else:
-                    self._admit_pending()
+            if self._pending and (yield from self._take_arrivals()):
+                continue
             if self._aborts:
                 self._apply_aborts()
             if (
@@ -148,6 +140,21 @@ class AsyncReplicaEngine(ReplicaEngine):
                 scheduler.check_invariants()
             for req in finished:
                 self.finish_request(req, now)
+
+    def _take_arrivals(self) -> Generator[simpy.Event, Any, bool]:
+        """Add the arrivals before the next ``schedule()``: with one batch in flight and
+        nothing waiting, a stretch may admit them in its first iteration, as
+        ``schedule()`` would (:mod:`sim.engine.stretch_arrivals`; True: it did, and
+        advanced); else they join the waiting queue (False)."""
+        runner = self._runner
+        if runner is not None and len(self._in_flight) == 1 and not self.scheduler.waiting:
+            arrivals = self.pending_requests()
+            if (yield from runner.admit_arrivals(arrivals)):
+                return True
+            self._admit_pending(arrivals)
+        else:
+            self._admit_pending()
+        return False
 
     def _launch(self, out: SchedulerOutput, sampled: Any) -> None:
         """Put a scheduled batch on the GPU's time line (the DP group's with lockstep):

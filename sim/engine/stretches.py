@@ -3,7 +3,7 @@
 A :class:`StretchRunner` is what a :class:`sim.engine.replica.ReplicaEngine` that fast-forwards
 is composed with (the cluster decides once which engines do, :mod:`sim.engine.regime`).
 It plans stretches with :func:`kvcore.fast_forward.plan_decode_stretch` (the
-synchronous loop) or :func:`kvcore.fast_forward_async.plan_async_decode_stretch` (the
+synchronous loop) or :func:`kvcore.fast_forward_async_plan.plan_async_decode_stretch` (the
 async-scheduling loop: iterations that schedule a batch and apply the one in flight),
 times them, applies them and writes their records exactly as stepping one by one would.
 It reads its engine's state and changes it only through the engine's methods

@@ -3,7 +3,7 @@ steady decode iterations, each scheduling a batch and applying the one in flight
 
 An :class:`AsyncStretchRunner` is the :class:`sim.engine.stretches.StretchRunner` of an
 engine with a batch queue (one replica only): it plans with
-:func:`kvcore.fast_forward_async.plan_async_decode_stretch` and writes the records the
+:func:`kvcore.fast_forward_async_plan.plan_async_decode_stretch` and writes the records the
 async loop would write, the first step's row as the loop writes it when that step is
 not a plain decode. Units: seconds.
 """
@@ -17,9 +17,10 @@ import simpy
 
 from kvcore.batch_queue import BatchQueue
 from kvcore.block_pool import BlockPool
-from kvcore.fast_forward_async import Join, plan_async_decode_stretch
+from kvcore.fast_forward_async_plan import plan_async_decode_stretch
 from kvcore.request import Request
 from kvcore.sched_output import SchedulerOutput
+from sim.engine.async_row_runs import row_runs
 from sim.engine.stretches import (
     FAST_FORWARD_HORIZON,
     SAMPLE_TOKEN_ID,
@@ -50,11 +51,8 @@ class AsyncStretchRunner(StretchRunner):
         the async loop (whose batches in flight it reads and relaunches)."""
         super().__init__(engine, timer, regime)
         self.async_engine = engine
-        self.num_joined = 0  # arrivals a stretch admitted in its first iteration
 
-    def try_fast_forward(
-        self, arrivals: list[Request] | None = None
-    ) -> Generator[simpy.Event, Any, bool]:
+    def try_fast_forward(self) -> Generator[simpy.Event, Any, bool]:
         """At the top of an iteration of the async loop (one batch in flight, nothing
         waiting: the loop checks that before it calls this): advance stretches of steady
         decode iterations at once (:mod:`kvcore.fast_forward_async`) and wait, in one
@@ -68,33 +66,36 @@ class AsyncStretchRunner(StretchRunner):
         make the workload submit, so the batches in which requests finish end before
         the event). Stretches are chained on until the event, but for a workload that
         reacts to finishes, not after one in which requests finish (the finished are
-        recorded at their own finish times).
-
-        ``arrivals``: the kvcore requests of the arrivals not yet added to the scheduler
-        (:meth:`~sim.engine.replica_requests.ReplicaRequests.pending_requests`), which the
-        first stretch then admits in its first iteration, as ``schedule()`` would
-        (:meth:`_join_segment`); when it cannot, nothing changed and False is returned.
-        Without them, the engine must have no arrivals waiting to be added."""
-        env = self.env
-        engine = self.engine
-        queue = engine.batch_queue
+        recorded at their own finish times)."""
+        until = self._bound()
+        if until is None or self.engine.has_pending:
+            return False
+        queue = self.engine.batch_queue
         assert queue is not None  # built for an engine with a batch queue
-        if not self._one_writer or env.now > engine.gpu_free:
-            return False
-        if arrivals is None and engine.has_pending:
-            return False
-        until = env.peek()
-        if until <= env.now:
-            return False
-        done: list[tuple[Request, float]] = []
-        if arrivals:
-            seg = self._join_segment(queue, until, arrivals)  # its rows written
-        else:
-            seg = self._async_segment(queue, until)
-            if seg is not None:
-                self._write_async_segment(seg)
+        seg = self._async_segment(queue, until)
         if seg is None:
             return False
+        self._write_async_segment(seg)
+        yield from self._chain(queue, until, seg)
+        return True
+
+    def _bound(self) -> float | None:
+        """The time before which a stretch from now must schedule its iterations (the
+        next SimPy event), or None when no stretch may start now (several writers of the
+        records, a batch in flight that has not started, an event due now)."""
+        env = self.env
+        if not self._one_writer or env.now > self.engine.gpu_free:
+            return None
+        until = env.peek()
+        return until if until > env.now else None
+
+    def _chain(
+        self, queue: BatchQueue, until: float, seg: Segment
+    ) -> Generator[simpy.Event, Any, None]:
+        """After ``seg`` (applied, its rows written): the stretches that follow it
+        before ``until`` (see :meth:`try_fast_forward`), then one wait until the last
+        applied its batch, and the finished requests recorded at their times."""
+        done: list[tuple[Request, float]] = []
         while True:
             assert seg.finish_s is not None  # an async segment's
             done += zip(seg.finished, seg.finish_s)
@@ -106,7 +107,6 @@ class AsyncStretchRunner(StretchRunner):
             self._write_async_segment(nxt)
             seg = nxt
         yield from self.finish_at(seg.end, done)
-        return True
 
     def _async_segment(self, queue: BatchQueue, until: float) -> Segment | None:
         """Plan and apply one async stretch from the batch in flight, scheduled (its
@@ -133,15 +133,9 @@ class AsyncStretchRunner(StretchRunner):
         starts, durations, end = self._batch_starts(
             first_apply, until, stretch.computed0, left, stretch.max_steps - 1
         )
-        # The iteration after those whose batches start before until: it schedules
-        # before until; it applies its batch at end, after until only if no request
-        # finishes in it (as stepping would, once the event has passed).
-        k = len(starts) + 1
-        if end >= until and k in left:
-            k -= 1
-            if not k:
-                return None
-            end = starts[k - 1]
+        k, end = self._last_iteration(starts, end, until, left)
+        if not k:
+            return None
         running = self.scheduler.running
         rids = [r.request_id for r in running] if self.decisions is not None else None
         for r in running:  # first tokens come with the batch in flight (prompts in it)
@@ -154,84 +148,32 @@ class AsyncStretchRunner(StretchRunner):
         head = None
         if prefill0 or decode0 != batch or head_out.preempted_req_ids or queries or hits:
             head = (head_out, prefill0, decode0, queries, hits)
-        duration, prefill, decode = self._last_batch_cost(out)
-        engine.relaunch_in_flight(end, duration, prefill, decode)
-        step0 = engine.claim_steps(k)
-        self.num_fast_forwarded += k
-        self.num_stretches += 1
-        starts.insert(0, start0)
-        durations.insert(0, duration0)
-        del starts[k:], durations[k:]
-        # Iteration f applies batch N + f - 1 when batch N + f starts (the end, for k).
-        finish_s = [starts[f] if f < k else end for f in finished_in]
-        pieces = _pieces(k, batch, left, finished, finished_in, rids)
+        step0, finish_s = self._applied(
+            out, k, end, starts, durations, start0, duration0, finished_in
+        )
+        pieces = row_runs(k, batch, left, finished, finished_in, rids)
         return Segment(
             step0, starts, durations, end, batch, recs, finished, rids, head, pieces, finish_s
         )
 
-    def _join_segment(
-        self, queue: BatchQueue, until: float, arrivals: list[Request]
-    ) -> Segment | None:
-        """:meth:`_async_segment` whose first iteration also admits ``arrivals`` (new
-        requests not yet added to the scheduler; :class:`kvcore.fast_forward_async.Join`),
-        with its rows and decisions written: batch ``N + 1`` then holds the running
-        requests' decodes and the arrivals' prompts (less their prefix hits), timed as
-        the engine's step cost times such a batch, and from batch ``N + 2`` on the
-        arrivals decode with the others. None (nothing changed) when the plan does not
-        take them all, their prefix hits are not known before the admission
-        (:meth:`~kvcore.fast_forward_async.AsyncDecodeStretch.first_prefills`), or the
-        stretch would not reach its second iteration before ``until``."""
+    def _applied(
+        self,
+        out: SchedulerOutput,
+        k: int,
+        end: float,
+        starts: list[float],
+        durations: list[float],
+        start0: float,
+        duration0: float,
+        finished_in: list[int],
+    ) -> tuple[int, list[float]]:
+        """After a stretch of ``k`` iterations applied (``out``: the batch it leaves in
+        flight, from ``end``): relaunch that batch, claim the steps, and make
+        ``starts``/``durations`` the applied batches' (batch ``N``, at ``start0`` for
+        ``duration0``, first); returns the first step's number and when each request
+        finished (iteration ``finished_in``)."""
+        duration, prefill, decode = self._last_batch_cost(out)
         engine = self.async_engine
-        start0, duration0, prefill0, decode0 = engine.oldest_in_flight()
-        head_out = queue.queue[0].scheduler_output
-        stretch = plan_async_decode_stretch(
-            queue,
-            FAST_FORWARD_HORIZON,
-            through_finishes=not self._reacts_to_finish,
-            joins=[Join(1, r) for r in arrivals],
-        )
-        if stretch is None or len(stretch.joins) < len(arrivals) or stretch.max_steps < 2:
-            return None
-        prefills = stretch.first_prefills()
-        if prefills is None:
-            return None
-        running = list(self.scheduler.running)
-        batch = stretch.batch_size
-        left = stretch.steps_left + stretch.join_steps_left  # running order from 2 on
-        computed0 = stretch.computed0 + stretch.join_computed0
-        # Batch N + 1 (iteration 1's): the decodes of the running requests that do not
-        # finish in iteration 1, in running order, then the prompts; each computing over
-        # its known tokens (a decode's: all but the one scheduled; a prompt's: its hits).
-        decoding = [c for c, f in zip(stretch.computed0, stretch.steps_left) if f > 1]
-        hits = [r.num_tokens - p for r, p in zip(arrivals, prefills)]
-        first_apply = engine.gpu_free
-        if first_apply >= until:
-            return None
-        mixed = engine.costs.seconds([1] * len(decoding) + prefills, decoding + hits)
-        starts, durations, end = [first_apply], [mixed], first_apply + mixed
-        if stretch.max_steps > 2:
-            more, more_d, end = self._batch_starts(
-                end, until, computed0, left, stretch.max_steps - 1, j0=2
-            )
-            starts += more
-            durations += more_d
-        k = len(starts) + 1
-        if end >= until and k in left:
-            k -= 1
-            end = starts[k - 1]
-        if k < 2:
-            return None
-        engine.joined(arrivals)
-        self.num_joined += len(arrivals)
-        for r in running:  # first tokens come with the batch in flight (prompts in it)
-            if not r.output_token_ids:
-                engine.note_first_token(r.request_id, first_apply)
-        result = stretch.apply(k, SAMPLE_TOKEN_ID)
-        for r, p in zip(arrivals, prefills):  # the hits first_prefills foresaw
-            assert r.num_prompt_tokens - r.num_cached_tokens == p, "prefix hits changed"
-        stats = result.prefix_cache_stats
-        assert stats is not None  # the scheduler logs stats (log_stats=True)
-        duration, prefill, decode = self._last_batch_cost(result.scheduler_output)
         engine.relaunch_in_flight(end, duration, prefill, decode)
         step0 = engine.claim_steps(k)
         self.num_fast_forwarded += k
@@ -240,95 +182,23 @@ class AsyncStretchRunner(StretchRunner):
         durations.insert(0, duration0)
         del starts[k:], durations[k:]
         # Iteration f applies batch N + f - 1 when batch N + f starts (the end, for k).
-        finish_s = [starts[f] if f < k else end for f in result.finished_in]
-        second = starts[2] if k > 2 else end  # iteration 2 applies the prompts' batch
-        for r in arrivals:
-            engine.note_first_token(r.request_id, second)
-        members = running + arrivals
-        rids = [r.request_id for r in members] if self.decisions is not None else None
-        pieces = _pieces(k, batch, left, result.finished, result.finished_in, rids, lo=2)
-        seg = Segment(
-            step0,
-            starts,
-            durations,
-            end,
-            batch,
-            result.records,
-            result.finished,
-            rids,
-            None,
-            pieces,
-            finish_s,
-        )
-        gone = [
-            [r.request_id for r, f in zip(result.finished, result.finished_in) if f == i]
-            for i in (1, 2)
-        ]
-        # Step N (iteration 1 applies it): the batch in flight, with the arrivals' lookups.
-        queries = stats.queries + stats.preempted_queries
-        found = stats.hits + stats.preempted_hits
-        self._write_row(
-            seg,
-            0,
-            len(members) - len(gone[0]),
-            prefill0,
-            decode0,
-            queries,
-            found,
-            head_out.num_scheduled_tokens,
-            head_out.preempted_req_ids,
-            gone[0],
-        )
-        # Step N + 1 (iteration 2 applies it): the decodes and the prompts.
-        scheduled = {r.request_id: 1 for r, f in zip(running, stretch.steps_left) if f > 1}
-        scheduled.update((r.request_id, p) for r, p in zip(arrivals, prefills))
-        after = sum(1 for f in left if f > 2)
-        self._write_row(
-            seg, 1, after, sum(prefills), len(decoding), 0, 0, scheduled, set(), gone[1]
-        )
-        for run in pieces:
-            self._write_rows(seg, run)
-        return seg
+        return step0, [starts[f] if f < k else end for f in finished_in]
 
-    def _write_row(
-        self,
-        seg: Segment,
-        j: int,
-        num_running: int,
-        prefill: int,
-        decode: int,
-        queries: int,
-        hits: int,
-        scheduled: dict[str, int],
-        preempted: set[str],
-        finished: list[str],
-    ) -> None:
-        """The row (and decision) of the segment's step ``j``, written out: what the
-        loop's ``_record_step`` writes for it (nothing waits; ``preempted``: the ids its
-        batch preempted)."""
-        free, cached, cached_free = (c[j] for c in seg.records)
-        row = StepRow(
-            replica=self.replica_id,
-            step=seg.step0 + j,
-            start_s=seg.starts[j],
-            duration_s=seg.durations[j],
-            num_running=num_running,
-            num_waiting=0,
-            num_prefill_tokens=prefill,
-            num_decode_tokens=decode,
-            num_preempted=len(preempted),
-            kv_usage=BlockPool.usage_at(free, self.pool.num_gpu_blocks - 1),
-            num_free_blocks=free,
-            num_cached_blocks=cached,
-            prefix_queries=queries,
-            prefix_hits=hits,
-            num_cached_free_blocks=cached_free,
-        )
-        self.steps.add(row)
-        if self.decisions is not None:
-            self.decisions.write(
-                decision_line(self.replica_id, seg.step0 + j, scheduled, preempted, finished, free)
-            )
+    @staticmethod
+    def _last_iteration(
+        starts: list[float], end: float, until: float, left: list[int]
+    ) -> tuple[int, float]:
+        """The last iteration ``k`` of a stretch whose batches ``N + 1 ..`` start at
+        ``starts`` (the last ends at ``end``), and when it applies its batch: the
+        iteration after those whose batches start before ``until`` schedules before
+        it, and applies its batch at ``end``, after ``until`` only if no request
+        finishes in it (``left``: the iteration each finishes in), as stepping would
+        once the event has passed; else the one before it (0: none)."""
+        k = len(starts) + 1
+        if end >= until and k in left:
+            k -= 1
+            end = starts[k - 1] if k else end
+        return k, end
 
     def _last_batch_cost(self, out: SchedulerOutput) -> tuple[float, int, int]:
         """The duration (s), prefill and decode tokens of the batch a stretch leaves in
@@ -435,36 +305,3 @@ class AsyncStretchRunner(StretchRunner):
                     free,
                 )
             )
-
-
-def _pieces(
-    k: int,
-    batch: int,
-    left: list[int],
-    finished: list[Request],
-    finished_in: list[int],
-    rids: list[str] | None,
-    lo: int = 0,
-) -> list[RowRun]:
-    """The ``k`` applied steps of a stretch of ``batch`` requests in runs of the same
-    requests: step ``r`` (0-based; iteration ``r + 1`` applies batch ``N + r``) decodes
-    the requests that finish after iteration ``r`` (``left``: the iteration each
-    finishes in); a run ends with each step in which requests finish (``finished``, in
-    iteration ``finished_in``); ``rids``: the requests' ids, when decisions are
-    written. From step ``lo`` on (the steps before it written otherwise; ``batch``:
-    the requests of step 0)."""
-    if not finished and not lo:
-        return [RowRun(0, k, batch, batch, rids, [])]
-    runs: list[RowRun] = []
-    size = sum(1 for f in left if f > lo)
-    i = sum(1 for f in finished_in if f <= lo)
-    while lo < k:
-        hi = finished_in[i] if i < len(finished_in) else k
-        gone: list[str] = []
-        while i < len(finished_in) and finished_in[i] == hi:
-            gone.append(finished[i].request_id)
-            i += 1
-        ids = None if rids is None else [r for r, f in zip(rids, left) if f > lo]
-        runs.append(RowRun(lo, hi, size, size - len(gone), ids, gone))
-        lo, size = hi, size - len(gone)
-    return runs
