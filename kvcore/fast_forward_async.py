@@ -26,6 +26,11 @@ batches scheduled after); in either case before the first iteration whose alloca
 the free blocks would not cover. Afterwards the batch scheduled by the last iteration is
 the one in flight (:meth:`kvcore.batch_queue.BatchQueue.replace_in_flight`).
 
+Requests that arrive meanwhile may be admitted by the stretch's iterations
+(:class:`kvcore.stretch_joins.Join`): the iteration's schedule takes each, after the
+running decodes, with its whole prompt, as ``Scheduler.schedule`` takes a waiting
+request, and it decodes with the others from the next iteration on.
+
 Scope as :mod:`kvcore.fast_forward`: full-attention groups only, KV events off, no
 speculative drafts, requests that stop only on length. Mirrors nothing in vLLM: a
 shortcut whose results equal the batch queue's step-by-step behaviour (see the tests).

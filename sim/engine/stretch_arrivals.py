@@ -48,6 +48,7 @@ class ArrivalStretchRunner(AsyncStretchRunner):
     def __init__(
         self, engine: AsyncReplicaEngine, timer: StretchTimer, regime: EngineRegime
     ) -> None:
+        """:class:`sim.engine.stretches_async.AsyncStretchRunner`'s arguments."""
         super().__init__(engine, timer, regime)
         self.num_joined = 0  # arrivals a stretch admitted in its first iteration
 
