@@ -51,7 +51,7 @@ from kvcore.stretch_blocks import (
     block_events,
     record_event_steps,
 )
-from kvcore.stretch_joins import Join, admit, first_prefills
+from kvcore.stretch_joins import Join, admit, first_prefills, prompt_blocks
 
 
 class AsyncStretchResult(NamedTuple):
@@ -237,7 +237,7 @@ class AsyncDecodeStretch:
             else:  # admitted in iteration first - 1 with its prompt's slots
                 first = self.joins[i - base].iteration + 1
                 prompt = c0 + first - 1
-                held = -(-min(prompt + la, mml) // bs)
+                held = prompt_blocks(prompt, la, mml, bs)
                 cached_from = prompt // bs + 1  # its admission registered the prompt's
             # Iteration j (1-based) schedules token c0 + j - 1: slots for c0 + j + la.
             before_k = add_allocations(alloc, req, c0, held, last, k, la, mml, bs, first)

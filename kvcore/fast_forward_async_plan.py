@@ -15,7 +15,7 @@ from kvcore.fast_forward_async import AsyncDecodeStretch
 from kvcore.request import Request
 from kvcore.single_type_kv_cache_manager import SingleTypeKVCacheManager
 from kvcore.stretch_blocks import JoinBlocks, stretch_length, stretch_possible
-from kvcore.stretch_joins import Join, plan_joins
+from kvcore.stretch_joins import Join, plan_joins, prompt_blocks
 
 
 def _steady(
@@ -107,7 +107,7 @@ def plan_async_decode_stretch(
         return None
     la = sched.num_lookahead_tokens
     blocks = [
-        JoinBlocks(t.iteration, c0, -(-min(c0 + t.iteration + la, mml) // bs), f)
+        JoinBlocks(t.iteration, c0, prompt_blocks(t.request.num_tokens, la, mml, bs), f)
         for t, c0, f in zip(taken, join_computed0, join_left)
     ]
     planned = stretch_length(

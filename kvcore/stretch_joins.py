@@ -28,6 +28,13 @@ class Join(NamedTuple):
     """Not yet added to the scheduler (the stretch adds it when it admits it)."""
 
 
+def prompt_blocks(prompt: int, la: int, mml: int, bs: int) -> int:
+    """Blocks (per group) a request admitted with its whole ``prompt`` (tokens) holds
+    after its admission: slots for the prompt and ``la`` lookahead tokens, at most
+    ``mml`` (the model's length), ``bs`` tokens a block; its prefix hits among them."""
+    return -(-min(prompt + la, mml) // bs)
+
+
 def admissible(sched: Scheduler, req: Request) -> bool:
     """Whether ``req`` is a request a stretch admits (:class:`Join`): new, stopping only
     on length, without a LoRA adapter, reading the prefix cache, shorter than the
@@ -145,7 +152,7 @@ def first_prefills(
                     return None
                 block = block.next_free_block
         prefills.append(req.num_tokens - hits)
-        popped += ng * -(-min(req.num_tokens + la, mml) // bs)
+        popped += ng * prompt_blocks(req.num_tokens, la, mml, bs)
     return prefills
 
 

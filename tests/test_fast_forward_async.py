@@ -20,7 +20,7 @@ from kvcore.batch_queue import BatchQueue, sample_fixed_token
 from kvcore.block_hashing import BlockHasher
 from kvcore.fast_forward_async_plan import plan_async_decode_stretch
 from kvcore.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from kvcore.request import Request
+from kvcore.request import LoRARequest, Request
 from kvcore.scheduler_config import SchedulerConfig
 from kvcore.stretch_joins import Join
 from sim.engine.replica import SAMPLE_TOKEN_ID
@@ -434,6 +434,12 @@ def test_a_stretch_ends_before_an_arrival_schedule_would_treat_otherwise() -> No
     eos = _request("c", 40, 10, 2)
     eos.eos_token_id = 2
     assert planned(running(), eos) == 4
+    adapter = _request("c", 40, 10, 2)
+    adapter.lora_request = LoRARequest.from_id(1)
+    assert planned(running(), adapter) == 4
+    no_lookup = _request("c", 40, 10, 2)
+    no_lookup.skip_reading_prefix_cache = True
+    assert planned(running(), no_lookup) == 4
     assert planned(running(), _request("c", 40, 10, 2), at=0) is None
     seqs = running()
     seqs.scheduler.max_num_running_reqs = 2

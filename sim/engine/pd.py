@@ -109,10 +109,7 @@ class PDReplicaEngine(ConnectorEngine):
 
     # -- the loop ------------------------------------------------------------------
 
-    def _admit_pending(self, built: list[Request] | None = None) -> None:
-        """Add the arrivals as this instance's role makes them (``built`` is never given
-        here: P/D instances do not fast-forward)."""
-        assert built is None
+    def _admit_pending(self) -> None:
         now = self.env.now
         for sr in self._pending:
             rid = sr.request_id

@@ -59,14 +59,9 @@ class AsyncReplicaEngine(ReplicaEngine):
     # forward time line instead.
     _in_flight: list[tuple[float, float, int, int]]
     _rank_batches: RankBatches | None
-    # Set when the stretch runner is made (fast-forward on): the same object as
-    # ``stretches``, with the async runner's type.
-    _runner: ArrivalStretchRunner | None = None
 
     def _make_stretches(self, timer: StretchTimer, regime: EngineRegime) -> StretchRunner:
-        runner = ArrivalStretchRunner(self, timer, regime)
-        self._runner = runner
-        return runner
+        return ArrivalStretchRunner(self, timer, regime)
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         queue = self.batch_queue
@@ -146,12 +141,16 @@ class AsyncReplicaEngine(ReplicaEngine):
         nothing waiting, a stretch may admit them in its first iteration, as
         ``schedule()`` would (:mod:`sim.engine.stretch_arrivals`; True: it did, and
         advanced); else they join the waiting queue (False)."""
-        runner = self._runner
-        if runner is not None and len(self._in_flight) == 1 and not self.scheduler.waiting:
+        runner = self.stretches
+        if (
+            isinstance(runner, ArrivalStretchRunner)
+            and len(self._in_flight) == 1
+            and not self.scheduler.waiting
+        ):
             arrivals = self.pending_requests()
             if (yield from runner.admit_arrivals(arrivals)):
                 return True
-            self._admit_pending(arrivals)
+            self._add_arrivals(arrivals)
         else:
             self._admit_pending()
         return False

@@ -135,10 +135,11 @@ class ReplicaRequests:
         """Whether arrivals wait to be added before the next ``schedule()``."""
         return bool(self._pending)
 
-    def _admit_pending(self, built: list[Request] | None = None) -> None:
-        """Add the arrivals to the scheduler (``built``: their kvcore requests, made by
-        :meth:`pending_requests`)."""
-        reqs = self.pending_requests() if built is None else built
+    def _admit_pending(self) -> None:
+        self._add_arrivals(self.pending_requests())
+
+    def _add_arrivals(self, reqs: list[Request]) -> None:
+        """Add the arrivals to the scheduler (``reqs``: :meth:`pending_requests`)."""
         add = self.scheduler.add_request
         for req in reqs:
             add(req)
