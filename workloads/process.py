@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol
 
 import simpy
 
+from workloads.feed import ArrivalFeed, At
 from workloads.request import SimRequest
 from workloads.tokens import token_array
 
@@ -146,6 +147,12 @@ class Workload:
         """The file line that ``request_id`` comes from (a trace's), else None."""
         return None
 
+    def open_feed(self, at: At) -> ArrivalFeed | None:
+        """Before :meth:`start`: the :class:`workloads.feed.ArrivalFeed` of an open-loop
+        workload whose requests an engine may take before their time (``at``: makes
+        its process's waits); None when it has none."""
+        return None
+
     def on_finish(self, request_id: str, output_token_ids: list[int], now: float) -> None:
         """The engine finished ``request_id`` at ``now`` seconds with these output tokens."""
 
@@ -170,6 +177,11 @@ class Workload:
         self._submit(request)
         if self.num_requests is not None and self._num_submitted >= self.num_requests:
             self._mark_done()
+
+    def _count_taken(self, n: int) -> None:
+        """``n`` more requests submitted, taken by the engine from the feed (never the
+        last one)."""
+        self._num_submitted += n
 
     def _mark_done(self) -> None:
         if not self._finished:

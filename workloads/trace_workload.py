@@ -16,6 +16,7 @@ from typing import Any
 
 import simpy
 
+from workloads.feed import ArrivalFeed, At
 from workloads.process import AHEAD_CHUNK, Chunks, DrawnPrompt, Prepare, Workload, draw_prompt
 from workloads.request import SimRequest
 from workloads.tokens import (
@@ -63,6 +64,10 @@ class TraceWorkload(Workload):
         self._vocab = vocab_size
         self._blocks = HashBlockTokens(seed, vocab_size)
         self._rows_by_id: dict[str, int] | None = None
+        self._feed: ArrivalFeed | None = None
+        self._ahead: Chunks | None = None  # the helper's chunks, once started
+        self._chunk: list[DrawnPrompt] = []
+        self._pos = 0  # the next request's place in _chunk
 
     def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnPrompt]]:
         """Rows 0, 1, ... in chunks, as :meth:`_replay` submits them: each row's prompt
@@ -86,28 +91,42 @@ class TraceWorkload(Workload):
             index = end
             size = AHEAD_CHUNK
 
-    def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
-        env.process(self._replay(env, ahead))
+    def open_feed(self, at: At) -> ArrivalFeed | None:
+        """An :class:`workloads.feed.ArrivalFeed` of this replay (before :meth:`start`):
+        its process then submits only the requests the engine does not take."""
+        if self._started:
+            raise RuntimeError(f"workload {self.name!r}: a feed opens before it starts")
+        self._feed = ArrivalFeed(
+            self.table.arrival_s.tolist(), self._drawn_request, at, self._count_taken
+        )
+        return self._feed
 
-    def _replay(
-        self, env: simpy.Environment, ahead: Chunks | None
-    ) -> Generator[simpy.Event, None, None]:
-        chunk: list[DrawnPrompt] = []
-        pos = 0
+    def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
+        self._ahead = ahead
+        if self._feed is not None:
+            env.process(self._feed.replay(env, self._emit))
+        else:
+            env.process(self._replay(env))
+
+    def _replay(self, env: simpy.Environment) -> Generator[simpy.Event, None, None]:
         for row, when in enumerate(self.table.arrival_s.tolist()):
             if when > env.now:
                 yield env.timeout(when - env.now)
-            tail = None
-            if ahead is not None:
-                if pos == len(chunk):
-                    chunk, pos = ahead.next(), 0
-                num_tokens, tail, hashes = chunk[pos]
-                pos += 1
-            if tail is None:  # built when first used
-                self._emit(self.request(row, float(env.now)))
-            else:  # drawn and hashed by the helper
+            self._emit(self._drawn_request(row, float(env.now)))
+
+    def _drawn_request(self, row: int, now: float) -> SimRequest:
+        """Request ``row`` arriving at ``now`` (s): its prompt drawn and hashed by the
+        helper when there is one (its chunks read in order: rows come in order)."""
+        ahead = self._ahead
+        if ahead is not None:
+            if self._pos == len(self._chunk):
+                self._chunk, self._pos = ahead.next(), 0
+            num_tokens, tail, hashes = self._chunk[self._pos]
+            self._pos += 1
+            if tail is not None:  # drawn and hashed by the helper
                 prompt = prompt_after_hashed(num_tokens, tail)
-                self._emit(self.request(row, float(env.now), prompt, hashes))
+                return self.request(row, now, prompt, hashes)
+        return self.request(row, now)  # its prompt built when first used
 
     def _tokens(self, row: int) -> list[int]:
         table = self.table

@@ -156,6 +156,8 @@ def _start_workload(
     if drawn is not None:
         ahead = offload.ChunkReader(lambda: drawn, "workload")
         stack.callback(ahead.close)
+    if isinstance(cluster, Cluster):
+        cluster.open_feed(resolved.workload)
     resolved.workload.start(env, cluster.submit, ahead)
     stack.callback(resolved.workload.release)  # it holds the engines: not beyond the run
 

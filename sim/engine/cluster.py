@@ -11,6 +11,7 @@ write to the same step and request recorders (rows carry the replica id).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import IO, Any
 
 import simpy
@@ -21,9 +22,11 @@ from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_build import ReplicaBuilder
 from sim.engine.replica_parts import kvcore_request
 from sim.engine.router import Router
+from sim.engine.simpy_internals import schedule_at
+from sim.engine.stretch_feed import FeedStretchRunner
 from sim.records.recorders import StepRecorder
 from sim.records.request_recorder import RequestRecorder
-from workloads.process import Prepared
+from workloads.process import Prepared, Workload
 
 
 def prepare_prompt(sr: Any, max_model_len: int, hasher: BlockHasher) -> Prepared | None:
@@ -138,6 +141,26 @@ class Cluster:
             i = self.router.choose(self._routing_request(sr, rejected), self.views)
         self.num_routed[i] += 1
         self.engines[i].submit(sr)
+
+    def open_feed(self, workload: Workload) -> None:
+        """Before ``workload`` starts: with one replica whose engine takes arrivals
+        ahead (:class:`sim.engine.stretch_feed.FeedStretchRunner`), let it take them
+        from the workload's feed, when it has one; each taken request is counted here
+        as :meth:`submit` counts it (the engine does the rest)."""
+        if len(self.engines) != 1:
+            return
+        runner = self.engines[0].stretches
+        if not isinstance(runner, FeedStretchRunner):
+            return
+        feed = workload.open_feed(partial(schedule_at, self.env))
+        if feed is not None:
+            feed.on_take = self._taken
+            runner.use_feed(feed)
+
+    def _taken(self, sr: Any) -> None:
+        rejected = self.limits.observe(sr)
+        assert not rejected, "an engine takes no request it rejects"
+        self.num_routed[0] += 1
 
     @property
     def num_rejected(self) -> int:

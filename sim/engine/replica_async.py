@@ -32,6 +32,7 @@ from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_parts import ReplicaParts
 from sim.engine.step_timing import StretchTimer
 from sim.engine.stretch_arrivals import ArrivalStretchRunner
+from sim.engine.stretch_feed import FeedStretchRunner
 from sim.engine.stretches import StepTimeout, StretchRunner
 from sim.spec_decode.engine import SpecDecodeRun
 
@@ -61,7 +62,7 @@ class AsyncReplicaEngine(ReplicaEngine):
     _rank_batches: RankBatches | None
 
     def _make_stretches(self, timer: StretchTimer, regime: EngineRegime) -> StretchRunner:
-        return ArrivalStretchRunner(self, timer, regime)
+        return FeedStretchRunner(self, timer, regime)
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         queue = self.batch_queue

@@ -161,6 +161,14 @@ class ReplicaRequests:
             meta[sr.request_id] = RequestMeta(sr.arrival_s, req.num_prompt_tokens)
         self._pending.clear()
 
+    def fed(self, srs: list[Any], reqs: list[Request]) -> None:
+        """Requests of the workload's feed (``srs``; ``reqs``: their kvcore requests)
+        went to the scheduler by a stretch that took them ahead, each at its arrival
+        (``arrival_s``): note each for its record, as :meth:`joined` does."""
+        meta = self._meta
+        for sr, req in zip(srs, reqs):
+            meta[sr.request_id] = RequestMeta(sr.arrival_s, req.num_prompt_tokens)
+
     def _idle(self) -> simpy.Event:
         """An event that fires at the next submit, or when arrivals end."""
         self._wake = self.env.event()

@@ -10,7 +10,8 @@ version):
   heap of ``(time, priority, event id, event)``, ids from ``env._eid``; a triggered
   event has ``_ok`` and ``_value`` set.
 - :func:`next_event_time`: the time of the next scheduled event that is not of a given
-  type (the heap scanned; ``env.peek()`` gives only the very next one).
+  type (the heap scanned; ``env.peek()`` gives only the very next one), and
+  :func:`next_time_except`: that of the next event but a given one.
 """
 
 from __future__ import annotations
@@ -36,3 +37,8 @@ def next_event_time(env: simpy.Environment, skip: type) -> float:
         (when for when, _, _, event in env._queue if type(event) is not skip),
         default=float("inf"),
     )
+
+
+def next_time_except(env: simpy.Environment, event: simpy.Event | None) -> float:
+    """The earliest time of a scheduled event other than ``event`` (inf: none)."""
+    return min((when for when, _, _, e in env._queue if e is not event), default=float("inf"))

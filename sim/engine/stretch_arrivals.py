@@ -12,7 +12,10 @@ their prefix hits, which must be known before the admission
 times such a batch, and its rows and decisions are those the loop writes. When the
 plan does not take the arrivals, their hits could change, or the stretch would not
 reach its second iteration before the next SimPy event, nothing changes and the loop
-steps that iteration as before. Units: seconds.
+steps that iteration as before. So does an arrival with one prompt token left to
+compute (a one-token prompt, or all but its last token hit): the engine's step cost
+counts it as a decode with async scheduling, and times and records its batch as one
+of decodes, which a stretch's mixed batch is not. Units: seconds.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ class ArrivalStretchRunner(AsyncStretchRunner):
             return None
         prefills = stretch.first_prefills()
         first_apply = engine.gpu_free
-        if prefills is None or first_apply >= until:
+        if prefills is None or 1 in prefills or first_apply >= until:  # one token: a decode
             return None
         starts, durations, end = self._times(stretch, until, first_apply, arrivals, prefills)
         left = stretch.steps_left + stretch.join_steps_left  # running order from 2 on

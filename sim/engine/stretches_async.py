@@ -101,12 +101,19 @@ class AsyncStretchRunner(StretchRunner):
             done += zip(seg.finished, seg.finish_s)
             if seg.end >= until or (seg.finished and self._reacts_to_finish):
                 break
-            nxt = self._async_segment(queue, until)
+            nxt = self._next_segment(queue, until)
             if nxt is None:
                 break
-            self._write_async_segment(nxt)
             seg = nxt
         yield from self.finish_at(seg.end, done)
+
+    def _next_segment(self, queue: BatchQueue, until: float) -> Segment | None:
+        """The stretch chained on the last one, applied and its rows written (None:
+        none, nothing changed)."""
+        seg = self._async_segment(queue, until)
+        if seg is not None:
+            self._write_async_segment(seg)
+        return seg
 
     def _async_segment(self, queue: BatchQueue, until: float) -> Segment | None:
         """Plan and apply one async stretch from the batch in flight, scheduled (its
