@@ -11,6 +11,7 @@ first step and not a plain decode; those are written one by one (:class:`RowSpec
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from typing import NamedTuple
 
 from kvcore.fast_forward_async import AsyncDecodeStretch, AsyncStretchResult
@@ -67,6 +68,36 @@ def _lookups(stats: PrefixCacheStats | None) -> tuple[int, int]:
     return stats.queries + stats.preempted_queries, stats.hits + stats.preempted_hits
 
 
+class _Counts:
+    """How many members decode in a step, and run after one, from the members'
+    admission and finish iterations sorted (a member decodes in step ``r`` when
+    ``admitted < r < left``)."""
+
+    __slots__ = ("admitted", "left")
+
+    def __init__(self, m: FedMembers) -> None:
+        self.admitted = sorted(m.admitted)
+        self.left = sorted(m.left)
+
+    def decoding(self, r: int) -> int:
+        """Members in step ``r``'s batch as decodes."""
+        return bisect_left(self.admitted, r) - bisect_right(self.left, r)
+
+    def running(self, r: int) -> int:
+        """Members running after step ``r`` (iteration ``r + 1`` admitted some and
+        finished others)."""
+        return bisect_right(self.admitted, r + 1) - bisect_right(self.left, r + 1)
+
+    def finishing(self, e: int) -> int:
+        """Members that finish in iteration ``e``."""
+        return bisect_right(self.left, e) - bisect_left(self.left, e)
+
+    def next_finish(self, r: int, hi: int) -> int:
+        """The first iteration after ``r`` in which members finish, at most ``hi``."""
+        i = bisect_right(self.left, r)
+        return min(self.left[i], hi) if i < len(self.left) else hi
+
+
 def fed_rows(
     m: FedMembers,
     k: int,
@@ -76,61 +107,67 @@ def fed_rows(
     decisions: bool,
 ) -> list[RowSpec | RowRun]:
     """The ``k`` rows of the stretch, in order: :class:`RowSpec` s and runs of plain
-    decode rows (ids in them when ``decisions``). ``head_out``, ``head_tokens``: the
-    batch in flight at the start's output, prefill and decode tokens."""
-    admits = set(m.iterations)
+    decode rows (ids, scheduled and finished requests in them only when
+    ``decisions``). ``head_out``, ``head_tokens``: the batch in flight at the start's
+    output, prefill and decode tokens."""
+    prefill: dict[int, int] = {}  # iteration -> its joins' prompt tokens
+    for j, p in zip(m.iterations, m.prefills):
+        prefill[j] = prefill.get(j, 0) + p
+    counts = _Counts(m)
     first = _lookups(result.prefix_cache_stats)
-    batch = sum(1 for a in m.admitted if a < 0)
-    special = {r for j in admits for r in (j - 1, j)}
-    if head_tokens[0] or head_tokens[1] != batch or head_out.preempted_req_ids or any(first):
+    special = {r for j in prefill for r in (j - 1, j)}
+    if (
+        head_tokens[0]
+        or head_tokens[1] != counts.decoding(0)
+        or head_out.preempted_req_ids
+        or any(first)
+    ):
         special.add(0)
     out: list[RowSpec | RowRun] = []
     lo = 0
     for r in sorted(s for s in special if s < k):
-        out += _runs(m, lo, r, decisions)
+        out += _runs(m, counts, lo, r, decisions)
         if r == 0:
-            spec = _row(m, 0, head_tokens, first, dict(head_out.num_scheduled_tokens))
-            out.append(spec._replace(preempted=set(head_out.preempted_req_ids)))
+            tokens = head_tokens
+            lookups = first
+            scheduled = dict(head_out.num_scheduled_tokens) if decisions else {}
         else:
-            lookups = _lookups(result.join_stats.get(r + 1)) if r + 1 in admits else (0, 0)
-            scheduled = {rid: 1 for rid, a, f in zip(m.ids, m.admitted, m.left) if a < r and f > r}
-            prefill = 0
-            for r2, j, p in zip(m.joined, m.iterations, m.prefills):
-                if j == r:
-                    scheduled[r2.request_id] = p
-                    prefill += p
-            decode = sum(1 for a, f in zip(m.admitted, m.left) if a < r and f > r)
-            out.append(_row(m, r, (prefill, decode), lookups, scheduled))
+            tokens = (prefill.get(r, 0), counts.decoding(r))
+            lookups = _lookups(result.join_stats.get(r + 1)) if r + 1 in prefill else (0, 0)
+            scheduled = _scheduled(m, r) if decisions else {}
+        finished = [rid for rid, f in zip(m.ids, m.left) if f == r + 1] if decisions else []
+        preempted = set(head_out.preempted_req_ids) if r == 0 else set()
+        out.append(RowSpec(r, counts.running(r), tokens, lookups, scheduled, preempted, finished))
         lo = r + 1
-    out += _runs(m, lo, k, decisions)
+    out += _runs(m, counts, lo, k, decisions)
     return out
 
 
-def _row(
-    m: FedMembers,
-    r: int,
-    tokens: tuple[int, int],
-    lookups: tuple[int, int],
-    scheduled: dict[str, int],
-) -> RowSpec:
-    """Step ``r``'s row: running after iteration ``r + 1`` those admitted by it that
-    do not finish in it; nothing preempted (the head's is set by the caller)."""
-    num_running = sum(1 for a, f in zip(m.admitted, m.left) if a <= r + 1 and f > r + 1)
-    finished = [rid for rid, f in zip(m.ids, m.left) if f == r + 1]
-    return RowSpec(r, num_running, tokens, lookups, scheduled, set(), finished)
+def _scheduled(m: FedMembers, r: int) -> dict[str, int]:
+    """Step ``r``'s scheduled tokens by request (``r > 0``): one for each decode, in
+    running order, then the prompts of the requests admitted by iteration ``r``."""
+    out = {rid: 1 for rid, a, f in zip(m.ids, m.admitted, m.left) if a < r < f}
+    for req, j, p in zip(m.joined, m.iterations, m.prefills):
+        if j == r:
+            out[req.request_id] = p
+    return out
 
 
-def _runs(m: FedMembers, lo: int, hi: int, decisions: bool) -> list[RowRun]:
-    """Steps ``lo .. hi - 1`` (plain decodes) in runs of the same requests: a run ends
-    with each step whose apply finishes requests."""
+def _runs(m: FedMembers, counts: _Counts, lo: int, hi: int, decisions: bool) -> list[RowRun]:
+    """Steps ``lo .. hi - 1`` (plain decodes: nobody is admitted by their iterations)
+    in runs of the same requests: a run ends with each step whose apply finishes
+    requests."""
     runs: list[RowRun] = []
     r = lo
     while r < hi:
-        dec = [i for i, (a, f) in enumerate(zip(m.admitted, m.left)) if a < r and f > r]
-        ends = [m.left[i] for i in dec if m.left[i] <= hi]
-        e = min(ends) if ends else hi
-        gone = [m.ids[i] for i in dec if m.left[i] == e]
-        ids = [m.ids[i] for i in dec] if decisions else None
-        runs.append(RowRun(r, e, len(dec), len(dec) - len(gone), ids, gone))
+        size = counts.decoding(r)
+        e = counts.next_finish(r, hi)
+        gone = counts.finishing(e)
+        ids: list[str] | None = None
+        finished: list[str] = []
+        if decisions:
+            ids = [rid for rid, a, f in zip(m.ids, m.admitted, m.left) if a < r < f]
+            finished = [rid for rid, a, f in zip(m.ids, m.admitted, m.left) if a < r and f == e]
+        runs.append(RowRun(r, e, size, size - gone, ids, finished))
         r = e
     return runs

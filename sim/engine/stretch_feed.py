@@ -56,7 +56,8 @@ class FedTimes:
     (iteration 2 on) with their ``prefills``, ``taken`` (the feed's requests, in
     order); ``stop``: the stretch's iterations schedule before it. The members so far
     (the running requests, then the joins): ``computed0``, ``left`` and the iteration
-    that ``admitted`` each (0: before the stretch), as in
+    that ``admitted`` each (0: before the stretch; those that finished are dropped as
+    the timing passes them), as in
     :class:`kvcore.fast_forward_async.AsyncDecodeStretch`; ``joining``: the prefills of
     the joins whose batch is not timed yet."""
 
@@ -101,8 +102,15 @@ class FedTimes:
         self.admitted.append(j)
 
     def members(self, j: int) -> tuple[list[int], list[int]]:
-        """``computed0`` and ``left`` of the members admitted before iteration ``j``."""
-        pairs = [(c, f) for c, f, a in zip(self.computed0, self.left, self.admitted) if a < j]
+        """``computed0`` and ``left`` of the members admitted before iteration ``j``
+        that run in it; the members that finished before it are dropped."""
+        c0s, lefts, adm = self.computed0, self.left, self.admitted
+        if any(f <= j for f in lefts):
+            live = [i for i, f in enumerate(lefts) if f > j]
+            self.computed0 = c0s = [c0s[i] for i in live]
+            self.left = lefts = [lefts[i] for i in live]
+            self.admitted = adm = [adm[i] for i in live]
+        pairs = [(c, f) for c, f, a in zip(c0s, lefts, adm) if a < j]
         return [c for c, _ in pairs], [f for _, f in pairs]
 
 
@@ -158,6 +166,10 @@ class FeedStretchRunner(ArrivalStretchRunner):
         (see the module docstring); None when nothing changed."""
         engine = self.async_engine
         head = engine.oldest_in_flight()
+        assert self.feed is not None
+        nxt = self.feed.upcoming(0)
+        if nxt is not None and nxt.arrival_s <= head[0]:
+            return None  # it joins in iteration 1 and has not come to the engine yet
         head_out = queue.queue[0].scheduler_output
         through = not self._reacts_to_finish
         first = [Join(1, r) for r in arrivals]
@@ -168,8 +180,6 @@ class FeedStretchRunner(ArrivalStretchRunner):
         if prefills is None or 1 in prefills:  # one token: a decode (stretch_arrivals)
             return None
         times = self._feed_times(base, arrivals, prefills, head[0], until)
-        if times is None:
-            return None
         joins = first + times.joins
         stretch = plan_async_decode_stretch(queue, FAST_FORWARD_HORIZON, through, joins)
         if stretch is None or len(stretch.joins) < len(arrivals):
@@ -265,18 +275,16 @@ class FeedStretchRunner(ArrivalStretchRunner):
         prefills: list[int],
         top1: float,
         until: float,
-    ) -> FedTimes | None:
+    ) -> FedTimes:
         """The batches of a stretch from ``base`` (planned with ``arrivals`` joining in
-        iteration 1, with ``prefills``; ``top1``: iteration 1's top) timed as the
-        feed's requests join it, before ``until``; None when the feed's next request
-        joins in iteration 1 (it has not come to the engine yet)."""
+        iteration 1, with ``prefills``; ``top1``: iteration 1's top, before the feed's
+        next request) timed as the feed's requests join it, before ``until``."""
         feed = self.feed
         assert feed is not None
-        nxt = feed.upcoming(0)
-        if nxt is not None and nxt.arrival_s <= top1:
-            return None
         times = FedTimes(base, prefills, self.async_engine.gpu_free, until)
-        n = base.max_steps - 1  # batches N + 1 .. N + n at most
+        # Batches N + 1 .. N + n at most. Not base's: the joins keep its batch going
+        # after its requests finish (the plan with the joins bounds the stretch).
+        n = FAST_FORWARD_HORIZON - 1
         hits1 = [r.num_tokens - p for r, p in zip(arrivals, prefills)]
         j = 1  # the next batch: N + j
         foresight = JoinForesight(self.scheduler, arrivals)
@@ -299,8 +307,11 @@ class FeedStretchRunner(ArrivalStretchRunner):
             # Decode batches N + j .. up to the first that starts at or after the next
             # arrival (the top of the iteration that admits it).
             mc, mf = times.members(j)
+            last = max(mf, default=0) - 1  # the last batch that decodes something
+            if last < j:
+                break  # the batch would be empty: the engine waits for an arrival
             t = until if sr is None else min(sr.arrival_s, until)
-            more, more_d, end = self._batch_starts(s, t, mc, mf, n, j0=j)
+            more, more_d, end = self._batch_starts(s, t, mc, mf, min(n, last), j0=j)
             if not more:  # batch N + j starts at or after it
                 more, more_d, end = self._batch_starts(s, float("inf"), mc, mf, j, j0=j)
             times.add(more, more_d, end)
