@@ -178,3 +178,27 @@ def test_foresight_refuses_what_could_change() -> None:
     assert fs.prefill(_req("h", list(range(500, 540)))) is None
     fs = JoinForesight(_scheduler(caching=False), [])
     assert fs.prefill(_req("i", list(range(40)))) == 40
+
+
+def test_one_token_prompts_are_stepped(tmp_path: Path) -> None:
+    """A synthetic workload (no feed: its arrivals join a stretch's first iteration)
+    with one-token prompts, which the step cost counts as decodes: the records are
+    stepping's."""
+    wl = {
+        "name": "short",
+        "seed": 5,
+        "num_requests": 150,
+        "arrival": {"type": "poisson", "rate": 25.0},
+        "prompt_len": {"type": "uniform", "min": 1, "max": 3},
+        "output_len": 60,
+    }
+    path = tmp_path / "short.yaml"
+    path.write_text(json.dumps(wl))
+    files = {}
+    for ff in (True, False):
+        spec = RunSpec(workload=str(path), engine=EngineConfig(async_scheduling=True))
+        out = tmp_path / f"ff-{ff}"
+        out.mkdir()
+        simulate(resolve_run(spec), out, decisions=True, fast_forward=ff)
+        files[ff] = [(out / name).read_bytes() for name in FILES]
+    assert files[True] == files[False]
