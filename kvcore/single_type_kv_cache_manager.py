@@ -125,6 +125,25 @@ class SingleTypeKVCacheManager:
         req_blocks.extend(new_blocks)
         return new_blocks
 
+    def allocate_new_blocks_in_turn(self, allocs: Sequence[tuple[str, int]]) -> None:
+        """:meth:`allocate_new_blocks` for each ``(request_id, num_tokens)`` in turn,
+        the pool's blocks popped at once (the same blocks in the same order: a
+        shortcut of fast-forward's, not vLLM's)."""
+        bs = self.block_size
+        req_to_blocks = self.req_to_blocks
+        counts: list[int] = []
+        for request_id, num_tokens in allocs:
+            req_blocks = req_to_blocks.get(request_id)
+            if req_blocks is None:
+                req_blocks = req_to_blocks[request_id] = []
+            counts.append(max(0, cdiv(num_tokens, bs) - len(req_blocks)))
+        new_blocks = self.block_pool.get_new_blocks(sum(counts))
+        at = 0
+        for (request_id, _), n in zip(allocs, counts):
+            if n:
+                req_to_blocks[request_id].extend(new_blocks[at : at + n])
+                at += n
+
     def reachable_block_mask(self, num_blocks: int) -> list[bool] | None:
         """Which new full blocks can ever serve a hit; None means all of them."""
         return None

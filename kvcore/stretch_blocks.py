@@ -9,6 +9,7 @@ Mirrors nothing in vLLM: a shortcut whose results equal vLLM's step-by-step beha
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
@@ -107,9 +108,14 @@ def block_events(
     """One step's block events through the managers, as ``allocate_slots`` makes them
     for a decode: the allocations ``(request, slots)``, then the prefix-cache
     registrations ``(request, tokens)``, each in the order given, then group order."""
-    for req, slots in allocs:
-        for m in managers:
-            m.allocate_new_blocks(req.request_id, slots)
+    if len(managers) == 1:  # one pop from the pool for the step
+        pairs = [(r.request_id, n) for r, n in allocs]
+        if pairs:
+            managers[0].allocate_new_blocks_in_turn(pairs)
+    else:
+        for req, slots in allocs:
+            for m in managers:
+                m.allocate_new_blocks(req.request_id, slots)
     for req, num_tokens in caches:
         for m in managers:
             m.cache_blocks(req, num_tokens)
@@ -224,10 +230,18 @@ def stretch_length(
         return total * ng
 
     affordable = affordable_steps(needed, max_steps, free)
-    watermark = scheduler.kv_cache_manager.watermark_blocks
-    for join in joins:  # in step order
-        if join.step <= affordable and needed(join.step) + watermark > free:
-            affordable = join.step - 1
+    # The first join (in step order) whose admission would leave less than the
+    # watermark free: needed() grows with the step, so bisect over the joins.
+    limit = free - scheduler.kv_cache_manager.watermark_blocks
+    lo, hi = 0, bisect_right([j.step for j in joins], affordable)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if needed(joins[mid].step) > limit:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo < len(joins) and joins[lo].step <= affordable:
+        affordable = joins[lo].step - 1
     if not affordable:
         return None
     return affordable, first_finish <= affordable
