@@ -11,8 +11,9 @@ Host time (scheduling, input preparation, output processing) is not charged
 separately: it overlaps the GPU's in this loop and is part of the latency model's
 per-step overhead in both.
 
-Fast-forward here is :class:`sim.engine.stretch_arrivals.ArrivalStretchRunner` (one
-replica). With a KV connector the async loop is
+Fast-forward here is :class:`sim.engine.stretch_feed.FeedStretchRunner` (one replica):
+an :class:`sim.engine.stretch_arrivals.ArrivalStretchRunner` that also takes a
+replayed trace's upcoming requests ahead. With a KV connector the async loop is
 :class:`sim.engine.connector.ConnectorEngine`'s. Units: seconds.
 """
 
@@ -84,7 +85,7 @@ class AsyncReplicaEngine(ReplicaEngine):
         scheduler = self.scheduler
         self._gpu_free = env.now
         timing = self._in_flight
-        stretches = self.stretches  # an ArrivalStretchRunner here
+        stretches = self.stretches  # a FeedStretchRunner here
         rank_batches = self._rank_batches
         while True:
             if self._pending and (yield from self._take_arrivals()):
