@@ -123,7 +123,7 @@ def test_feed_times_and_skips() -> None:
         return SimRequest(f"r{i}", t, [1, 2, 3, 4], 1)
 
     counted: list[int] = []
-    feed = ArrivalFeed(times, build, lambda t: env.timeout(t - env.now), counted.append)
+    feed = ArrivalFeed(times, len(times), build, lambda t: env.timeout(t - env.now), counted.append)
     submitted: list[tuple[str, float, float]] = []
     env.process(
         feed.replay(env, lambda sr: submitted.append((sr.request_id, sr.arrival_s, env.now)))
@@ -201,4 +201,43 @@ def test_one_token_prompts_are_stepped(tmp_path: Path) -> None:
         out.mkdir()
         simulate(resolve_run(spec), out, decisions=True, fast_forward=ff)
         files[ff] = [(out / name).read_bytes() for name in FILES]
+    assert files[True] == files[False]
+
+
+@pytest.mark.parametrize(
+    ("extra", "fed"),
+    [({}, True), ({"num_requests": None, "duration_s": 10.0}, False), ({"timeout_s": 30.0}, False)],
+    ids=["count", "duration", "timeouts"],
+)
+def test_synthetic_open_loop_feed(extra: dict[str, Any], fed: bool, tmp_path: Path) -> None:
+    """A synthetic open loop of single requests bounded by a count is fed (the records
+    are stepping's); one bounded by a duration, or whose clients time out, is not."""
+    wl: dict[str, Any] = {
+        "name": "open",
+        "seed": 2,
+        "num_requests": 120,
+        "arrival": {"type": "poisson", "rate": 12.0},
+        "prompt_len": {"type": "uniform", "min": 20, "max": 700},
+        "output_len": {"type": "uniform", "min": 1, "max": 200},
+        **extra,
+    }
+    wl = {k: v for k, v in wl.items() if v is not None}
+    path = tmp_path / "open.yaml"
+    path.write_text(json.dumps(wl))
+    files = {}
+    for ff in (True, False):
+        spec = RunSpec(workload=str(path), engine=EngineConfig(async_scheduling=True))
+        out = tmp_path / f"ff-{ff}"
+        out.mkdir()
+        engines: list[ReplicaEngine] = []
+        simulate(
+            resolve_run(spec), out, decisions=True, fast_forward=ff,
+            on_cluster=lambda c, e=engines: e.extend(c.engines),
+        )  # fmt: skip
+        files[ff] = [(out / name).read_bytes() for name in FILES]
+        if ff:
+            runner = engines[0].stretches
+            feeds = isinstance(runner, FeedStretchRunner) and runner.feed is not None
+            assert feeds == fed
+            assert not fed or runner.num_fed > 60
     assert files[True] == files[False]

@@ -285,7 +285,8 @@ def test_async_stretches_admit_arrivals(tmp_path: Path) -> None:
     engine, summary, files = runs[True]
     runner = engine.stretches
     assert isinstance(runner, ArrivalStretchRunner)
-    assert runner.num_joined > 40
+    # Admitted in a stretch's first iteration, or taken ahead from the workload's feed.
+    assert runner.num_joined + getattr(runner, "num_fed", 0) > 40
     assert files == runs[False][2]
     assert _strip_wall(summary) == _strip_wall(runs[False][1])
 

@@ -11,14 +11,17 @@ engine that can tell, from its own state, where each upcoming request would join
 then skips them and waits, from whenever it wakes, until the next request's time
 exactly. What the engine does with a taken request at its time is its business; the
 feed tells the workload (its count of submitted requests) and whoever else counts
-arrivals (``on_take``). The last request is never offered: the process submits it,
-and the workload is done then, as without a feed. Times in seconds.
+arrivals (``on_take``). The last request of a feed that knows its count is never
+taken: the process submits it, and the workload is done then, as without a feed.
+Arrival times are drawn as they are needed (an endless open loop's too). Times in
+seconds.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import simpy
@@ -34,16 +37,20 @@ class ArrivalFeed:
 
     def __init__(
         self,
-        arrival_s: list[float],
+        arrival_s: Iterable[float],
+        total: int | None,
         build: Callable[[int, float], SimRequest],
         at: At,
         taken: Callable[[int], None],
     ) -> None:
-        """``arrival_s``: each request's arrival time (s, in order); ``build(i, t)``:
-        request ``i`` arriving at ``t`` (called once per request, in order); ``at``:
-        makes the process's waits (:data:`At`); ``taken(n)``: the workload counts
-        ``n`` more requests submitted."""
-        self._arrival_s = arrival_s
+        """``arrival_s``: each request's arrival time (s, in order; drawn as needed);
+        ``total``: how many requests there are, the last one being the process's
+        (None: as many as ``arrival_s`` gives, none of them last: something else ends
+        the workload); ``build(i, t)``: request ``i`` arriving at ``t`` (called once
+        per request, in order); ``at``: makes the process's waits (:data:`At`);
+        ``taken(n)``: the workload counts ``n`` more requests submitted."""
+        self._times = iter(arrival_s)
+        self._total = total
         self._build = build
         self._at = at
         self._taken = taken
@@ -51,6 +58,7 @@ class ArrivalFeed:
         """Called with each request an engine takes (its arrival counted elsewhere)."""
         self._next = 0  # the next request not submitted
         self._t = 0.0  # the time its process waits from (the previous one's)
+        self._when: deque[float] = deque()  # arrival times drawn, from _next on
         self._ahead: deque[SimRequest] = deque()  # built, from _next on
         self._waiting: simpy.Event | None = None
 
@@ -60,25 +68,38 @@ class ArrivalFeed:
         the engine took that request meanwhile), or None."""
         return self._waiting
 
-    def _time(self, i: int, t: float) -> float:
-        when = self._arrival_s[i]
+    def _when_of(self, i: int) -> float | None:
+        """The arrival time of the ``i``-th request not submitted yet; None: none."""
+        when = self._when
+        while len(when) <= i:
+            if self._total is not None and self._next + len(when) >= self._total:
+                return None
+            nxt = next(self._times, None)
+            if nxt is None:
+                return None
+            when.append(nxt)
+        return when[i]
+
+    @staticmethod
+    def _landed(when: float, t: float) -> float:
         return t + (when - t) if when > t else t
 
     @property
     def num_left(self) -> int:
-        """Requests not submitted yet (all but the last may be taken)."""
-        return len(self._arrival_s) - self._next
+        """Requests not submitted yet, all but the last of which may be taken (with
+        no ``total``, more than any stretch takes)."""
+        return (sys.maxsize if self._total is None else self._total) - self._next
 
     def upcoming(self, i: int) -> SimRequest | None:
         """The ``i``-th request not submitted yet (0: the next), with its arrival time
         (``arrival_s``); None past the last one."""
         ahead = self._ahead
         while len(ahead) <= i:
-            row = self._next + len(ahead)
-            if row >= len(self._arrival_s):
+            when = self._when_of(len(ahead))
+            if when is None:
                 return None
             t = ahead[-1].arrival_s if ahead else self._t
-            ahead.append(self._build(row, self._time(row, t)))
+            ahead.append(self._build(self._next + len(ahead), self._landed(when, t)))
         return ahead[i]
 
     def take(self, n: int) -> list[SimRequest]:
@@ -88,6 +109,8 @@ class ArrivalFeed:
         ahead = self._ahead
         out = [ahead.popleft() for _ in range(n)]
         if out:
+            for _ in range(n):
+                self._when.popleft()
             self._next += n
             self._t = out[-1].arrival_s
             self._taken(n)
@@ -99,16 +122,16 @@ class ArrivalFeed:
     def replay(self, env: simpy.Environment, submit: Callable[[SimRequest], Any]) -> Any:
         """The SimPy process that submits the requests the engine does not take, each
         at its time (a generator)."""
-        n = len(self._arrival_s)
-        while self._next < n:
+        while (when := self._when_of(0)) is not None:
             row = self._next
-            t = self._time(row, self._t)
+            t = self._landed(when, self._t)
             if t > env.now:
                 self._waiting = self._at(t)
                 yield self._waiting
                 self._waiting = None
                 continue  # taken meanwhile, or due now
             sr = self._ahead.popleft() if self._ahead else self._build(row, t)
+            self._when.popleft()
             self._next = row + 1
             self._t = t
             submit(sr)

@@ -25,6 +25,7 @@ from typing import Any
 import simpy
 
 from workloads.arrivals import arrival_times
+from workloads.feed import ArrivalFeed, At
 from workloads.pool import PoolOrder, draw_pool
 from workloads.process import Chunks
 from workloads.request import SimRequest
@@ -69,6 +70,10 @@ class StagedWorkload(SyntheticWorkload):
         return None
 
     # -- SimPy side -----------------------------------------------------------
+
+    def open_feed(self, at: At) -> ArrivalFeed | None:
+        """None: stages start on their own clocks (no feed)."""
+        return None
 
     def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
         self._start_stage(0)

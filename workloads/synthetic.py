@@ -17,6 +17,7 @@ import simpy
 
 from workloads.arrivals import arrival_times
 from workloads.distributions import LengthSampler, make_sampler
+from workloads.feed import ArrivalFeed, At
 from workloads.process import AHEAD_CHUNK, Chunks, Prepare, Workload, draw_prompt
 from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
@@ -78,6 +79,7 @@ class SyntheticWorkload(Workload):
         self._ahead_chunk: list[DrawnTurn] = []
         self._ahead_pos = 0
         self._timeout = spec.timeout_s
+        self._feed: ArrivalFeed | None = None
         self.has_timeouts = any(spec.stage_timeout(s) is not None for s in spec.all_stages)
 
     def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnTurn]] | None:
@@ -106,6 +108,35 @@ class SyntheticWorkload(Workload):
             index = end
             size = AHEAD_CHUNK
 
+    def open_feed(self, at: At) -> ArrivalFeed | None:
+        """An :class:`workloads.feed.ArrivalFeed` of an open loop of single requests
+        bounded by a request count, without client timeouts (before :meth:`start`):
+        its process then submits only the requests the engine does not take."""
+        spec = self.workload_spec
+        arrival = spec.arrival
+        if self._started or self.reacts_to_finish or self.has_timeouts or self._timeout:
+            return None
+        if isinstance(arrival, ClosedLoopArrival) or spec.duration_s is not None:
+            return None
+        times = arrival_times(arrival, stream(spec.seed, TAG_ARRIVALS))
+        self._feed = ArrivalFeed(times, spec.num_requests, self._fed_request, at, self._count_taken)
+        return self._feed
+
+    def _fed_request(self, index: int, now: float) -> SimRequest:
+        """Request ``index`` of the feed, arriving at ``now`` (s): what
+        :meth:`_start_session` submits for it, built without submitting it."""
+        request_id = f"req-{index}"
+        if self._ahead is not None:
+            return self._drawn_turn(now, request_id)
+        total = self.workload_spec.num_requests
+        cap = None if total is None else total - self._planned
+        plan = self._planner.plan(self._next_session, cap, None)
+        self._next_session += 1
+        self._planned += plan.num_turns
+        request = self._planner.next_request(plan, request_id, now)
+        request.timeout_s = self._timeout
+        return request
+
     # -- SimPy side -----------------------------------------------------------
 
     def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:
@@ -116,7 +147,10 @@ class SyntheticWorkload(Workload):
         else:
             if ahead is not None and not self.reacts_to_finish:
                 self._ahead = ahead
-            env.process(self._open_loop(env))
+            if self._feed is not None:
+                env.process(self._feed.replay(env, self._emit))
+            else:
+                env.process(self._open_loop(env))
         if self.workload_spec.duration_s is not None:
             self._after(self.workload_spec.duration_s, self._mark_done)
 
@@ -158,7 +192,13 @@ class SyntheticWorkload(Workload):
 
     def _send_ahead(self) -> None:
         """Submit the next single-turn session drawn by the helper."""
-        assert self._ahead is not None and self._env is not None
+        assert self._env is not None
+        self._emit(self._drawn_turn(float(self._env.now), f"req-{self.num_submitted}"))
+
+    def _drawn_turn(self, now: float, request_id: str) -> SimRequest:
+        """The next single-turn session drawn by the helper, ``request_id``, arriving
+        at ``now``."""
+        assert self._ahead is not None
         if self._ahead_pos == len(self._ahead_chunk):
             self._ahead_chunk = self._ahead.next()
             self._ahead_pos = 0
@@ -170,8 +210,8 @@ class SyntheticWorkload(Workload):
         self._planned += 1
         if tail is None:  # not drawn (to be rejected): drawn here if used
             request = SimRequest(
-                request_id=f"req-{self.num_submitted}",
-                arrival_s=float(self._env.now),
+                request_id=request_id,
+                arrival_s=now,
                 prompt_token_ids=None,
                 num_prompt_tokens=num_tokens,
                 build_prompt=lambda: self._redraw_prompt(index),
@@ -181,8 +221,8 @@ class SyntheticWorkload(Workload):
             )
         else:
             request = SimRequest(
-                request_id=f"req-{self.num_submitted}",
-                arrival_s=float(self._env.now),
+                request_id=request_id,
+                arrival_s=now,
                 prompt_token_ids=prompt_after_hashed(num_tokens, tail),
                 max_tokens=max_tokens,
                 priority=priority,
@@ -190,7 +230,7 @@ class SyntheticWorkload(Workload):
                 prompt_block_hashes=hashes,
             )
         request.timeout_s = self._timeout
-        self._emit(request)
+        return request
 
     def _redraw_prompt(self, index: int) -> list[int]:
         """The prompt of single-turn session ``index`` (as :meth:`_drawn_ahead` draws it)."""

@@ -96,9 +96,8 @@ class TraceWorkload(Workload):
         its process then submits only the requests the engine does not take."""
         if self._started:
             raise RuntimeError(f"workload {self.name!r}: a feed opens before it starts")
-        self._feed = ArrivalFeed(
-            self.table.arrival_s.tolist(), self._drawn_request, at, self._count_taken
-        )
+        times = self.table.arrival_s.tolist()
+        self._feed = ArrivalFeed(times, len(times), self._drawn_request, at, self._count_taken)
         return self._feed
 
     def _begin(self, env: simpy.Environment, ahead: Chunks | None) -> None:

@@ -1,5 +1,6 @@
 """Arrivals taken ahead by the async loop's stretches, from an open-loop workload's
-feed (:class:`workloads.feed.ArrivalFeed`), instead of one stretch per arrival.
+feed (:class:`workloads.feed.ArrivalFeed`: a trace's, or a synthetic open loop of
+single requests), instead of one stretch per arrival.
 
 A :class:`FeedStretchRunner` is the async loop's arrival runner
 (:class:`sim.engine.stretch_arrivals.ArrivalStretchRunner`) of a replica that replays
