@@ -106,6 +106,7 @@ class Workload:
         self._num_submitted = 0
         self._finished = False
         self._started = False
+        self._feed: ArrivalFeed | None = None  # opened by open_feed, where there is one
 
     @property
     def num_submitted(self) -> int:
@@ -127,12 +128,14 @@ class Workload:
         self._begin(env, ahead)
 
     def release(self) -> None:
-        """Let go of the run once it is over: ``submit`` (the engines behind it) and the
-        SimPy environment (its processes), so the run's engines and records are freed
-        with the run rather than with this workload. It cannot be started again."""
+        """Let go of the run once it is over: ``submit`` (the engines behind it), the
+        SimPy environment (its processes) and the feed (whose counting reaches the
+        engines), so the run's engines and records are freed with the run rather than
+        with this workload. It cannot be started again."""
         self._submit = None
         self._env = None
         self.all_submitted = None
+        self._feed = None
 
     def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[Any]] | None:
         """Chunks of what this workload will submit, when that does not depend on the

@@ -79,7 +79,6 @@ class SyntheticWorkload(Workload):
         self._ahead_chunk: list[DrawnTurn] = []
         self._ahead_pos = 0
         self._timeout = spec.timeout_s
-        self._feed: ArrivalFeed | None = None
         self.has_timeouts = any(spec.stage_timeout(s) is not None for s in spec.all_stages)
 
     def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnTurn]] | None:

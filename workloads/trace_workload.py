@@ -64,7 +64,6 @@ class TraceWorkload(Workload):
         self._vocab = vocab_size
         self._blocks = HashBlockTokens(seed, vocab_size)
         self._rows_by_id: dict[str, int] | None = None
-        self._feed: ArrivalFeed | None = None
         self._ahead: Chunks | None = None  # the helper's chunks, once started
         self._chunk: list[DrawnPrompt] = []
         self._pos = 0  # the next request's place in _chunk
