@@ -180,6 +180,30 @@ def test_foresight_refuses_what_could_change() -> None:
     assert fs.prefill(_req("i", list(range(40)))) == 40
 
 
+def _against_stepping(
+    tmp_path: Path, wl: dict[str, Any]
+) -> tuple[dict[bool, list[bytes]], list[ReplicaEngine]]:
+    """Run workload ``wl`` (async loop) with fast-forward and without: each run's
+    records, and the fast-forwarded run's engines."""
+    path = tmp_path / "wl.yaml"
+    path.write_text(json.dumps(wl))
+    files = {}
+    engines: list[ReplicaEngine] = []
+    for ff in (True, False):
+        spec = RunSpec(workload=str(path), engine=EngineConfig(async_scheduling=True))
+        out = tmp_path / f"ff-{ff}"
+        out.mkdir()
+        seen: list[ReplicaEngine] = []
+        simulate(
+            resolve_run(spec), out, decisions=True, fast_forward=ff,
+            on_cluster=lambda c, e=seen: e.extend(c.engines),
+        )  # fmt: skip
+        files[ff] = [(out / name).read_bytes() for name in FILES]
+        if ff:
+            engines = seen
+    return files, engines
+
+
 def test_one_token_prompts_are_stepped(tmp_path: Path) -> None:
     """A synthetic workload (no feed: its arrivals join a stretch's first iteration)
     with one-token prompts, which the step cost counts as decodes: the records are
@@ -192,15 +216,7 @@ def test_one_token_prompts_are_stepped(tmp_path: Path) -> None:
         "prompt_len": {"type": "uniform", "min": 1, "max": 3},
         "output_len": 60,
     }
-    path = tmp_path / "short.yaml"
-    path.write_text(json.dumps(wl))
-    files = {}
-    for ff in (True, False):
-        spec = RunSpec(workload=str(path), engine=EngineConfig(async_scheduling=True))
-        out = tmp_path / f"ff-{ff}"
-        out.mkdir()
-        simulate(resolve_run(spec), out, decisions=True, fast_forward=ff)
-        files[ff] = [(out / name).read_bytes() for name in FILES]
+    files, _ = _against_stepping(tmp_path, wl)
     assert files[True] == files[False]
 
 
@@ -222,22 +238,9 @@ def test_synthetic_open_loop_feed(extra: dict[str, Any], fed: bool, tmp_path: Pa
         **extra,
     }
     wl = {k: v for k, v in wl.items() if v is not None}
-    path = tmp_path / "open.yaml"
-    path.write_text(json.dumps(wl))
-    files = {}
-    for ff in (True, False):
-        spec = RunSpec(workload=str(path), engine=EngineConfig(async_scheduling=True))
-        out = tmp_path / f"ff-{ff}"
-        out.mkdir()
-        engines: list[ReplicaEngine] = []
-        simulate(
-            resolve_run(spec), out, decisions=True, fast_forward=ff,
-            on_cluster=lambda c, e=engines: e.extend(c.engines),
-        )  # fmt: skip
-        files[ff] = [(out / name).read_bytes() for name in FILES]
-        if ff:
-            runner = engines[0].stretches
-            feeds = isinstance(runner, FeedStretchRunner) and runner.feed is not None
-            assert feeds == fed
-            assert not fed or runner.num_fed > 60
+    files, engines = _against_stepping(tmp_path, wl)
+    runner = engines[0].stretches
+    feeds = isinstance(runner, FeedStretchRunner) and runner.feed is not None
+    assert feeds == fed
+    assert not fed or runner.num_fed > 60
     assert files[True] == files[False]

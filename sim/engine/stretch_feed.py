@@ -54,17 +54,16 @@ of its joins)."""
 class FedTimes:
     """A stretch's batch times as the feed's requests join it: batches ``N + 1 ..``
     start at ``starts`` and run ``durations``, the last ending at ``end``; ``joins``
-    (iteration 2 on) with their ``prefills``, ``taken`` (the feed's requests, in
-    order); ``stop``: the stretch's iterations schedule before it. The members so far
-    (the running requests, then the joins): ``computed0``, ``left`` and the iteration
-    that ``admitted`` each (0: before the stretch; those that finished are dropped as
-    the timing passes them), as in
-    :class:`kvcore.fast_forward_async.AsyncDecodeStretch`; ``joining``: the prefills of
-    the joins whose batch is not timed yet."""
+    (iteration 2 on: the feed's next requests, in order) with their ``prefills``;
+    ``stop``: the stretch's iterations schedule before it. The members so far (the
+    running requests, then the joins): ``computed0``, ``left`` and the iteration that
+    ``admitted`` each (0: before the stretch; those that finished are dropped as the
+    timing passes them), as in :class:`kvcore.fast_forward_async.AsyncDecodeStretch`;
+    ``joining``: the prefills of the joins whose batch is not timed yet."""
 
     __slots__ = (
         "admitted", "computed0", "durations", "end", "joining", "joins", "left",
-        "prefills", "starts", "stop", "taken",
+        "prefills", "starts", "stop",
     )  # fmt: skip
 
     def __init__(
@@ -77,7 +76,6 @@ class FedTimes:
         self.end = start
         self.joins: list[Join] = []
         self.prefills: list[int] = []
-        self.taken: list[SimRequest] = []
         self.stop = stop
         self.computed0 = base.computed0 + base.join_computed0
         self.left = base.steps_left + base.join_steps_left
@@ -89,13 +87,12 @@ class FedTimes:
         self.durations += durations
         self.end = end
 
-    def join(self, j: int, req: Request, prefill: int, sr: SimRequest, mml: int) -> None:
-        """``req`` (``sr``'s) joins in iteration ``j``, computing ``prefill`` prompt
+    def join(self, j: int, req: Request, prefill: int, mml: int) -> None:
+        """``req`` joins in iteration ``j``, computing ``prefill`` prompt
         tokens (``mml``: the model's length), as :func:`kvcore.stretch_joins.plan_joins`
         counts it."""
         self.joins.append(Join(j, req))
         self.prefills.append(prefill)
-        self.taken.append(sr)
         self.joining.append(prefill)
         prompt = req.num_tokens
         self.computed0.append(prompt - j)
@@ -140,12 +137,10 @@ class FeedStretchRunner(ArrivalStretchRunner):
     def _bound(self) -> float | None:
         """With a feed: the next event that is not the feed's process's wait (the
         feed's requests a stretch does not take bound it instead)."""
-        if self.feed is None:
-            return super()._bound()
-        env = self.env
-        if not self._one_writer or env.now > self.engine.gpu_free or env.peek() <= env.now:
-            return None
-        return next_time_except(env, self.feed.waiting)
+        until = super()._bound()
+        if until is None or self.feed is None:
+            return until
+        return next_time_except(self.env, self.feed.waiting)
 
     def _join_segment(
         self, queue: BatchQueue, until: float, arrivals: list[Request]
@@ -191,7 +186,7 @@ class FeedStretchRunner(ArrivalStretchRunner):
         fed = sum(1 for j in stretch.joins[len(arrivals) :] if j.iteration < k)
         running = list(self.scheduler.running)
         engine.joined(arrivals)
-        taken = self._take(fed, [j.request for j in times.joins[:fed]])
+        self._take(fed, [j.request for j in times.joins[:fed]])
         self.num_joined += len(arrivals)
         first_apply = engine.gpu_free
         for r in running:  # first tokens come with the batch in flight (prompts in it)
@@ -218,17 +213,14 @@ class FeedStretchRunner(ArrivalStretchRunner):
                 self._write_row(seg, *row)
             else:
                 self._write_rows(seg, row)
-        assert len(taken) == fed
         return seg
 
-    def _take(self, n: int, reqs: list[Request]) -> list[SimRequest]:
+    def _take(self, n: int, reqs: list[Request]) -> None:
         """Take the feed's next ``n`` requests (``reqs``: theirs in kvcore) for the
         engine."""
         assert self.feed is not None
-        taken = self.feed.take(n)
-        self.async_engine.fed(taken, reqs)
+        self.async_engine.fed(self.feed.take(n), reqs)
         self.num_fed += n
-        return taken
 
     def _join_at(
         self, times: FedTimes, foresight: JoinForesight, j: int, top: float
@@ -239,7 +231,7 @@ class FeedStretchRunner(ArrivalStretchRunner):
         feed = self.feed
         assert feed is not None
         mml = self.scheduler.max_model_len
-        i = len(times.taken)
+        i = len(times.joins)
         sr = feed.upcoming(i)
         while sr is not None and sr.arrival_s <= top:  # j > 1: _feed_times checks j = 1
             if i >= MAX_JOINS or i + 1 >= feed.num_left or sr.num_prompt_tokens >= mml:
@@ -248,7 +240,7 @@ class FeedStretchRunner(ArrivalStretchRunner):
             p = foresight.prefill(req)
             if p is None or p == 1:  # one token: a decode (stretch_arrivals)
                 break
-            times.join(j, req, p, sr, mml)
+            times.join(j, req, p, mml)
             i += 1
             sr = feed.upcoming(i)
         return sr
@@ -317,7 +309,7 @@ class FeedStretchRunner(ArrivalStretchRunner):
                 more, more_d, end = self._batch_starts(s, float("inf"), mc, mf, j, j0=j)
             times.add(more, more_d, end)
             j += len(more)
-        nxt = feed.upcoming(len(times.taken))  # not taken: joins at or after a top after
+        nxt = feed.upcoming(len(times.joins))  # not taken: joins at or after a top after
         if nxt is not None:
             times.stop = min(times.stop, nxt.arrival_s)
         return times
