@@ -165,10 +165,14 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
-NICENESS = 10
-"""How much lower the worker's scheduling priority is than the run's (``os.nice``),
-as the run's helper processes (``sim.offload.HELPER_NICENESS``): its imports and its
-reading of the steps file then take a CPU the simulation loop does not need."""
+NICENESS = 19
+"""How much lower the worker's scheduling priority is than the run's (``os.nice``):
+the lowest, below the run's helper processes (``sim.offload.HELPER_NICENESS``). Its
+imports and its reading of the steps file then take a CPU that neither the simulation
+loop nor the helpers the loop waits on need; once the loop ends it has both CPUs to
+itself. On the 20,000-request trace of ``tests/bench/bench_user_path.py``, whole
+processes paired against the helpers' niceness (10): wall 0.946 and 0.949 (medians of
+16 and 20 pairs); with the helpers at 19 as well, 0.982 (16 pairs)."""
 
 POLL_S = 0.05
 """How often the worker reads what the followed steps file has gained (s)."""

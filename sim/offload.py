@@ -64,7 +64,7 @@ once, and at equal priority the kernel shares the loop's CPU with them. A helper
 lower priority takes the loop's CPU mostly while the loop waits. On the 20,000-request
 trace of ``tests/bench/bench_user_path.py``, whole processes paired with and without:
 wall 0.983 and 0.963 (medians of 12 pairs, two rounds).
-The report's worker uses the same value (``reports.render_worker.NICENESS``)."""
+The report's worker runs lower still (``reports.render_worker.NICENESS``)."""
 
 
 def lower_priority(niceness: int = HELPER_NICENESS) -> None:
