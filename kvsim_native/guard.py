@@ -3,12 +3,12 @@ extension files actually on disk and the build's manifest.
 
 Python imports an extension module in preference to the ``.py`` beside it, so a build
 that no longer matches its sources would silently run old code. :func:`install_guard`
-(called when ``kvsim_native`` is imported, which ``kvcore``, ``sim`` and ``calibrate``
-do first) therefore checks the extension files in :data:`PACKAGES` against the manifest:
-the build is stale when a listed module is not compiled or its source changed, when an
-extension file is not on today's list (left from an earlier build), or when a project
-module the compiled ones import (recorded under ``depends``, see
-:func:`kvsim_native.depends.build_dependencies`) changed. When stale, or with
+(called when ``kvsim_native`` is imported, which ``kvcore``, ``sim``, ``calibrate`` and
+``workloads`` do first) therefore checks the extension files in :data:`PACKAGES`
+against the manifest: the build is stale when a listed module is not compiled or its
+source changed, when an extension file is not on today's list (left from an earlier
+build), or when a project module the compiled ones import (recorded under ``depends``,
+see :func:`kvsim_native.depends.build_dependencies`) changed. When stale, or with
 ``KVSIM_PURE_PYTHON=1``, every listed module (and every unlisted one with a ``.py``)
 imports from its source.
 """
@@ -68,6 +68,9 @@ NATIVE_MODULES = (
     "sim.engine.connector",
     "sim.engine.offload",
     "sim.engine.pd",
+    "workloads.request",
+    "workloads.feed",
+    "workloads.trace_rows",
 )
 """Modules mypyc compiles: kvcore's block pool, managers, request and schedulers (the
 async one subclasses the sync one, and a compiled class takes only compiled subclasses)
@@ -75,16 +78,18 @@ with the batch queue that drives the async one and the exact fast-forwards, and 
 simulator's engine loops (``sim.engine``: the requests' side, the synchronous and
 async loops) with their step timing and costs, typed step rows and records (the
 per-step path), and the engines with a KV connector (subclasses of the engine's: the
-async loop with a connector, the CPU offload tier's, the P/D instance's).
-They type-check under mypy; ``kvcore.request_queue`` is left out (mypyc cannot compile
-a subclass of ``collections.deque``). ``kvcore``, ``sim`` and ``calibrate`` import
-``kvsim_native`` first, so the guard is in place before any listed module is found."""
+async loop with a connector, the CPU offload tier's, the P/D instance's), and what the
+workloads build per arrival (the request, the feed of a replay's upcoming requests, a
+trace row's request). They type-check under mypy; ``kvcore.request_queue`` is left out
+(mypyc cannot compile a subclass of ``collections.deque``). ``kvcore``, ``sim``,
+``calibrate`` and ``workloads`` import ``kvsim_native`` first, so the guard is in place
+before any listed module is found."""
 GROUP = "kvsim_native.hot"
 """mypyc's group name: the compiled modules share the library ``kvsim_native/hot__mypyc``."""
 SHARED_LIB = GROUP + "__mypyc"
 PURE_ENV = "KVSIM_PURE_PYTHON"
 
-PACKAGES = ("kvsim_native", "kvcore", "calibrate", "sim")
+PACKAGES = ("kvsim_native", "kvcore", "calibrate", "sim", "workloads")
 """The packages a build puts extension files in: the guard looks at every one of them
 (a file no longer on the build list is stale, and :func:`clean` removes it)."""
 MANIFEST_FORMAT = 2

@@ -385,7 +385,7 @@ def test_only_the_ids_after_the_hashed_blocks_travel(tmp_path: Path, kind: str) 
     same ids after them. Without hashes every id travels; a prompt to be rejected sends
     none."""
     from workloads.loader import load_workload
-    from workloads.tokens import PLACEHOLDER_TOKEN_ID, prompt_after_hashed
+    from workloads.trace_rows import PLACEHOLDER_TOKEN_ID, prompt_after_hashed
 
     if kind == "trace":
         rows = [

@@ -10,6 +10,8 @@ Public API::
     WorkloadError                                      # every bad input
 """
 
+# First: importing kvsim_native installs the guard that decides whether compiled modules load.
+import kvsim_native  # noqa: F401
 from workloads.analysis import expected_prefix_hit_fraction
 from workloads.errors import WorkloadError
 from workloads.loader import list_presets, load_spec, load_workload, preset_description

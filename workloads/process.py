@@ -38,7 +38,7 @@ class Prepared(NamedTuple):
     the block hashes of its full blocks (the request's ``prompt_block_hashes``) and how
     many of its leading tokens they cover. The engine reads no token id those hashes
     cover (it hashes on from the first block they do not), so only the ids after them
-    travel back to the loop (:func:`workloads.tokens.prompt_after_hashed`)."""
+    travel back to the loop (:func:`workloads.trace_rows.prompt_after_hashed`)."""
 
     block_hashes: list[Any]
     hashed_tokens: int
@@ -53,7 +53,7 @@ DrawnPrompt = tuple[int, "array | None", "list[Any] | None"]
 its block hashes cover (a compact ``array``: it pickles as bytes; None when the engine
 will reject the prompt unseen, whose ids are then not drawn), and those hashes (None
 without ``prepare``). The loop rebuilds it with
-:func:`workloads.tokens.prompt_after_hashed`."""
+:func:`workloads.trace_rows.prompt_after_hashed`."""
 
 
 def draw_prompt(req: SimRequest, prepare: Prepare | None, typecode: str) -> DrawnPrompt:

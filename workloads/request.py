@@ -40,7 +40,7 @@ class SimRequest:
         prompt_block_hashes: the prompt's full-block hashes when the engine's block
             hasher computed them ahead (a helper drawing the workload), else None. The
             ids of the tokens they cover are then placeholders
-            (:data:`workloads.tokens.PLACEHOLDER_TOKEN_ID`): the engine hashes on after
+            (:data:`workloads.trace_rows.PLACEHOLDER_TOKEN_ID`): the engine hashes on after
             those blocks and reads none of their ids, so they do not travel back.
         timeout_s: seconds after ``arrival_s`` at which the client gives up: a request
             not finished by then is aborted (vLLM's abort on a client disconnect);

@@ -23,12 +23,8 @@ from workloads.request import SimRequest
 from workloads.sessions import SessionPlan, SessionPlanner
 from workloads.spec import WorkloadSpec
 from workloads.spec_arrivals import ClosedLoopArrival, OpenLoopArrival
-from workloads.tokens import (
-    TAG_ARRIVALS,
-    prompt_after_hashed,
-    stream,
-    token_typecode,
-)
+from workloads.tokens import TAG_ARRIVALS, stream, token_typecode
+from workloads.trace_rows import prompt_after_hashed
 
 
 def build_samplers(

@@ -103,22 +103,6 @@ def token_array(typecode: str, ids: Sequence[int]) -> array:
     return out
 
 
-PLACEHOLDER_TOKEN_ID = 0
-"""The id a prompt drawn ahead holds where its block hashes came with it: the engine
-hashes on after those blocks and reads no id they cover."""
-
-
-def prompt_after_hashed(num_tokens: int, tail: array) -> list[int]:
-    """A prompt of ``num_tokens`` tokens ending with ``tail`` (the ids a helper sent,
-    :func:`workloads.process.draw_prompt`), :data:`PLACEHOLDER_TOKEN_ID` before it:
-    where the block hashes that came with it cover the prompt (the engine never reads
-    those ids). No int object is made per placeholder."""
-    head = num_tokens - len(tail)
-    if not head:
-        return tail.tolist()
-    return [PLACEHOLDER_TOKEN_ID] * head + tail.tolist()
-
-
 def random_tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:
     """``n`` token ids drawn uniformly from ``[0, vocab_size)`` (64 raw bits each,
     reduced modulo the vocabulary: a bias below ``vocab_size / 2**64``)."""
