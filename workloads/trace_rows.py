@@ -25,7 +25,9 @@ def prompt_after_hashed(num_tokens: int, tail: array[int]) -> list[int]:
     head = num_tokens - len(tail)
     if not head:
         return tail.tolist()
-    return [PLACEHOLDER_TOKEN_ID] * head + tail.tolist()
+    prompt = [PLACEHOLDER_TOKEN_ID] * head
+    prompt += tail.tolist()  # in place: one list of the prompt's length fewer
+    return prompt
 
 
 class Chunks(Protocol):
