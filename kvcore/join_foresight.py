@@ -36,11 +36,11 @@ class JoinForesight:
         self._caching = kvm.enable_caching
         # The first block hash of every request of the stretch so far; None when some
         # request has no full block yet (its first block's hash is not known).
-        firsts: set[object] | None = set()
-        for req in [*sched.running, *first]:
-            if firsts is not None:
-                firsts = _add_first(firsts, req)
-        self._firsts = firsts
+        requests = [*sched.running, *first]
+        known = all(req.block_hashes for req in requests)
+        self._firsts: set[object] | None = (
+            {req.block_hashes[0] for req in requests} if known else None
+        )
 
     def prefill(self, req: Request) -> int | None:
         """The prompt tokens ``req`` (a join after every join asked before it, of an
@@ -58,11 +58,3 @@ class JoinForesight:
             return None
         firsts.add(req.block_hashes[0])
         return req.num_tokens
-
-
-def _add_first(firsts: set[object], req: Request) -> set[object] | None:
-    """``firsts`` with ``req``'s first block hash; None when it has none yet."""
-    if not req.block_hashes:
-        return None
-    firsts.add(req.block_hashes[0])
-    return firsts

@@ -126,9 +126,9 @@ class SingleTypeKVCacheManager:
         return new_blocks
 
     def allocate_new_blocks_in_turn(self, allocs: Sequence[tuple[str, int]]) -> None:
-        """:meth:`allocate_new_blocks` for each ``(request_id, num_tokens)`` in turn,
-        the pool's blocks popped at once (the same blocks in the same order: a
-        shortcut of fast-forward's, not vLLM's)."""
+        """:meth:`allocate_new_blocks` for each ``(request_id, num_tokens)`` in turn
+        (distinct requests), the pool's blocks popped at once (the same blocks in the
+        same order: a shortcut of fast-forward's, not vLLM's)."""
         bs = self.block_size
         req_to_blocks = self.req_to_blocks
         counts: list[int] = []

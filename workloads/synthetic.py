@@ -109,7 +109,7 @@ class SyntheticWorkload(Workload):
         its process then submits only the requests the engine does not take."""
         spec = self.workload_spec
         arrival = spec.arrival
-        if self._started or self.reacts_to_finish or self.has_timeouts or self._timeout:
+        if self._started or self.reacts_to_finish or self.has_timeouts:
             return None
         if isinstance(arrival, ClosedLoopArrival) or spec.duration_s is not None:
             return None
@@ -119,7 +119,8 @@ class SyntheticWorkload(Workload):
 
     def _fed_request(self, index: int, now: float) -> SimRequest:
         """Request ``index`` of the feed, arriving at ``now`` (s): what
-        :meth:`_start_session` submits for it, built without submitting it."""
+        :meth:`_start_session` submits for it, built without submitting it (a fed
+        workload has no timeouts)."""
         request_id = f"req-{index}"
         if self._ahead is not None:
             return self._drawn_turn(now, request_id)
@@ -128,9 +129,7 @@ class SyntheticWorkload(Workload):
         plan = self._planner.plan(self._next_session, cap, None)
         self._next_session += 1
         self._planned += plan.num_turns
-        request = self._planner.next_request(plan, request_id, now)
-        request.timeout_s = self._timeout
-        return request
+        return self._planner.next_request(plan, request_id, now)
 
     # -- SimPy side -----------------------------------------------------------
 

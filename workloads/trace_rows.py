@@ -8,9 +8,12 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from workloads.request import SimRequest
+
+if TYPE_CHECKING:
+    from workloads.process import Chunks
 
 PLACEHOLDER_TOKEN_ID = 0
 """The id a prompt drawn ahead holds where its block hashes came with it: the engine
@@ -28,12 +31,6 @@ def prompt_after_hashed(num_tokens: int, tail: array[int]) -> list[int]:
     prompt = [PLACEHOLDER_TOKEN_ID] * head
     prompt += tail.tolist()  # in place: one list of the prompt's length fewer
     return prompt
-
-
-class Chunks(Protocol):
-    """Chunks drawn ahead in order (:class:`workloads.process.Chunks`)."""
-
-    def next(self) -> Any: ...
 
 
 class TraceRows:

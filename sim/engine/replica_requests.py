@@ -156,15 +156,13 @@ class ReplicaRequests:
         """The arrivals (``reqs``: :meth:`pending_requests`) went to the scheduler, by
         ``add_request`` or a stretch that admits them: note each for its record and
         empty the queue of arrivals."""
-        meta = self._meta
-        for sr, req in zip(self._pending, reqs):
-            meta[sr.request_id] = RequestMeta(sr.arrival_s, req.num_prompt_tokens)
+        self.fed(self._pending, reqs)
         self._pending.clear()
 
     def fed(self, srs: list[Any], reqs: list[Request]) -> None:
-        """Requests of the workload's feed (``srs``; ``reqs``: their kvcore requests)
-        went to the scheduler by a stretch that took them ahead, each at its arrival
-        (``arrival_s``): note each for its record, as :meth:`joined` does."""
+        """Requests ``srs`` (``reqs``: their kvcore requests) went to the scheduler, each
+        at its arrival (``arrival_s``; the workload's feed's, taken ahead by a stretch,
+        or the arrivals :meth:`joined` takes): note each for its record."""
         meta = self._meta
         for sr, req in zip(srs, reqs):
             meta[sr.request_id] = RequestMeta(sr.arrival_s, req.num_prompt_tokens)
