@@ -394,6 +394,38 @@ def test_no_build_without_the_packages_it_needs(monkeypatch: pytest.MonkeyPatch)
         build.mypyc_extensions(Path("unused"))
 
 
+def test_every_extension_gets_the_build_s_compiler_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mypycify's extensions (the stand-in's here) are compiled with COMPILE_ARGS."""
+    import types
+
+    fake = types.ModuleType("mypyc.build")
+    exec(compile(FAKE_MYPYC.read_text(), str(FAKE_MYPYC), "exec"), fake.__dict__)
+    monkeypatch.setitem(sys.modules, "mypyc.build", fake)
+    monkeypatch.setattr(build, "BUILD_IMPORTS", ())
+    extensions = build.mypyc_extensions(tmp_path)
+    assert len(extensions) == len(build.extension_names())
+    # The stand-in's extensions have no arguments of their own.
+    assert all(ext.extra_compile_args == build.COMPILE_ARGS for ext in extensions)
+    assert build.COMPILE_ARGS or os.name == "nt"
+
+
+@pytest.mark.skipif(
+    kvcore.NATIVE_STATUS != "compiled" or not sys.platform.startswith("linux"),
+    reason="no current compiled build on Linux",
+)
+def test_the_compiled_library_exports_only_its_init_function() -> None:
+    """The group's library hides the compiled functions (COMPILE_ARGS): the dynamic
+    linker finds its init function and none of them."""
+    import ctypes
+
+    (path,) = guard.compiled_files(guard.SHARED_LIB)
+    lib = ctypes.CDLL(str(path))
+    assert hasattr(lib, "PyInit_hot__mypyc")
+    assert not hasattr(lib, "CPyDef_block_pool___BlockPool___get_new_blocks")
+
+
 def test_package_metadata_runs_no_mypyc(tmp_path: Path) -> None:
     """pip asks for the metadata before building (``egg_info``, which lists the
     extensions' sources): mypyc runs once, in the build, not there."""
