@@ -412,18 +412,19 @@ def test_every_extension_gets_the_build_s_compiler_arguments(
 
 
 @pytest.mark.skipif(
-    kvcore.NATIVE_STATUS != "compiled" or not sys.platform.startswith("linux"),
-    reason="no current compiled build on Linux",
+    kvcore.NATIVE_STATUS != "compiled",
+    reason="no current compiled build (pip install -e . compiles one; a C compiler needed)",
 )
 def test_the_compiled_library_exports_only_its_init_function() -> None:
-    """The group's library hides the compiled functions (COMPILE_ARGS): the dynamic
-    linker finds its init function and none of them."""
+    """The group's library hides the compiled functions (COMPILE_ARGS, where the build
+    adds any): the dynamic linker finds its init function and none of them."""
     import ctypes
 
     (path,) = guard.compiled_files(guard.SHARED_LIB)
     lib = ctypes.CDLL(str(path))
     assert hasattr(lib, "PyInit_hot__mypyc")
-    assert not hasattr(lib, "CPyDef_block_pool___BlockPool___get_new_blocks")
+    hidden = not hasattr(lib, "CPyDef_block_pool___BlockPool___get_new_blocks")
+    assert hidden == bool(build.COMPILE_ARGS)
 
 
 def test_package_metadata_runs_no_mypyc(tmp_path: Path) -> None:
