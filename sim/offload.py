@@ -164,6 +164,7 @@ class ChunkWriter:
         self._what = what
         self._pid = 0
         self._pipe: Any = None
+        self._finished = False
         if not fork:
             return
         self._pid, self._pipe = _fork_helper(self._serve, helper_writes=False)
@@ -187,23 +188,36 @@ class ChunkWriter:
         try:
             pickle.dump(chunk, self._pipe, protocol=pickle.HIGHEST_PROTOCOL)
         except BrokenPipeError:
-            self._pipe = None
-            _wait(self._pid, self._what)
+            pid, self._pid = self._pid, 0
+            pipe, self._pipe = self._pipe, None
+            self._finished = True
+            with contextlib.suppress(OSError):  # what it still buffers cannot go
+                _close_end(pipe)
+            _wait(pid, self._what)
             raise HelperFailed(f"the {self._what} helper process stopped early") from None
 
-    def close(self) -> None:
-        """Flush everything and wait for the helper; raises :class:`HelperFailed` when
-        it failed."""
-        if self._pid == 0:
-            self._consumer.close()
+    def finish(self) -> None:
+        """No more chunks: the consumer is closed, by the helper once it has written
+        what it was handed (this does not wait for it: the caller may work meanwhile),
+        or here when there is no helper. Nothing may be written after it."""
+        if self._finished:
             return
-        pid, self._pid = self._pid, 0
+        self._finished = True
         pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            _close_end(pipe)
+        elif self._pid == 0:
+            self._consumer.close()
+
+    def close(self) -> None:
+        """:meth:`finish`, then wait for the helper; raises :class:`HelperFailed` when
+        it failed."""
         try:
-            if pipe is not None:
-                _close_end(pipe)
+            self.finish()
         finally:
-            _wait(pid, self._what)
+            pid, self._pid = self._pid, 0
+            if pid:
+                _wait(pid, self._what)
 
 
 class ChunkReader:

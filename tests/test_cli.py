@@ -166,3 +166,16 @@ def test_the_command_runs_blas_with_one_thread_unless_told(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == expected
+
+
+@pytest.mark.parametrize(("command", "collecting"), [("run", False), ("version", True)])
+def test_only_kvsim_run_starts_up_without_cyclic_collections(command, collecting):
+    """``kvsim run`` loads its modules with cyclic collection off (the simulation turns
+    it on over what it builds: tests/test_offload.py); other commands leave it on."""
+    code = (
+        f"import gc, sys; sys.argv = ['kvsim', {command!r}, '--help']; import sim.cli; "
+        "print(gc.isenabled())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(collecting)

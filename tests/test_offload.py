@@ -6,6 +6,7 @@ import hashlib
 import os
 import signal
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ class LinesFile:
         self.file = path.open("w")
         self.fail_at = fail_at
         self.n = 0
+        self.closed = 0
 
     def write(self, chunk: list[int]) -> None:
         if self.n == self.fail_at:
@@ -39,6 +41,7 @@ class LinesFile:
         self.file.write(" ".join(map(str, chunk)) + "\n")
 
     def close(self) -> None:
+        self.closed += 1
         self.file.close()
 
 
@@ -76,6 +79,41 @@ def test_helpers_close_in_any_order(tmp_path: Path) -> None:
     second.close()
     assert (tmp_path / "a.txt").read_text() == "1 2\n"
     assert (tmp_path / "b.txt").read_text() == "3\n"
+
+
+@needs_fork
+@pytest.mark.parametrize("fork", [False, True])
+def test_finish_ends_the_file_without_waiting(tmp_path: Path, fork: bool) -> None:
+    """After ``finish`` the file is completed with no further call (by the helper, on
+    its own; in process, at once), and ``close`` then only waits: the consumer is
+    closed once."""
+    path = tmp_path / "out.txt"
+    consumer = LinesFile(path)
+    writer = offload.ChunkWriter(consumer, fork, "test")
+    for i in range(300):
+        writer.write(list(range(i, i + 50)))
+    writer.finish()
+    want = "".join(" ".join(map(str, range(i, i + 50))) + "\n" for i in range(300))
+    deadline = time.monotonic() + 30
+    while path.read_text() != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert path.read_text() == want
+    writer.finish()  # again: nothing more
+    writer.close()
+    # Here once: at the fork (the helper owns the file), or by finish (close adds none).
+    assert consumer.closed == 1
+    assert path.read_text() == want
+
+
+@needs_fork
+def test_a_helper_failure_seen_by_a_write_is_not_reported_again(tmp_path: Path) -> None:
+    """A write that finds the helper gone reaps it and raises; the close that follows
+    (a run's cleanup) has nothing left to wait for and raises nothing."""
+    writer = offload.ChunkWriter(LinesFile(tmp_path / "out.txt", fail_at=0), True, "test")
+    with pytest.raises(offload.HelperFailed, match="test helper"):
+        for i in range(2000):  # the helper dies at its first chunk; a later write sees it
+            writer.write([i] * 1000)
+    writer.close()
 
 
 @needs_fork
@@ -271,17 +309,22 @@ def test_simulate_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) ->
     spec = RunSpec(workload="chat", model="llama-3.1-8b", gpu="a100-80gb", engine=EngineConfig())
     before = gc.get_threshold()
     gc.set_threshold(1234, 5, 6)
+    gc.disable()  # as `kvsim run` starts: collections on for the simulation, then off
     try:
         assert gc.get_freeze_count() == 0
         (tmp_path / "a").mkdir()
         seen: list[tuple[int, ...]] = []  # while the cluster was built, collections rare
+        on: list[bool] = []
         simulate(
             resolve_run(spec),
             tmp_path / "a",
             helpers=False,
-            on_cluster=lambda _: seen.append(gc.get_threshold()),
+            on_cluster=lambda _: (seen.append(gc.get_threshold()), on.append(gc.isenabled())),
         )
         assert seen and seen[0][0] > 1234
+        assert on == [True]
+        assert not gc.isenabled()
+        gc.enable()
         assert gc.get_threshold() == (1234, 5, 6)
         assert gc.get_freeze_count() == 0
         gc.freeze()  # a caller that froze its own objects keeps them frozen
@@ -290,6 +333,7 @@ def test_simulate_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) ->
         simulate(resolve_run(spec), tmp_path / "b", helpers=False)
         assert 0 < gc.get_freeze_count() <= frozen  # none thawed or added (some freed)
     finally:
+        gc.enable()
         gc.unfreeze()
         gc.set_threshold(*before)
 

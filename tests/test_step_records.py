@@ -5,6 +5,7 @@ same bytes is tests/test_fast_forward.py's."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -141,3 +142,28 @@ def test_usage_is_the_pools() -> None:
     assert pool.get_usage() == BlockPool.usage_at(5, 8) == 1.0 - 5 / 8
     pool.free_blocks(blocks)
     assert BlockPool.usage_at(0, 0) == 0.0
+
+
+@pytest.mark.parametrize("mode", ["full", "thin", "none"])
+def test_finish_hands_over_every_row_and_close_only_waits(tmp_path: Path, mode: str) -> None:
+    """A run ends its steps file with ``finish`` and computes its summary (which reads
+    ``file_info``) while the helper writes on; ``close`` then waits. Info and bytes are
+    those of a recorder closed at once, without a helper."""
+    rng = random.Random(5)
+    rows = [_row(rng) for _ in range(9000)]  # more than a chunk
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ended = StepRecorder(tmp_path / "a" / "steps.csv", helper=hasattr(os, "fork"), mode=mode)
+    closed = StepRecorder(tmp_path / "b" / "steps.csv", mode=mode)
+    for row in rows:
+        ended.add(row)
+        closed.add(row)
+    ended.finish()
+    info = ended.file_info()
+    ended.close()
+    closed.close()
+    assert info == closed.file_info()
+    a, b = (tmp_path / d / "steps.csv" for d in "ab")
+    assert a.exists() == b.exists()
+    if a.exists():
+        assert a.read_bytes() == b.read_bytes()

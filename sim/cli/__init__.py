@@ -36,7 +36,12 @@ import sys
 # trace run: CPU 0.963, wall 0.984 of the run with the pool).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-if sys.argv[1:2] == ["run"]:  # its report's process, before the imports below
+if sys.argv[1:2] == ["run"]:
+    # No cyclic collections while a run starts up: what its imports and configuration
+    # build lives until exit, and collecting it again and again cost about 25 ms. The
+    # simulation turns collections back on, over what it builds only (sim.app.simulate).
+    gc.disable()
+    # Its report's process, before the imports below.
     from sim.cli.early import start_report_worker
 
     start_report_worker(sys.argv[2:])

@@ -191,6 +191,12 @@ class StepRecorder:
             self._chunk = StepChunk()
             self._chunk_rows = 0
 
+    def finish(self) -> None:
+        """Hand over the remaining rows and end the file without waiting for the
+        helper that writes it (:meth:`close` waits); :meth:`file_info` holds from here."""
+        self._flush()
+        self._out.finish()
+
     def close(self) -> None:
         """Write the remaining rows and close the file (waits for the helper)."""
         try:
@@ -200,7 +206,7 @@ class StepRecorder:
 
     def file_info(self) -> dict[str, Any]:
         """What the steps file holds (``summary.json``'s ``steps_file``; after
-        :meth:`close`): ``mode`` and ``rows``, for ``thin`` also ``bucket_s`` and
+        :meth:`finish` or :meth:`close`): ``mode`` and ``rows``, for ``thin`` also ``bucket_s`` and
         ``max_rows`` (:mod:`sim.records.step_thin`); ``file`` (its name) unless ``none``."""
         if self._no_rows is not None:
             return self._no_rows.info()

@@ -72,6 +72,11 @@ class _CsvSink:
             self._out.write(self._rows)
             self._rows = []
 
+    def finish(self) -> None:
+        """Hand over the remaining rows and end the file; :meth:`close` waits for it."""
+        self.flush()
+        self._out.finish()
+
     def close(self) -> None:
         """Write the remaining rows and close the file (waits for the helper)."""
         try:
@@ -182,7 +187,17 @@ class RequestRecorder:
         if first_token_s < 0:
             self.num_aborted_before_first_token += 1
 
-    def close(self) -> None:
-        self._sink.close()
+    def finish(self) -> None:
+        """No more requests: the files get their last rows and end, written on by the
+        helper without this waiting for it (:meth:`close` waits)."""
+        self._sink.finish()
         if self._aborted is not None:
-            self._aborted.close()
+            self._aborted.finish()
+
+    def close(self) -> None:
+        """Write the remaining rows and close the files (waits for the helper)."""
+        try:
+            self._sink.close()
+        finally:
+            if self._aborted is not None:
+                self._aborted.close()
