@@ -116,3 +116,27 @@ def test_a_flag_left_at_its_default_does_not_replace_the_plan_files(tmp_path, mo
     assert seen["max_probes"] == 5
     assert CliRunner().invoke(app, ["plan", str(plan), "--max-probes", "7"]).exit_code == 0
     assert seen["max_probes"] == 7
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_command_alone_parses_and_helps_as_in_the_whole_app(name):
+    """``kvsim COMMAND ...`` runs an app holding that command alone (sim.cli._app_for):
+    the same help, and the same message for a bad option."""
+    from sim.cli import _app_for
+
+    alone = _app_for([name, "--help"])
+    assert alone is not app
+    assert sorted(get_command(alone).commands) == [name]
+    runner = CliRunner()
+    for args in ([name, "--help"], [name, "--no-such-option"]):
+        whole = runner.invoke(app, args, env={"COLUMNS": "120"})
+        one = runner.invoke(alone, args, env={"COLUMNS": "120"})
+        assert (one.exit_code, one.output) == (whole.exit_code, whole.output), args
+
+
+def test_the_group_itself_is_the_whole_app():
+    from sim.cli import _app_for
+
+    assert _app_for([]) is app
+    assert _app_for(["--help"]) is app
+    assert _app_for(["no-such-command"]) is app
