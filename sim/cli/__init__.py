@@ -29,7 +29,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 # One BLAS thread unless the user says otherwise: set before numpy loads, whose OpenBLAS
@@ -48,14 +47,12 @@ if sys.argv[1:2] == ["run"]:
 
     start_report_worker(sys.argv[2:])
 
+import importlib  # noqa: E402
+
 import typer  # noqa: E402
 
 from kvcore import VLLM_VERSION  # noqa: E402
-from sim.autoscale.command import autoscale as _autoscale  # noqa: E402
-from sim.cli import budget, calibrate, info, interop, plan, replay, run, sweep  # noqa: E402
 from sim.cli.options import KvsimCommand, KvsimGroup  # noqa: E402
-from sim.cli.plan import PLAN_PATHS  # noqa: E402
-from sim.recommend.command import recommend as _recommend  # noqa: E402
 from sim.signals import install as install_signal_handlers  # noqa: E402
 
 __all__ = ["PLAN_PATHS", "app", "main"]
@@ -71,35 +68,32 @@ def _root() -> None:
     """kvsim: simulate vLLM replicas block for block."""
 
 
-_COMMANDS: list[tuple[Callable[..., Any], dict[str, Any]]] = [
-    (run.run, {"cls": KvsimCommand}),
-    (interop.export, {"cls": KvsimCommand}),
-    (interop.compare, {"cls": KvsimCommand}),
-    (replay.replay, {}),
-    (replay.conformance, {"cls": KvsimCommand, "help": replay.CONFORMANCE_HELP}),
-    (budget.budget, {"cls": KvsimCommand}),
-    (plan.plan, {"cls": KvsimCommand}),
-    (sweep.sweep, {"cls": KvsimCommand}),
-    (_recommend, {"name": "recommend", "cls": KvsimCommand}),
-    (_autoscale, {"name": "autoscale", "cls": KvsimCommand}),
-    (sweep.report, {"cls": KvsimCommand}),
-    (calibrate.calibrate, {"cls": KvsimCommand, "help": calibrate.CALIBRATE_HELP}),
-    (
-        interop.import_workload,
-        {
-            "name": "import-workload",
-            "cls": KvsimCommand,
-            "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
-        },
+_EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+_COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "run": ("sim.cli.run", "run", {"cls": KvsimCommand}),
+    "export": ("sim.cli.interop", "export", {"cls": KvsimCommand}),
+    "compare": ("sim.cli.interop", "compare", {"cls": KvsimCommand}),
+    "replay": ("sim.cli.replay", "replay", {}),
+    "conformance": ("sim.cli.replay", "conformance", {"cls": KvsimCommand}),
+    "budget": ("sim.cli.budget", "budget", {"cls": KvsimCommand}),
+    "plan": ("sim.cli.plan", "plan", {"cls": KvsimCommand}),
+    "sweep": ("sim.cli.sweep", "sweep", {"cls": KvsimCommand}),
+    "recommend": ("sim.recommend.command", "recommend", {"cls": KvsimCommand}),
+    "autoscale": ("sim.autoscale.command", "autoscale", {"cls": KvsimCommand}),
+    "report": ("sim.cli.sweep", "report", {"cls": KvsimCommand}),
+    "calibrate": ("sim.cli.calibrate", "calibrate", {"cls": KvsimCommand}),
+    "import-workload": (
+        "sim.cli.interop",
+        "import_workload",
+        {"cls": KvsimCommand, "context_settings": _EXTRA_ARGS},
     ),
-    (info.list_catalog, {"name": "list", "cls": KvsimCommand}),
-    (info.version, {"cls": KvsimCommand}),
-]
-"""The commands, in ``--help``'s order: each function and its ``app.command`` options."""
-
-
-def _command_name(func: Callable[..., Any], options: dict[str, Any]) -> str:
-    return options.get("name") or func.__name__.replace("_", "-")
+    "list": ("sim.cli.info", "list_catalog", {"cls": KvsimCommand}),
+    "version": ("sim.cli.info", "version", {"cls": KvsimCommand}),
+}
+"""The commands, in ``--help``'s order: each one's module, function and ``app.command``
+options. A module is imported when its command is added to an app."""
+_HELP_TEXTS = {"conformance": "CONFORMANCE_HELP", "calibrate": "CALIBRATE_HELP"}
+"""Commands whose help is a text of their module's, not the function's docstring."""
 
 
 def _make_app(only: str | None = None) -> typer.Typer:
@@ -108,24 +102,45 @@ def _make_app(only: str | None = None) -> typer.Typer:
         name="kvsim", cls=KvsimGroup, no_args_is_help=True, add_completion=False, help=_HELP
     )
     made.callback()(_root)
-    for func, options in _COMMANDS:
-        if only is None or _command_name(func, options) == only:
-            made.command(**options)(func)
+    for name, (module_name, function, options) in _COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        module = importlib.import_module(module_name)
+        extra: dict[str, Any] = {"name": name}
+        if name in _HELP_TEXTS:
+            extra["help"] = getattr(module, _HELP_TEXTS[name])
+        made.command(**options, **extra)(getattr(module, function))
     return made
-
-
-app = _make_app()
 
 
 def _app_for(args: list[str]) -> typer.Typer:
     """The app that runs ``kvsim ARGS``: for a command's own arguments, one that holds
-    that command alone (it parses, helps and fails as in :data:`app`). Typer builds the
-    parser of every command it holds on each start: 12 ms for all of them against 2 ms
-    for ``run`` alone (median of three builds, in process)."""
-    names = {_command_name(func, options) for func, options in _COMMANDS}
-    if args and args[0] in names:
+    that command alone (it parses, helps and fails as in :data:`app`), whose module
+    alone is imported. Typer builds the parser of every command it holds on each start:
+    12 ms for all of them against 2 ms for ``run`` alone (median of three builds, in
+    process); the other commands' modules took about 15 ms more to import."""
+    if args and args[0] in _COMMANDS:
         return _make_app(only=args[0])
-    return app
+    return _whole_app()
+
+
+def _whole_app() -> typer.Typer:
+    """:data:`app`, made at its first use."""
+    made = globals().get("app")
+    if made is None:
+        made = globals()["app"] = _make_app()
+    return made
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` (every command) and ``PLAN_PATHS``, made or imported when first used."""
+    if name == "app":
+        return _whole_app()
+    if name == "PLAN_PATHS":
+        from sim.cli.plan import PLAN_PATHS
+
+        return PLAN_PATHS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
