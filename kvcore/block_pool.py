@@ -215,6 +215,7 @@ class BlockPool:
         block = link
         ret: list[KVCacheBlock] = []
         evicted = 0
+        dropped = 0  # evicted here, not by _evict_cached_block (which counts its own)
         # Popped blocks keep stale queue links: nothing reads them while a block is
         # referenced (touch only unlinks blocks whose ref_cnt is 0, free relinks).
         maps = self._maps
@@ -231,7 +232,7 @@ class BlockPool:
                 if not events and cache.get(h) is block:
                     del cache[h]
                     block._hash = None
-                    self.num_cached_blocks -= 1
+                    dropped += 1
                 else:
                     self._evict_cached_block(block)
             link = block.next_free_block
@@ -241,6 +242,7 @@ class BlockPool:
         block.prev_free_block = head
         if evicted:
             self.num_cached_free_blocks -= evicted
+            self.num_cached_blocks -= dropped
         return ret
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
