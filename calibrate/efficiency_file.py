@@ -33,7 +33,7 @@ SCHEMA_VERSION = 1
 class FittedOn(BaseModel):
     """One measured run a fit used, and a replay's errors on it before and after."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     trace: str
     sha256: str
@@ -52,7 +52,7 @@ class FittedOn(BaseModel):
 class EfficiencyCalibration(BaseModel):
     """A whole efficiency calibration file (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     kind: str = KIND
     schema_version: int = SCHEMA_VERSION

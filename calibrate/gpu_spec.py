@@ -56,7 +56,7 @@ pair), PCIe only, or AMD Infinity Fabric (XGMI)."""
 class GPUSpec(BaseModel):
     """One GPU model of the catalog (strict: unknown YAML keys are rejected)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
     vendor: str = "NVIDIA"

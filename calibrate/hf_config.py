@@ -21,7 +21,7 @@ _DTYPE_ALIASES = {"float32": "bfloat16", "float": "bfloat16", "half": "float16"}
 class HFConfig(BaseModel):
     """The subset of a Hugging Face config this module reads (unknown keys ignored)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
 
     architectures: list[str] | None = None
     model_type: str = ""

@@ -47,7 +47,7 @@ class ParamCounts(NamedTuple):
 class ModelSpec(BaseModel):
     """Architecture numbers of one model (validated; unknown fields are rejected)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
     architecture: str = ""

@@ -29,7 +29,9 @@ class StrictModel(BaseModel):
     fine), never a string; floats must be finite (``.inf`` and ``.nan`` are refused).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        defer_build=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
+    )
 
 
 class FixedLength(StrictModel):

@@ -43,7 +43,7 @@ def default_router(num_replicas: int) -> str:
 class RunEntry(BaseModel):
     """One run of a runs file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     trace: str = Field(min_length=1, description="request log, relative to the runs file")
     model: str = Field(min_length=1, description="catalog model or config.json")
@@ -60,7 +60,7 @@ class RunEntry(BaseModel):
 
 
 class RunsFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     runs: list[RunEntry] = Field(min_length=1)
 

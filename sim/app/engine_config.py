@@ -61,7 +61,9 @@ class EngineConfig(BaseModel):
     use (``roofline`` from the catalog, or ``constant`` seconds per step).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        defer_build=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
+    )
 
     block_size: int = Field(16, gt=0)
     gpu_memory_utilization: float = Field(0.92, gt=0.0, le=1.0)

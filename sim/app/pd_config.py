@@ -55,7 +55,7 @@ class PDSpec:
 
 
 class _Pool(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", strict=True)
 
     replicas: int = Field(ge=1)
     gpu: str | None = None
@@ -63,7 +63,7 @@ class _Pool(BaseModel):
 
 
 class _PDFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", strict=True)
 
     prefill: _Pool
     decode: _Pool

@@ -70,7 +70,9 @@ class _Strict(BaseModel):
     """Strict values, as in workload YAML and traces: integers only where an integer is
     wanted (not ``"2"`` or ``2.0``), numbers (finite) where a float is."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        defer_build=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
+    )
 
 
 class Search(_Strict):

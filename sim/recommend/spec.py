@@ -56,7 +56,9 @@ class RecommendError(ValueError):
 class _Strict(BaseModel):
     """Strict values, as in plan and workload YAML."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        defer_build=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
+    )
 
 
 def _distinct(name: str, values: list[Any] | None) -> None:

@@ -21,7 +21,9 @@ class SLO(BaseModel):
     """Service-level objectives; a run meets them when every given bound holds.
     Strict values, as in the plan and sweep specs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        defer_build=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
+    )
 
     ttft_mean_s: float | None = Field(default=None, gt=0)
     ttft_p90_s: float | None = Field(default=None, gt=0)

@@ -36,7 +36,9 @@ FLAG = "--speculative-config"
 class SpeculativeSettings(BaseModel):
     """One engine's speculative decoding: vLLM's keys and kvsim's acceptance knobs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        defer_build=True, extra="forbid", frozen=True, strict=True, allow_inf_nan=False
+    )
 
     method: str
     num_speculative_tokens: int = Field(ge=0)

@@ -27,7 +27,7 @@ MOONCAKE_BLOCK = 512
 class KvsimLine(BaseModel):
     """One line of a kvsim trace."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="forbid", frozen=True)
 
     request_id: StrictStr = Field(min_length=1)
     arrival_s: float = Field(allow_inf_nan=False)

@@ -25,7 +25,7 @@ from workloads.traces.table import TraceTable, check_arrivals
 class LLMServingSimLine(BaseModel):
     """One line of an LLMServingSim request log (the fields a replay needs)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     request_id: StrictStr = Field(min_length=1)
     input_toks: StrictInt = Field(ge=1)

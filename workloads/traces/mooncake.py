@@ -22,7 +22,7 @@ from workloads.traces.table import TraceTable, check_arrivals, require_nonempty
 class MooncakeLine(BaseModel):
     """One line of a Mooncake trace."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(defer_build=True, extra="ignore", frozen=True)
 
     timestamp: float = Field(allow_inf_nan=False)
     input_length: StrictInt = Field(ge=1)
