@@ -136,7 +136,7 @@ class SingleTypeKVCacheManager:
             req_blocks = req_to_blocks.get(request_id)
             if req_blocks is None:
                 req_blocks = req_to_blocks[request_id] = []
-            counts.append(max(0, -(num_tokens // -bs) - len(req_blocks)))  # cdiv, inline
+            counts.append(max(0, cdiv(num_tokens, bs) - len(req_blocks)))
         new_blocks = self.block_pool.get_new_blocks(sum(counts))
         at = 0
         for (request_id, _), n in zip(allocs, counts):

@@ -51,9 +51,9 @@ def _rare_collections() -> Iterator[Callable[[], None]]:
     makes almost no reference cycles; scanning the KV block pool and the modules again
     and again cost ~4% of a light-load run). Yields a function that exempts what was
     built since (the cluster: call it once built; a full collection while a 29,000-block
-    pool was built took 27 ms). On even where the caller turned collection off (``kvsim
-    run`` does while it starts). Restored on exit; when the caller froze objects itself,
-    they stay frozen and nothing else is."""
+    pool was built took 27 ms). Collection is on inside, also when the caller had turned
+    it off (``kvsim run`` does while it starts). Restored on exit; when the caller froze
+    objects itself, they stay frozen and nothing else is."""
     old = gc.get_threshold()
     enabled = gc.isenabled()
     freeze = gc.get_freeze_count() == 0  # a caller's own frozen objects stay frozen
