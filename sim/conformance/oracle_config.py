@@ -10,8 +10,10 @@ Standard library and vLLM only.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -113,11 +115,20 @@ def merged(defaults: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _temporary_dir(prefix: str) -> str:
+    """A new temporary directory that is removed when the process exits (the oracle
+    runs once per conformance run: each left one behind before)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def model_dir() -> str:
-    """Return a temporary directory holding a tiny Llama config.json (made once)."""
+    """Return a temporary directory holding a tiny Llama config.json (made once,
+    removed at exit)."""
     global _MODEL_DIR
     if _MODEL_DIR is None:
-        _MODEL_DIR = tempfile.mkdtemp(prefix="kvsim-oracle-model-")
+        _MODEL_DIR = _temporary_dir("kvsim-oracle-model-")
         with open(os.path.join(_MODEL_DIR, "config.json"), "w") as f:
             json.dump(_TINY_LLAMA, f)
     return _MODEL_DIR
@@ -129,11 +140,11 @@ _DRAFT_ARCHITECTURES = {"eagle": "LlamaForCausalLM", "eagle3": "LlamaForCausalLM
 
 def draft_model_dir(method: str) -> str:
     """The draft model of a speculative ``method``: the tiny Llama itself, or a
-    one-layer EAGLE / EAGLE-3 head on it (made once)."""
+    one-layer EAGLE / EAGLE-3 head on it (made once, removed at exit)."""
     if method not in _DRAFT_ARCHITECTURES:
         return model_dir()
     if method not in _DRAFT_DIRS:
-        path = tempfile.mkdtemp(prefix=f"kvsim-oracle-{method}-")
+        path = _temporary_dir(f"kvsim-oracle-{method}-")
         config = dict(_TINY_LLAMA, architectures=[_DRAFT_ARCHITECTURES[method]])
         config["num_hidden_layers"] = 1
         with open(os.path.join(path, "config.json"), "w") as f:
