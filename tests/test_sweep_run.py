@@ -103,7 +103,9 @@ def test_kill_and_rerun_gives_the_same_sweep_csv(
     reference: Path, spec_path: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "sweep"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    scratch = tmp_path / "tmp"  # the killed processes' temporary directory
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(scratch)}
     cmd = [sys.executable, "-m", "sim.cli", "sweep", str(spec_path), "--out", str(out)]
     proc = subprocess.Popen(
         [*cmd, "--jobs", "1"],
@@ -120,6 +122,9 @@ def test_kill_and_rerun_gives_the_same_sweep_csv(
     proc.wait()
     done = _complete_points(out)
     assert 1 <= done < 4, f"the kill came too late ({done} points done)"
+    # A point whose workload is on this machine makes no scratch directory that a
+    # worker killed outright would leave behind.
+    assert not list(scratch.glob("kvsim-point-*"))
     with (out / "sweep.csv").open() as f:
         rows = list(csv.reader(f))
     assert all(len(r) == len(rows[0]) for r in rows)

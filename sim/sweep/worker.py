@@ -14,6 +14,7 @@ the exception propagates, so a rerun retries the point.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -78,6 +79,24 @@ def _lengthened(workload: str, factor: int, scratch: Path) -> Path | None:
     return target
 
 
+class _Scratch:
+    """A point's temporary directory, made on first use and removed by :meth:`close`.
+    Most points need none (their workload file is on this machine and their verdict is
+    decided): a worker killed outright in one then leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def path(self) -> Path:
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="kvsim-point-")
+        return Path(self._dir.name)
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+
+
 def run_point(payload: dict[str, Any]) -> str:
     """Run one point into ``payload["out"]``; return its status (``ok``, ``stuck``,
     ``rejected``, ``invalid``).
@@ -90,10 +109,10 @@ def run_point(payload: dict[str, Any]) -> str:
     out = Path(payload["out"])
     workload_path = payload.get("workload_path")
     max_factor = int(payload.get("max_length_factor", 1))
-    with tempfile.TemporaryDirectory(prefix="kvsim-point-") as scratch:
+    with contextlib.closing(_Scratch()) as scratch:
         if workload_path is not None and not Path(workload_path).is_file():
             # A worker on another machine: the sweep directory is not shared.
-            workload_path = Path(scratch) / Path(workload_path).name
+            workload_path = scratch.path() / Path(workload_path).name
             workload_path.write_text(payload["workload_yaml"])
         spec = make_run_spec(payload["run"], workload_path)
         base_workload = spec.workload
@@ -105,7 +124,7 @@ def run_point(payload: dict[str, Any]) -> str:
                 if summary["verdict"]["state"] != UNDECIDED or factor * 2 > max_factor:
                     break
                 factor *= 2
-                longer = _lengthened(base_workload, factor, Path(scratch))
+                longer = _lengthened(base_workload, factor, scratch.path())
                 if longer is None:
                     break
                 spec = dataclasses.replace(spec, workload=str(longer))
