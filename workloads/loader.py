@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -15,6 +16,7 @@ from workloads.staged import StagedWorkload
 from workloads.synthetic import SyntheticWorkload
 from workloads.trace_workload import TraceWorkload
 from workloads.traces.detect import TRACE_SUFFIXES, read_trace
+from workloads.traces.table import TraceTable
 
 PRESET_DIR = Path(__file__).parent / "presets"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -80,7 +82,11 @@ def preset_path(text: str) -> Path | None:
 
 
 def load_workload(
-    spec: str | Path, *, seed: int | None = None, overrides: WorkloadOverrides | None = None
+    spec: str | Path,
+    *,
+    seed: int | None = None,
+    overrides: WorkloadOverrides | None = None,
+    read: Callable[[Path, str], TraceTable] = read_trace,
 ) -> Workload:
     """Load a workload from a preset name, a YAML spec path or a trace path.
 
@@ -92,6 +98,8 @@ def load_workload(
         overrides: a rate and length replacing the workload's own
             (:mod:`workloads.overrides`); the resolved configuration records them under
             ``overrides``.
+        read: reads a trace: ``read(path, label)`` is ``read_trace``'s result (``kvsim
+            run`` passes one that may have read it ahead in a helper process).
 
     Raises:
         WorkloadError: one line naming the file and the field.
@@ -122,7 +130,7 @@ def load_workload(
         name = parsed.name or path.stem
         return workload_from_spec(parsed, name, path.parent, file, source, given)
     if suffix in TRACE_SUFFIXES:
-        table = read_trace(path, file)
+        table = read(path, file)
         if overrides is not None:
             table = override_trace(table, overrides, file)
         return TraceWorkload(table, path.stem, source, seed=seed or 0, overrides=given)

@@ -29,6 +29,7 @@ from sim.app.pd_config import (
     resolve_pd,
 )
 from sim.app.pd_setup import pool_layout, pool_link, pool_runs
+from sim.app.trace_ahead import read_trace
 from sim.app.work_bounds import check_work_bounds
 from sim.engine.router import make_router
 from sim.records.step_parquet import check_format
@@ -230,7 +231,9 @@ def resolve_run(spec: RunSpec, *, allow_large: bool | None = None) -> ResolvedRu
         target_latency=latency,
     )
     pd, pd_spec = _resolve_pd(spec, budget, gpu, offload, speculative)
-    workload = load_workload(spec.workload, seed=spec.seed, overrides=spec.workload_overrides)
+    workload = load_workload(
+        spec.workload, seed=spec.seed, overrides=spec.workload_overrides, read=read_trace
+    )
     if pd is not None and getattr(workload, "has_timeouts", False):
         raise ValueError(f"{spec.workload}: --pd: request timeouts are not modelled with P/D")
     describe = getattr(latency, "describe", None)

@@ -194,6 +194,9 @@ def run(
 
     --out may name a new directory, an empty one, or an earlier kvsim run directory
     (replaced whole, atomically); anything else needs --force."""
+    from sim.app import trace_ahead
+
+    trace_ahead.start(workload)  # read while the run's other modules import
     from sim.app.run_command import run_command
     from workloads.overrides import WorkloadOverrides
 
