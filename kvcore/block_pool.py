@@ -118,11 +118,19 @@ class BlockPool:
         block_size: int,
         kv_cache_group_id: int,
         block_mask: Sequence[bool] | None = None,
+        unlisted: bool = False,
     ) -> None:
         """Register ``blocks[num_cached_blocks:num_full_blocks]`` in the prefix cache.
 
         Their hashes come from ``request.block_hashes``; null blocks (and blocks the
         mask excludes) are skipped. Emits one ``BlockStored`` event per call.
+
+        ``unlisted`` (a kvsim shortcut, without KV events only): the blocks are cached
+        (counted, evicted in their turn) but kept out of the hash map, where only a
+        lookup could tell: the caller's request is unshared
+        (:attr:`kvcore.request.Request.unshared`), so no lookup finds them before
+        :meth:`list_blocks` puts them there at its preemption. Dropping them on
+        eviction then costs no map update either.
         """
         if num_cached_blocks >= num_full_blocks:
             return
@@ -137,6 +145,7 @@ class BlockPool:
         )
         null = self.null_block
         events = self.enable_kv_cache_events
+        unlisted = unlisted and not events
         added = 0
         new_hashes: list[int] = []
         for i in range(num_cached_blocks, num_full_blocks):
@@ -149,6 +158,9 @@ class BlockPool:
             blk._hash = h
             blk._group = kv_cache_group_id
             added += 1
+            if unlisted:
+                blk._unlisted = True
+                continue
             existing = cache.setdefault(h, blk)  # one lookup: the usual new hash
             if existing is not blk:
                 if isinstance(existing, dict):
@@ -226,15 +238,20 @@ class BlockPool:
             h = block._hash
             if h is not None:
                 evicted += 1
-                # _evict_cached_block, inlined for its usual case: the block is the
-                # only one cached under its hash.
-                cache = maps[block._group]
-                if not events and cache.get(h) is block:
-                    del cache[h]
+                # _evict_cached_block, inlined for its usual cases: the block is not
+                # in the hash map (unlisted) or the only one cached under its hash.
+                if block._unlisted:
+                    block._unlisted = False
                     block._hash = None
                     dropped += 1
                 else:
-                    self._evict_cached_block(block)
+                    cache = maps[block._group]
+                    if not events and cache.get(h) is block:
+                        del cache[h]
+                        block._hash = None
+                        dropped += 1
+                    else:
+                        self._evict_cached_block(block)
             link = block.next_free_block
             assert link is not None
             block = link
@@ -247,6 +264,10 @@ class BlockPool:
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
         """Drop ``block`` from the prefix cache and clear its hash."""
+        if block._unlisted:  # in no map (and no KV events were on to tell of it)
+            block.reset_hash()
+            self.num_cached_blocks -= 1
+            return
         h = block._hash
         cache = self._maps[block._group]
         hit = cache.get(h)  # type: ignore[arg-type]
@@ -264,6 +285,24 @@ class BlockPool:
             self.kv_event_queue.append(
                 BlockRemoved(block_hashes=[external_block_hash(h)], group_idx=block._group)  # type: ignore[arg-type]
             )
+
+    def list_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Put the unlisted ones of ``blocks`` (still cached) into the hash map, as
+        :meth:`cache_full_blocks` would have: their request was preempted, and the
+        lookup of its next admission may hit them."""
+        for blk in blocks:
+            if not blk._unlisted:
+                continue
+            blk._unlisted = False
+            h = blk._hash
+            assert h is not None  # unlisted blocks are cached
+            cache = self._map(blk._group)
+            existing = cache.setdefault(h, blk)
+            if existing is not blk:
+                if isinstance(existing, dict):
+                    existing[blk.block_id] = blk
+                else:
+                    cache[h] = {existing.block_id: existing, blk.block_id: blk}
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
@@ -341,7 +380,7 @@ class BlockPool:
             return False
         self._maps = []
         for block in self.blocks:
-            block._hash = None
+            block.reset_hash()
         self.num_cached_blocks = self.num_cached_free_blocks = 0
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(AllBlocksCleared())
@@ -399,9 +438,13 @@ class BlockPool:
                 cached.append(b)
                 assert self.enable_caching, f"block {b.block_id} cached with caching off"
                 hit = self._maps[b._group].get(b._hash) if b._group < len(self._maps) else None
-                assert hit is b or (type(hit) is dict and hit.get(b.block_id) is b), (
-                    f"cached block {b.block_id} missing from the hash map"
+                listed = hit is b or (type(hit) is dict and hit.get(b.block_id) is b)
+                assert listed != b._unlisted, (
+                    f"cached block {b.block_id} {'in' if listed else 'missing from'} the "
+                    "hash map"
                 )
+            else:
+                assert not b._unlisted, f"uncached block {b.block_id} marked unlisted"
         assert self.num_cached_blocks == len(cached), (
             f"num_cached_blocks {self.num_cached_blocks} != {len(cached)}"
         )

@@ -43,6 +43,7 @@ class KVCacheBlock:
         "prev_free_block",
         "next_free_block",
         "is_null",
+        "_unlisted",
     )
 
     def __init__(self, block_id: int) -> None:
@@ -53,6 +54,9 @@ class KVCacheBlock:
         self.prev_free_block: KVCacheBlock | None = None
         self.next_free_block: KVCacheBlock | None = None
         self.is_null = False
+        self._unlisted = False
+        """Cached (``_hash`` set) but not in the pool's hash map: an unshared request's
+        block, which no lookup can find before its request is preempted."""
 
     @property
     def block_hash(self) -> bytes | None:
@@ -71,6 +75,7 @@ class KVCacheBlock:
     def reset_hash(self) -> None:
         """Forget the prefix-cache key (on eviction or cache reset)."""
         self._hash = None
+        self._unlisted = False
 
     def __repr__(self) -> str:
         prev_id = self.prev_free_block.block_id if self.prev_free_block else None

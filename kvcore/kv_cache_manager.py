@@ -352,12 +352,25 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release all of the request's blocks (tail blocks become evictable first)."""
+        self._list_if_resumable(request)
         self.coordinator.free(request.request_id)
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         """Mirrors ``KVCacheManager.pop_blocks_for_free``: forget the request's blocks
         without freeing them; hand them to :meth:`free_popped_blocks` later."""
+        self._list_if_resumable(request)
         return self.coordinator.pop_blocks_for_free(request.request_id)
+
+    def _list_if_resumable(self, request: Request) -> None:
+        """An unshared request freed before it finished (preempted) looks its blocks
+        up when it is admitted again: its cached blocks that the pool keeps out of the
+        hash map go there now (a finished one's are never looked up)."""
+        if request.unshared and not request.is_finished():
+            pool = self.block_pool
+            for m in self.coordinator.single_type_managers:
+                blocks = m.req_to_blocks.get(request.request_id)
+                if blocks:
+                    pool.list_blocks(blocks)
 
     def free_popped_blocks(self, blocks: list[KVCacheBlock]) -> None:
         """Free blocks from :meth:`pop_blocks_for_free`, tail first (vLLM's

@@ -95,6 +95,7 @@ class Request:
         "num_prefill_cached_tokens",
         "drop_stale_output",
         "last_sched_seq",
+        "unshared",
     )
 
     def __init__(
@@ -113,6 +114,7 @@ class Request:
         stop_token_ids: Sequence[int] = (),
         block_hashes: Sequence[BlockHash] = (),
         kv_transfer_params: dict[str, Any] | None = None,
+        unshared: bool = False,
     ) -> None:
         """``block_hashes``: hashes of leading full blocks already computed by this same
         ``block_hasher`` (a kvsim extension: the simulator hashes prompts ahead, in a
@@ -124,7 +126,14 @@ class Request:
         (vLLM's ``Request.kv_transfer_params``, from the sampling parameters' extra
         arguments): ``do_remote_decode`` on a prefill instance; ``do_remote_prefill``
         with the prefill side's ``remote_block_ids`` and coordinates on a decode
-        instance. The connector updates this dict in place, as vLLM's does."""
+        instance. The connector updates this dict in place, as vLLM's does.
+
+        ``unshared`` (a kvsim extension; vLLM has no such flag): no other request's
+        prompt shares a block with this one (its token ids were drawn for it alone), so
+        no other request can hit its blocks in the prefix cache, and it can hit them
+        only after a preemption. The block pool then keeps them out of its hash map
+        until the request is preempted (:meth:`kvcore.block_pool.BlockPool.cache_full_blocks`),
+        with the same counts, evictions and hits as vLLM."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens} (request {request_id})")
         if len(prompt_token_ids) == 0:
@@ -166,6 +175,7 @@ class Request:
         # Deferred block frees (async, KV-consuming connector): the last step
         # sequence number this request was scheduled in (vLLM's last_sched_seq).
         self.last_sched_seq = 0
+        self.unshared = unshared
         self.skip_reading_prefix_cache = skip_reading_prefix_cache
         self.eos_token_id = eos_token_id
         self.stop_token_ids = tuple(stop_token_ids)

@@ -13,7 +13,7 @@ shared null block and free them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from kvcore.block_pool import BlockPool
 from kvcore.kv_cache_block import BlockHash, KVCacheBlock
@@ -40,6 +40,13 @@ def _trim_null_head(blocks: list[KVCacheBlock]) -> list[KVCacheBlock]:
 
 class SingleTypeKVCacheManager:
     """Block tables of one KV cache group (mirrors ``SingleTypeKVCacheManager``)."""
+
+    UNLISTED_OK: ClassVar[bool] = False
+    """Whether an unshared request's cached blocks may stay out of the pool's hash map
+    until its preemption (:meth:`kvcore.block_pool.BlockPool.cache_full_blocks`): only
+    where a preempted request's next lookup can hit no block it freed before (full
+    attention keeps every block until the request ends; a sliding window frees blocks
+    as it goes, which that lookup may reach)."""
 
     def __init__(
         self,
@@ -163,6 +170,7 @@ class SingleTypeKVCacheManager:
             self.block_size,
             self.kv_cache_group_id,
             self.reachable_block_mask(num_full - num_cached),
+            request.unshared and self.UNLISTED_OK,
         )
         self.num_cached_block[request_id] = num_full
 
@@ -223,6 +231,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     """Mirrors ``FullAttentionManager``.
 
     Full attention: every block is kept until the request finishes."""
+
+    UNLISTED_OK: ClassVar[bool] = True
 
     @classmethod
     def find_longest_cache_hit(

@@ -45,6 +45,10 @@ class SimRequest:
         timeout_s: seconds after ``arrival_s`` at which the client gives up: a request
             not finished by then is aborted (vLLM's abort on a client disconnect);
             None: never.
+        unshared: no other request's prompt shares a block with this one (its ids are
+            drawn for it alone, from its own stream): the engine may then keep its
+            blocks out of the prefix cache's hash map until it is preempted
+            (:attr:`kvcore.request.Request.unshared`), with the same results.
     """
 
     FIELDS: ClassVar[tuple[str, ...]] = _FIELDS
@@ -63,6 +67,7 @@ class SimRequest:
         "request_id",
         "session_id",
         "timeout_s",
+        "unshared",
     )
 
     def __init__(
@@ -80,6 +85,7 @@ class SimRequest:
         num_prompt_tokens: int | None = None,
         build_prompt: Callable[[], list[int]] | None = None,
         timeout_s: float | None = None,
+        unshared: bool = False,
     ) -> None:
         if prompt_token_ids is None:
             if num_prompt_tokens is None or build_prompt is None:
@@ -98,6 +104,7 @@ class SimRequest:
         self.session_id = session_id
         self.prompt_block_hashes = prompt_block_hashes
         self.timeout_s = timeout_s
+        self.unshared = unshared
 
     @property
     def prompt_token_ids(self) -> list[int]:

@@ -46,10 +46,12 @@ class TraceRows:
         cache_salt: list[str | None] | None,
         session_id: list[str | None] | None,
         tokens: Callable[[int], list[int]],
+        unshared: bool = False,
     ) -> None:
         """The columns of :class:`workloads.traces.table.TraceTable` (None: the trace
         has no such column); ``tokens(row)``: row ``row``'s prompt token ids, built
-        when first used."""
+        when first used; ``unshared``: every row's ids are drawn for it alone (its
+        requests say so: ``SimRequest.unshared``)."""
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.request_ids = request_ids
@@ -58,6 +60,7 @@ class TraceRows:
         self.cache_salt = cache_salt
         self.session_id = session_id
         self.tokens = tokens
+        self.unshared = unshared
         self.ahead: Chunks | None = None
         """The helper's chunks of drawn prompts (:meth:`drawn`), once the replay starts."""
         self._chunk: list[Any] = []
@@ -87,6 +90,7 @@ class TraceRows:
             prompt_block_hashes,
             num_prompt_tokens=None if given else self.prompt_tokens[row],
             build_prompt=None if given else partial(self.tokens, row),
+            unshared=self.unshared,
         )
 
     def drawn(self, row: int, now: float) -> SimRequest:

@@ -35,6 +35,7 @@ def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
         cache_salt=sr.cache_salt,
         block_hasher=hasher,
         block_hashes=sr.prompt_block_hashes or (),
+        unshared=sr.unshared,
     )
 
 

@@ -1,0 +1,168 @@
+"""Unshared requests' blocks kept out of the prefix cache's hash map until a preemption
+(``Request.unshared``, ``BlockPool.cache_full_blocks(unlisted=...)``, ``list_blocks``):
+the same counts, evictions and hits as vLLM's eager registration, in the pool and in
+whole runs with preemptions."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import workloads.trace_workload
+from kvcore.block_hashing import FastBlockHasher
+from kvcore.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
+from kvcore.kv_cache_manager import KVCacheManager
+from kvcore.request import Request, RequestStatus
+from sim.app.engine_config import EngineConfig
+from sim.app.run import RunSpec, run
+from tests.sim_run_helpers import write_jsonl
+
+
+def _manager(groups=("full",), events=False, num_blocks=64) -> KVCacheManager:
+    specs = {
+        "full": FullAttentionSpec(block_size=16),
+        "sliding": SlidingWindowSpec(block_size=16, sliding_window=32),
+    }
+    cfg = KVCacheConfig(
+        num_blocks, [], [KVCacheGroupSpec([f"l{i}"], specs[g]) for i, g in enumerate(groups)]
+    )
+    return KVCacheManager(
+        cfg, enable_caching=True, max_model_len=8192, enable_kv_cache_events=events
+    )
+
+
+def _request(rid: str, tokens: list[int], unshared: bool) -> Request:
+    return Request(rid, tokens, 16, block_hasher=FastBlockHasher(16), unshared=unshared)
+
+
+TOKENS = list(range(100, 148))  # three full blocks
+
+
+def test_unshared_blocks_are_cached_but_no_lookup_finds_them() -> None:
+    kvm = _manager()
+    a = _request("a", TOKENS, unshared=True)
+    assert kvm.allocate_slots(a, 48) is not None
+    pool = kvm.block_pool
+    assert pool.num_cached_blocks == 3
+    pool.check_invariants()
+    twin = _request("twin", TOKENS, unshared=False)  # the same prompt: only a test has one
+    assert kvm.get_computed_blocks(twin)[1] == 0
+
+
+@pytest.mark.parametrize("unshared", [False, True])
+def test_a_preempted_request_hits_its_own_blocks(unshared: bool) -> None:
+    kvm = _manager()
+    a = _request("a", TOKENS, unshared)
+    kvm.allocate_slots(a, 48)
+    a.num_computed_tokens = 48
+    a.status = RequestStatus.RUNNING
+    kvm.free(a)  # preempted: freed while running
+    a.num_computed_tokens = 0
+    blocks, hit = kvm.get_computed_blocks(a)
+    assert hit == 32  # two blocks: the last token is never a hit
+    kvm.block_pool.check_invariants()
+
+
+def test_a_finished_request_leaves_them_unlisted_and_eviction_counts_them() -> None:
+    counts = {}
+    for unshared in (False, True):
+        kvm = _manager(num_blocks=8)
+        pool = kvm.block_pool
+        a = _request("a", TOKENS, unshared)
+        kvm.allocate_slots(a, 48)
+        a.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        kvm.free(a)
+        seen = [(pool.num_cached_blocks, pool.num_cached_free_blocks)]
+        b = _request("b", list(range(500, 596)), unshared)  # six blocks: evicts a's three
+        kvm.allocate_slots(b, 96)
+        seen.append((pool.num_cached_blocks, pool.num_cached_free_blocks))
+        seen.append(tuple(blk.block_id for blk in kvm.get_blocks("b").blocks[0]))
+        pool.check_invariants()
+        counts[unshared] = seen
+    assert counts[True] == counts[False]
+    assert counts[True][0] == (3, 3)
+
+
+def test_sliding_window_groups_and_kv_events_register_at_once() -> None:
+    hybrid = _manager(groups=("full", "sliding"))
+    a = _request("a", TOKENS, unshared=True)
+    hybrid.allocate_slots(a, 48)
+    sliding_hashes = [b._hash for b in hybrid.get_blocks("a").blocks[1] if b._hash is not None]
+    assert sliding_hashes
+    assert all(hybrid.block_pool.get_cached_block(h, [1]) for h in sliding_hashes)
+    assert hybrid.block_pool.get_cached_block(a.block_hashes[0], [0]) is None
+    with_events = _manager(events=True)
+    b = _request("b", TOKENS, unshared=True)
+    with_events.allocate_slots(b, 48)
+    assert with_events.block_pool.get_cached_block(b.block_hashes[0], [0]) is not None
+
+
+def _trace(path: Path, n: int) -> Path:
+    """A length-only trace (ids drawn per row: unshared), arrivals bursty enough that a
+    small KV cache preempts."""
+    rng = random.Random(7)
+    t = 0.0
+    rows = []
+    for i in range(n):
+        t += rng.expovariate(40.0)
+        rows.append(
+            {
+                "request_id": f"q{i}",
+                "arrival_s": round(t, 6),
+                "prompt_tokens": rng.randint(20, 700),
+                "output_tokens": rng.randint(1, 300),
+            }
+        )
+    return write_jsonl(path, rows)
+
+
+def _run(trace: Path, out: Path, unlisted: bool, monkeypatch, **kw) -> dict:
+    with monkeypatch.context() as m:
+        if not unlisted:  # every row's requests registered at once, as vLLM does
+            m.setattr(workloads.trace_workload, "_none_given", lambda column: False)
+        spec = RunSpec(
+            workload=str(trace),
+            model="Llama-3.1-8B",
+            gpu="A100-80GB",
+            engine=EngineConfig(
+                num_gpu_blocks_override=260,
+                max_model_len=2048,
+                async_scheduling=kw.pop("async_scheduling", True),
+            ),
+            decisions=True,
+            check=kw.pop("check", False),
+            fast_forward=kw.pop("fast_forward", True),
+        )
+        return run(spec, out, render=False)
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {},
+        {"async_scheduling": False},
+        {"fast_forward": False, "check": True},
+        {"async_scheduling": False, "fast_forward": False, "check": True},
+    ],
+)
+def test_runs_with_preemptions_are_byte_identical(tmp_path: Path, monkeypatch, knobs) -> None:
+    trace = _trace(tmp_path / "t.jsonl", 400)
+    eager = _run(trace, tmp_path / "eager", False, monkeypatch, **dict(knobs))
+    _run(trace, tmp_path / "lazy", True, monkeypatch, **dict(knobs))
+    assert eager["num_preemptions"] > 0 and eager["prefix_cache_hit_rate"] > 0
+    for name in ("steps.csv", "requests.csv", "decisions.jsonl"):
+        assert (tmp_path / "lazy" / name).read_bytes() == (tmp_path / "eager" / name).read_bytes()
+    summaries = [
+        json.loads((tmp_path / side / "summary.json").read_text()) for side in ("lazy", "eager")
+    ]
+    for summary in summaries:
+        summary.pop("wall_s")
+    assert summaries[0] == summaries[1]
