@@ -24,7 +24,10 @@ needs_helpers = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True)
-def _no_leftovers():
+def _no_leftovers(monkeypatch):
+    # Helpers on whatever an earlier test in this process set (recommend's workers
+    # turn them off in their environment).
+    monkeypatch.delenv(offload.ENV_SWITCH, raising=False)
     yield
     trace_ahead._stop_all()
 
