@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import workloads.sessions
+import workloads.synthetic
 import workloads.trace_workload
 from kvcore.block_hashing import FastBlockHasher
 from kvcore.kv_cache_interface import (
@@ -23,7 +25,8 @@ from kvcore.kv_cache_manager import KVCacheManager
 from kvcore.request import Request, RequestStatus
 from sim.app.engine_config import EngineConfig
 from sim.app.run import RunSpec, run
-from tests.sim_run_helpers import write_jsonl
+from tests.sim_run_helpers import write_jsonl, write_yaml
+from workloads.request import SimRequest
 
 
 def _manager(groups=("full",), events=False, num_blocks=64) -> KVCacheManager:
@@ -124,12 +127,18 @@ def _trace(path: Path, n: int) -> Path:
     return write_jsonl(path, rows)
 
 
-def _run(trace: Path, out: Path, unlisted: bool, monkeypatch, **kw) -> dict:
+def _eager(*args, **kwargs) -> SimRequest:
+    return SimRequest(*args, **{**kwargs, "unshared": False})
+
+
+def _run(workload: Path, out: Path, unlisted: bool, monkeypatch, **kw) -> dict:
     with monkeypatch.context() as m:
-        if not unlisted:  # every row's requests registered at once, as vLLM does
+        if not unlisted:  # every request registered at once, as vLLM does
             m.setattr(workloads.trace_workload, "_none_given", lambda column: False)
+            m.setattr(workloads.sessions, "SimRequest", _eager)
+            m.setattr(workloads.synthetic, "SimRequest", _eager)
         spec = RunSpec(
-            workload=str(trace),
+            workload=str(workload),
             model="Llama-3.1-8B",
             gpu="A100-80GB",
             engine=EngineConfig(
@@ -153,10 +162,25 @@ def _run(trace: Path, out: Path, unlisted: bool, monkeypatch, **kw) -> dict:
         {"async_scheduling": False, "fast_forward": False, "check": True},
     ],
 )
-def test_runs_with_preemptions_are_byte_identical(tmp_path: Path, monkeypatch, knobs) -> None:
-    trace = _trace(tmp_path / "t.jsonl", 400)
-    eager = _run(trace, tmp_path / "eager", False, monkeypatch, **dict(knobs))
-    _run(trace, tmp_path / "lazy", True, monkeypatch, **dict(knobs))
+@pytest.mark.parametrize("kind", ["trace", "synthetic"])
+def test_runs_with_preemptions_are_byte_identical(tmp_path: Path, monkeypatch, knobs, kind) -> None:
+    if kind == "trace":
+        workload = _trace(tmp_path / "t.jsonl", 400)
+    else:  # one-turn sessions, a quarter of them after a shared prefix (listed at once)
+        workload = write_yaml(
+            tmp_path / "w.yaml",
+            {
+                "name": "w",
+                "seed": 3,
+                "arrival": {"type": "poisson", "rate": 40.0},
+                "prompt_len": {"type": "lognormal", "median": 200, "p90": 700, "max": 1500},
+                "output_len": {"type": "lognormal", "median": 100, "p90": 300, "max": 500},
+                "shared_prefix": {"num_groups": 2, "prefix_len": 100, "fraction": 0.25},
+                "num_requests": 400,
+            },
+        )
+    eager = _run(workload, tmp_path / "eager", False, monkeypatch, **dict(knobs))
+    _run(workload, tmp_path / "lazy", True, monkeypatch, **dict(knobs))
     assert eager["num_preemptions"] > 0 and eager["prefix_cache_hit_rate"] > 0
     for name in ("steps.csv", "requests.csv", "decisions.jsonl"):
         assert (tmp_path / "lazy" / name).read_bytes() == (tmp_path / "eager" / name).read_bytes()

@@ -145,7 +145,9 @@ class SessionPlanner:
         A one-turn session's token ids are drawn when first used (the same ids: its
         stream is parked in the plan), so a prompt the engine rejects for its length
         is never drawn; a later turn's are drawn now (the next turn continues the
-        stream and the context)."""
+        stream and the context). A one-turn session without a shared prefix is
+        unshared (``SimRequest.unshared``): its ids are its own stream's alone, and no
+        later turn repeats them."""
         turn = plan.next_turn
         if turn == 0 and len(plan.new_lens) == 1:
             group, state, n = plan.group, plan.rng_state, plan.new_lens[0]
@@ -159,6 +161,7 @@ class SessionPlanner:
                 max_tokens=plan.out_lens[0],
                 priority=plan.priority,
                 session_id=f"session-{plan.index}" if self._turns is not None else None,
+                unshared=group is None,
             )
         if turn == 0:
             head = (

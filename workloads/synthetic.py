@@ -39,10 +39,11 @@ def build_samplers(
     return prompt, output, turns
 
 
-DrawnTurn = tuple[int, "array | None", int, int, "str | None", "list[Any] | None"]
+DrawnTurn = tuple[int, "array | None", int, int, "str | None", "list[Any] | None", bool]
 """A single-turn session drawn ahead: its prompt length, the prompt's token ids after
 those its block hashes cover (a compact ``array``; it pickles as bytes), max_tokens,
-priority, session id, and those hashes (``prepare``'s; None without it). When
+priority, session id, those hashes (``prepare``'s; None without it) and whether it is
+unshared (``SimRequest.unshared``). When
 ``prepare`` returns None (the engine will reject the prompt unseen), the ids are not
 drawn (None)."""
 
@@ -97,7 +98,15 @@ class SyntheticWorkload(Workload):
                 req = self._planner.next_request(self._planner.plan(i, 1, None), "", 0.0)
                 num_tokens, tail, hashes = draw_prompt(req, prepare, typecode)
                 chunk.append(
-                    (num_tokens, tail, req.max_tokens, req.priority, req.session_id, hashes)
+                    (
+                        num_tokens,
+                        tail,
+                        req.max_tokens,
+                        req.priority,
+                        req.session_id,
+                        hashes,
+                        req.unshared,
+                    )
                 )
             yield chunk
             index = end
@@ -197,7 +206,7 @@ class SyntheticWorkload(Workload):
             self._ahead_chunk = self._ahead.next()
             self._ahead_pos = 0
         drawn = self._ahead_chunk[self._ahead_pos]
-        num_tokens, tail, max_tokens, priority, session_id, hashes = drawn
+        num_tokens, tail, max_tokens, priority, session_id, hashes, unshared = drawn
         self._ahead_pos += 1
         index = self._next_session
         self._next_session += 1
@@ -212,6 +221,7 @@ class SyntheticWorkload(Workload):
                 max_tokens=max_tokens,
                 priority=priority,
                 session_id=session_id,
+                unshared=unshared,
             )
         else:
             request = SimRequest(
@@ -222,6 +232,7 @@ class SyntheticWorkload(Workload):
                 priority=priority,
                 session_id=session_id,
                 prompt_block_hashes=hashes,
+                unshared=unshared,
             )
         request.timeout_s = self._timeout
         return request
