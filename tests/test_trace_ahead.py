@@ -28,8 +28,9 @@ def _no_leftovers(monkeypatch):
     # Helpers on whatever an earlier test in this process set (recommend's workers
     # turn them off in their environment).
     monkeypatch.delenv(offload.ENV_SWITCH, raising=False)
+    trace_ahead.stop_all()
     yield
-    trace_ahead._stop_all()
+    trace_ahead.stop_all()
 
 
 def _same(a: object, b: object) -> bool:
@@ -126,9 +127,24 @@ def test_an_untaken_helper_is_stopped_and_reaped(tmp_path: Path) -> None:
     trace_ahead.start(str(path))
     reader = trace_ahead._pending[str(path)][0]
     pid = reader._pid
-    trace_ahead._stop_all()
+    trace_ahead.stop_all()
     assert trace_ahead.pending() == []
     with pytest.raises(ChildProcessError):
         import os
 
         os.waitpid(pid, 0)  # already reaped
+
+
+@needs_helpers
+def test_a_run_that_fails_before_its_read_leaves_no_helper(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    path = tmp_path / "t.jsonl"
+    shutil.copy(EXAMPLE, path)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(path), "--goodput", "nonsense", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert trace_ahead.pending() == []
+    assert not out.exists()

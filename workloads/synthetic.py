@@ -39,11 +39,11 @@ def build_samplers(
     return prompt, output, turns
 
 
-DrawnTurn = tuple[int, "array | None", int, int, "str | None", "list[Any] | None", bool]
+DrawnTurn = tuple[int, "array | None", int, int, "str | None", bool, "list[Any] | None"]
 """A single-turn session drawn ahead: its prompt length, the prompt's token ids after
 those its block hashes cover (a compact ``array``; it pickles as bytes), max_tokens,
-priority, session id, those hashes (``prepare``'s; None without it) and whether it is
-unshared (``SimRequest.unshared``). When
+priority, session id, whether it is unshared (``SimRequest.unshared``) and those
+hashes (``prepare``'s; None without it). When
 ``prepare`` returns None (the engine will reject the prompt unseen), the ids are not
 drawn (None)."""
 
@@ -104,8 +104,8 @@ class SyntheticWorkload(Workload):
                         req.max_tokens,
                         req.priority,
                         req.session_id,
-                        hashes,
                         req.unshared,
+                        hashes,
                     )
                 )
             yield chunk
@@ -206,7 +206,7 @@ class SyntheticWorkload(Workload):
             self._ahead_chunk = self._ahead.next()
             self._ahead_pos = 0
         drawn = self._ahead_chunk[self._ahead_pos]
-        num_tokens, tail, max_tokens, priority, session_id, hashes, unshared = drawn
+        num_tokens, tail, max_tokens, priority, session_id, unshared, hashes = drawn
         self._ahead_pos += 1
         index = self._next_session
         self._next_session += 1

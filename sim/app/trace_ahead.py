@@ -12,7 +12,7 @@ and reads in process otherwise. Any error in the helper (the trace is bad, unrea
 or the helper died) makes :func:`read_trace` read in process, so a bad trace raises the
 same error, with the same message, as without a helper. The table is the same either
 way: the same function reads the same bytes. A helper that is never taken is stopped
-when the process exits.
+when the command ends (:func:`stop_all`), or at the latest when the process exits.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def start(workload: str) -> None:
         yield table
 
     if not _pending:
-        atexit.register(_stop_all)
+        atexit.register(stop_all)
     _pending[workload] = (offload.ChunkReader(produce, "trace reader"), stamp)
 
 
@@ -85,7 +85,10 @@ def read_trace(path: Path, file: str | None = None) -> TraceTable:
     return read_in_process(path, file)
 
 
-def _stop_all() -> None:
+def stop_all() -> None:
+    """Stop and reap every helper not taken (the run ended before its set-up read the
+    trace: a bad flag, an error): a process that goes on (tests, a caller of the CLI in
+    process) keeps none of them."""
     while _pending:
         reader, _ = _pending.popitem()[1]
         with contextlib.suppress(OSError, ChildProcessError):

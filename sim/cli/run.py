@@ -197,12 +197,12 @@ def run(
     from sim.app import trace_ahead
 
     trace_ahead.start(workload)  # read while the run's other modules import
-    from sim.app.run_command import run_command
-    from workloads.overrides import WorkloadOverrides
+    try:
+        from sim.app.run_command import run_command
+        from workloads.overrides import WorkloadOverrides
 
-    named = given(ctx, {"model": model, "gpu": gpu})
-    raise typer.Exit(
-        run_command(
+        named = given(ctx, {"model": model, "gpu": gpu})
+        status = run_command(
             workload,
             engine,
             named["model"],
@@ -227,4 +227,6 @@ def run(
             export=export or [],
             report=report,
         )
-    )
+    finally:
+        trace_ahead.stop_all()  # one the run never took (it failed before its read)
+    raise typer.Exit(status)
