@@ -29,6 +29,18 @@ CacheEntry = KVCacheBlock | dict[int, KVCacheBlock]
 """One cached block, or ``{block_id: block}`` when several hold identical content."""
 
 
+def _add_duplicate(
+    cache: dict[BlockHash, CacheEntry], h: BlockHash, existing: CacheEntry, blk: KVCacheBlock
+) -> None:
+    """Cache ``blk`` under ``h`` beside the block(s) ``existing`` already there: the
+    entry becomes (or grows) a dict by block id, its first block still the one a lookup
+    returns."""
+    if isinstance(existing, dict):
+        existing[blk.block_id] = blk
+    else:
+        cache[h] = {existing.block_id: existing, blk.block_id: blk}
+
+
 class BlockPool:
     """Owns every ``KVCacheBlock`` and the free queue (mirrors vLLM's ``BlockPool``).
 
@@ -163,10 +175,7 @@ class BlockPool:
                 continue
             existing = cache.setdefault(h, blk)  # one lookup: the usual new hash
             if existing is not blk:
-                if isinstance(existing, dict):
-                    existing[blk.block_id] = blk
-                else:
-                    cache[h] = {existing.block_id: existing, blk.block_id: blk}
+                _add_duplicate(cache, h, existing, blk)
             if events:
                 new_hashes.append(external_block_hash(h))
         self.num_cached_blocks += added
@@ -263,11 +272,7 @@ class BlockPool:
         return ret
 
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
-        """Drop ``block`` from the prefix cache and clear its hash."""
-        if block._unlisted:  # in no map (and no KV events were on to tell of it)
-            block.reset_hash()
-            self.num_cached_blocks -= 1
-            return
+        """Drop ``block`` (a listed one) from the prefix cache and clear its hash."""
         h = block._hash
         cache = self._maps[block._group]
         hit = cache.get(h)  # type: ignore[arg-type]
@@ -299,10 +304,7 @@ class BlockPool:
             cache = self._map(blk._group)
             existing = cache.setdefault(h, blk)
             if existing is not blk:
-                if isinstance(existing, dict):
-                    existing[blk.block_id] = blk
-                else:
-                    cache[h] = {existing.block_id: existing, blk.block_id: blk}
+                _add_duplicate(cache, h, existing, blk)
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
@@ -440,8 +442,7 @@ class BlockPool:
                 hit = self._maps[b._group].get(b._hash) if b._group < len(self._maps) else None
                 listed = hit is b or (type(hit) is dict and hit.get(b.block_id) is b)
                 assert listed != b._unlisted, (
-                    f"cached block {b.block_id} {'in' if listed else 'missing from'} the "
-                    "hash map"
+                    f"cached block {b.block_id} {'in' if listed else 'missing from'} the hash map"
                 )
             else:
                 assert not b._unlisted, f"uncached block {b.block_id} marked unlisted"

@@ -366,11 +366,8 @@ class KVCacheManager:
         up when it is admitted again: its cached blocks that the pool keeps out of the
         hash map go there now (a finished one's are never looked up)."""
         if request.unshared and not request.is_finished():
-            pool = self.block_pool
-            for m in self.coordinator.single_type_managers:
-                blocks = m.req_to_blocks.get(request.request_id)
-                if blocks:
-                    pool.list_blocks(blocks)
+            for blocks in self.coordinator.get_blocks(request.request_id):
+                self.block_pool.list_blocks(blocks)
 
     def free_popped_blocks(self, blocks: list[KVCacheBlock]) -> None:
         """Free blocks from :meth:`pop_blocks_for_free`, tail first (vLLM's

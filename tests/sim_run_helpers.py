@@ -44,6 +44,9 @@ def run_sim(
     decisions: bool = False,
     model: str = "Llama-3.1-8B",
     gpu: str = "H100-SXM",
+    check: bool = False,
+    fast_forward: bool = True,
+    render: bool = True,
     **engine: Any,
 ) -> dict[str, Any]:
     """One ``kvsim run`` in this process; ``engine`` are EngineConfig fields."""
@@ -54,8 +57,10 @@ def run_sim(
         engine=EngineConfig(**engine),
         seed=seed,
         decisions=decisions,
+        check=check,
+        fast_forward=fast_forward,
     )
-    return run(spec, out)
+    return run(spec, out, render=render)
 
 
 def read_csv(path: Path) -> tuple[list[str], dict[str, list[str]]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,9 @@ from kvcore.kv_cache_interface import (
 )
 from kvcore.kv_cache_manager import KVCacheManager
 from kvcore.request import Request, RequestStatus
-from sim.app.engine_config import EngineConfig
-from sim.app.run import RunSpec, run
-from tests.sim_run_helpers import write_jsonl, write_yaml
+from tests.sim_run_helpers import run_sim, write_jsonl, write_yaml
 from workloads.request import SimRequest
+from workloads.trace_rows import TraceRows
 
 
 def _manager(groups=("full",), events=False, num_blocks=64) -> KVCacheManager:
@@ -127,30 +127,32 @@ def _trace(path: Path, n: int) -> Path:
     return write_jsonl(path, rows)
 
 
-def _eager(*args, **kwargs) -> SimRequest:
-    return SimRequest(*args, **{**kwargs, "unshared": False})
+def _eager(cls: type) -> Callable[..., object]:
+    """``cls`` (what makes the workload's requests) with ``unshared`` forced off."""
+
+    def make(*args: object, **kwargs: object) -> object:
+        return cls(*args, **{**kwargs, "unshared": False})
+
+    return make
 
 
-def _run(workload: Path, out: Path, unlisted: bool, monkeypatch, **kw) -> dict:
+def _run(workload: Path, out: Path, unlisted: bool, monkeypatch, **knobs) -> dict:
     with monkeypatch.context() as m:
         if not unlisted:  # every request registered at once, as vLLM does
-            m.setattr(workloads.trace_workload, "_none_given", lambda column: False)
-            m.setattr(workloads.sessions, "SimRequest", _eager)
-            m.setattr(workloads.synthetic, "SimRequest", _eager)
-        spec = RunSpec(
-            workload=str(workload),
+            m.setattr(workloads.trace_workload, "TraceRows", _eager(TraceRows))
+            m.setattr(workloads.sessions, "SimRequest", _eager(SimRequest))
+            m.setattr(workloads.synthetic, "SimRequest", _eager(SimRequest))
+        return run_sim(
+            workload,
+            out,
+            decisions=True,
             model="Llama-3.1-8B",
             gpu="A100-80GB",
-            engine=EngineConfig(
-                num_gpu_blocks_override=260,
-                max_model_len=2048,
-                async_scheduling=kw.pop("async_scheduling", True),
-            ),
-            decisions=True,
-            check=kw.pop("check", False),
-            fast_forward=kw.pop("fast_forward", True),
+            render=False,
+            num_gpu_blocks_override=260,
+            max_model_len=2048,
+            **knobs,
         )
-        return run(spec, out, render=False)
 
 
 @pytest.mark.parametrize(
@@ -179,8 +181,8 @@ def test_runs_with_preemptions_are_byte_identical(tmp_path: Path, monkeypatch, k
                 "num_requests": 400,
             },
         )
-    eager = _run(workload, tmp_path / "eager", False, monkeypatch, **dict(knobs))
-    _run(workload, tmp_path / "lazy", True, monkeypatch, **dict(knobs))
+    eager = _run(workload, tmp_path / "eager", False, monkeypatch, **knobs)
+    _run(workload, tmp_path / "lazy", True, monkeypatch, **knobs)
     assert eager["num_preemptions"] > 0 and eager["prefix_cache_hit_rate"] > 0
     for name in ("steps.csv", "requests.csv", "decisions.jsonl"):
         assert (tmp_path / "lazy" / name).read_bytes() == (tmp_path / "eager" / name).read_bytes()

@@ -73,7 +73,7 @@ class TraceWorkload(Workload):
             table.session_id,
             self._tokens,
             # Ids drawn from each row's own stream: no two rows share a block.
-            unshared=_none_given(table.token_ids) and _none_given(table.hash_ids),
+            unshared=table.token_ids is None and table.hash_ids is None,
         )
 
     def draw_ahead(self, prepare: Prepare | None = None) -> Iterator[list[DrawnPrompt]]:
@@ -148,8 +148,3 @@ class TraceWorkload(Workload):
                 self._rows_by_id = {rid: i for i, rid in enumerate(ids)}
             row = self._rows_by_id.get(request_id, -1)
         return lines[row] if 0 <= row < len(lines) else None
-
-
-def _none_given(column: list[Any] | None) -> bool:
-    """Whether no row of a per-row column (token ids, hash ids) has a value."""
-    return column is None or all(value is None for value in column)

@@ -94,6 +94,7 @@ def read_kvsim(path: Path, file: str) -> TraceTable:
     arrivals = column("arrival_s")
     check_arrivals(file, arrivals, lines, "arrival_s")
     token_ids = column("prompt_token_ids")
+    hash_ids = column("hash_ids")
     return TraceTable(
         format="kvsim",
         arrival_s=np.asarray(arrivals, dtype=np.float64),
@@ -107,7 +108,7 @@ def read_kvsim(path: Path, file: str) -> TraceTable:
         output_tokens=np.asarray(column("output_tokens"), dtype=np.int64),
         request_ids=column("request_id"),
         token_ids=token_ids if any(t is not None for t in token_ids) else None,
-        hash_ids=column("hash_ids"),
+        hash_ids=hash_ids if any(h is not None for h in hash_ids) else None,
         hash_block_size=column("hash_block_size"),
         priority=column("priority"),
         lora_id=column("lora_id"),

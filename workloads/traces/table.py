@@ -25,7 +25,8 @@ class TraceTable:
         request_ids: per-row ids, or None (then ``req-<row>``).
         token_ids: per-row explicit prompt token ids (or None for a row), or None (no row
             has its own).
-        hash_ids: per-row hash ids of prompt blocks (or None for a row), or None.
+        hash_ids: per-row hash ids of prompt blocks (or None for a row), or None (no row
+            has any).
         hash_block_size: tokens per hash block, per row, or None.
         priority, lora_id, cache_salt, session_id: optional per-row columns.
         skipped_rows: rows left out on purpose (see the reader), for the resolved config.
