@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import cbor2
 import xxhash as _xxhash
 
-from kvcore.kv_cache_block import BlockHash
+from kvcore.kv_cache_block import UNKEYED, BlockHash
 
 if TYPE_CHECKING:
     from kvcore.request import Request
@@ -245,9 +245,14 @@ class FastBlockHasher(BlockHasher):
     fraction of ``sha256`` of a pickle.
     """
 
-    __slots__ = ("_extra_ids",)
+    __slots__ = ("_extra_ids", "for_unshared")
 
-    def __init__(self, hash_block_size: int, num_lookahead_tokens: int = 0) -> None:
+    def __init__(
+        self, hash_block_size: int, num_lookahead_tokens: int = 0, unkeyed_unshared: bool = False
+    ) -> None:
+        """``unkeyed_unshared``: the engines let unshared requests' blocks go unkeyed
+        until a preemption (see :class:`UnkeyedHasher`); :attr:`for_unshared` is then
+        such a hasher, else this one."""
         super().__init__(
             hash_block_size,
             self._hash,
@@ -255,6 +260,10 @@ class FastBlockHasher(BlockHasher):
             num_lookahead_tokens,
         )
         self._extra_ids: dict[Any, int] = {}
+        self.for_unshared: BlockHasher | UnkeyedHasher = (
+            UnkeyedHasher(hash_block_size, num_lookahead_tokens) if unkeyed_unshared else self
+        )
+        """The hasher of an unshared request's blocks (``Request.unshared``)."""
 
     def plain_hash(self, parent: Any, block_tokens: tuple[int, ...]) -> Any:
         """``hash((parent, block_tokens))``: what :meth:`_hash` gives a block without
@@ -278,3 +287,24 @@ class FastBlockHasher(BlockHasher):
         if ident is None:
             ident = self._extra_ids[extra] = int.from_bytes(sha256(extra)[:8], "big")
         return ident
+
+
+class UnkeyedHasher:
+    """The hasher of an unshared request's blocks where the engine lets them go
+    unkeyed (a kvsim shortcut): the blocks a :class:`BlockHasher` of the same block
+    size and lookahead would hash, each as :data:`kvcore.kv_cache_block.UNKEYED`.
+
+    An unshared request shares no block's content with another request, so its hashes
+    serve only its own lookup after a preemption; the block pool gives its blocks keys
+    of their own then (:meth:`kvcore.block_pool.BlockPool.list_blocks`), and hashing
+    their content (or sending the hashes from where prompts are drawn) is saved."""
+
+    __slots__ = ("hash_block_size", "num_lookahead_tokens")
+
+    def __init__(self, hash_block_size: int, num_lookahead_tokens: int = 0) -> None:
+        self.hash_block_size = hash_block_size
+        self.num_lookahead_tokens = num_lookahead_tokens
+
+    def __call__(self, request: Request) -> list[Any]:
+        full = (len(request.all_token_ids) - self.num_lookahead_tokens) // self.hash_block_size
+        return [UNKEYED] * (full - len(request.block_hashes))

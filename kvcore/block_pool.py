@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kvcore.block_hashing import external_block_hash
 from kvcore.kv_cache_block import (
+    UNKEYED,
     BlockHash,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
@@ -39,6 +40,11 @@ def _add_duplicate(
         existing[blk.block_id] = blk
     else:
         cache[h] = {existing.block_id: existing, blk.block_id: blk}
+
+
+_FIRST_KEY = 1 << 64
+"""The first key :meth:`BlockPool.list_blocks` gives an unkeyed block: above any
+64-bit hash, so no hasher's value equals a key."""
 
 
 class BlockPool:
@@ -73,6 +79,8 @@ class BlockPool:
         """Cached blocks no request holds: in the free queue, evicted on reuse."""
         self._head = self.free_block_queue.fake_free_list_head
         self._tail = self.free_block_queue.fake_free_list_tail
+        self._next_key = _FIRST_KEY
+        """The key :meth:`list_blocks` gives the next unkeyed block."""
 
     @property
     def cached_block_hash_to_block(self) -> dict[bytes, CacheEntry]:
@@ -291,16 +299,27 @@ class BlockPool:
                 BlockRemoved(block_hashes=[external_block_hash(h)], group_idx=block._group)  # type: ignore[arg-type]
             )
 
-    def list_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
+    def list_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: list[BlockHash]) -> None:
         """Put the unlisted ones of ``blocks`` (still cached) into the hash map, as
         :meth:`cache_full_blocks` would have: their request was preempted, and the
-        lookup of its next admission may hit them."""
-        for blk in blocks:
+        lookup of its next admission may hit them.
+
+        ``blocks``: one group's blocks of the request, ``block_hashes`` its hashes. A
+        block hashed :data:`kvcore.kv_cache_block.UNKEYED` gets its hash's key (a new
+        one when the hash is still unkeyed, written into ``block_hashes``): an int no
+        hasher gives, unique in this pool, which the request's lookup then finds."""
+        for i, blk in enumerate(blocks):
             if not blk._unlisted:
                 continue
             blk._unlisted = False
             h = blk._hash
             assert h is not None  # unlisted blocks are cached
+            if h == UNKEYED:
+                h = block_hashes[i]
+                if h == UNKEYED:
+                    h = block_hashes[i] = self._next_key
+                    self._next_key += 1
+                blk._hash = h
             cache = self._map(blk._group)
             existing = cache.setdefault(h, blk)
             if existing is not blk:
@@ -441,6 +460,7 @@ class BlockPool:
                 assert self.enable_caching, f"block {b.block_id} cached with caching off"
                 hit = self._maps[b._group].get(b._hash) if b._group < len(self._maps) else None
                 listed = hit is b or (type(hit) is dict and hit.get(b.block_id) is b)
+                assert b._unlisted or b._hash != UNKEYED, f"block {b.block_id} listed unkeyed"
                 assert listed != b._unlisted, (
                     f"cached block {b.block_id} {'in' if listed else 'missing from'} the hash map"
                 )

@@ -7,7 +7,8 @@ lookup that iteration's ``schedule()`` makes, after the iterations before it reg
 and evicted blocks. :class:`JoinForesight` foresees them only where nothing can change
 them: the prompt hits nothing now, so no eviction can take a hit away, and no request
 of the stretch shares its first block (hash), so no registration before the lookup can
-give it one (block hashes are chained: a hit needs the first block's). A request whose
+give it one (block hashes are chained: a hit needs the first block's; an unshared
+request's unkeyed hashes are shared by none). A request whose
 first block is not full yet may still fill it with anything; while one runs or has
 joined, nothing is foreseen. Joins of iteration 1 are
 :func:`kvcore.stretch_joins.first_prefills`'.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvcore.kv_cache_block import UNKEYED
 from kvcore.request import Request
 from kvcore.scheduler import Scheduler
 
@@ -36,11 +38,13 @@ class JoinForesight:
         self._caching = kvm.enable_caching
         # The first block hash of every request of the stretch so far; None when some
         # request has no full block yet (its first block's hash is not known).
+        # Unkeyed hashes (unshared requests') are left out: no two requests share one.
         requests = [*sched.running, *first]
         known = all(req.block_hashes for req in requests)
-        self._firsts: set[object] | None = (
-            {req.block_hashes[0] for req in requests} if known else None
-        )
+        firsts: set[object] | None = {req.block_hashes[0] for req in requests} if known else None
+        if firsts is not None:
+            firsts.discard(UNKEYED)
+        self._firsts = firsts
 
     def prefill(self, req: Request) -> int | None:
         """The prompt tokens ``req`` (a join after every join asked before it, of an
@@ -56,5 +60,6 @@ class JoinForesight:
         if self._kvm.get_computed_blocks(req)[1]:
             self._firsts = None
             return None
-        firsts.add(req.block_hashes[0])
+        if req.block_hashes[0] != UNKEYED:
+            firsts.add(req.block_hashes[0])
         return req.num_tokens

@@ -26,6 +26,15 @@ def block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> bytes:
     return block_hash + group_id.to_bytes(4, "big")
 
 
+UNKEYED = -1
+"""The block hash an unshared request's block holds until the request is preempted
+(a kvsim shortcut, :class:`kvcore.block_hashing.UnkeyedHasher`): no hasher gives it
+(Python's ``hash`` never returns -1, vLLM's hash functions give bytes), and it never
+enters the pool's hash map, so no lookup hits it;
+:meth:`kvcore.block_pool.BlockPool.list_blocks` gives each such block a key of its own
+when its request is preempted."""
+
+
 class KVCacheBlock:
     """Metadata of one KV cache block (mirrors vLLM's ``KVCacheBlock``).
 

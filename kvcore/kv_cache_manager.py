@@ -126,6 +126,21 @@ class KVCacheManager:
         )
 
     @property
+    def unkeyed_unshared_ok(self) -> bool:
+        """Whether unshared requests' blocks may be hashed
+        :data:`kvcore.kv_cache_block.UNKEYED` until a preemption keys them (a kvsim
+        shortcut, :class:`kvcore.block_hashing.UnkeyedHasher`): prefix caching on,
+        every group keeps them out of the hash map until then (``UNLISTED_OK``), and
+        no KV events publish their hashes. A KV connector, which keys what it stores
+        by block hash, rules it out too; the engine checks that."""
+        managers = self.coordinator.single_type_managers
+        return (
+            self.enable_caching
+            and not self.block_pool.enable_kv_cache_events
+            and all(m.UNLISTED_OK for m in managers)
+        )
+
+    @property
     def usage(self) -> float:
         """Fraction of usable blocks in use."""
         return self.block_pool.get_usage()
@@ -367,7 +382,7 @@ class KVCacheManager:
         hash map go there now (a finished one's are never looked up)."""
         if request.unshared and not request.is_finished():
             for blocks in self.coordinator.get_blocks(request.request_id):
-                self.block_pool.list_blocks(blocks)
+                self.block_pool.list_blocks(blocks, request.block_hashes)
 
     def free_popped_blocks(self, blocks: list[KVCacheBlock]) -> None:
         """Free blocks from :meth:`pop_blocks_for_free`, tail first (vLLM's

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from kvcore.kv_cache_block import UNKEYED
 from kvcore.request import Request, RequestStatus
 from kvcore.scheduler import Scheduler
 
@@ -131,13 +132,14 @@ def first_prefills(
             popped += max(0, need - len(req_to_blocks.get(req.request_id) or ()))
         if c0 % bs == 0 and c0:  # its block filled by the token in flight
             registered.add(req.block_hashes[c0 // bs - 1])
+    registered.discard(UNKEYED)  # an unshared request's: no other request looks it up
     popped *= ng
     prefills: list[int] = []
     firsts: set[object] = set()
     head = kvm.block_pool.free_block_queue.fake_free_list_head
     for req in first:
         hashes = req.block_hashes
-        if hashes:
+        if hashes and hashes[0] != UNKEYED:  # no two requests share an unkeyed hash
             if hashes[0] in firsts:
                 return None
             firsts.add(hashes[0])

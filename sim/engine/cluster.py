@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import simpy
 
-from kvcore.block_hashing import BlockHasher
+from kvcore.block_hashing import FastBlockHasher
 from sim.engine.input_limits import InputLimits
 from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_build import ReplicaBuilder
@@ -29,7 +29,7 @@ from sim.records.request_recorder import RequestRecorder
 from workloads.process import Prepared, Workload
 
 
-def prepare_prompt(sr: Any, max_model_len: int, hasher: BlockHasher) -> Prepared | None:
+def prepare_prompt(sr: Any, max_model_len: int, hasher: FastBlockHasher) -> Prepared | None:
     """A workload request's prompt as engines of ``max_model_len`` tokens hash it with
     ``hasher``, computed where the workload is drawn (:class:`workloads.process.Prepared`:
     the block hashes, for ``SimRequest.prompt_block_hashes``, and the tokens they

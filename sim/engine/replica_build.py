@@ -95,8 +95,14 @@ class ReplicaBuilder:
         # Hash values never leave the simulation: a cheap 64-bit hash gives the same
         # results as the configured algorithm (see FastBlockHasher); its blocks cover
         # the tokens after them the schedulers ask for (EAGLE's lookahead hashes).
+        # Unshared requests' blocks go unkeyed where the schedulers allow it.
+        first = self.schedulers[0]
         self.hasher = FastBlockHasher(
-            engine_cfg.block_size, self.schedulers[0].num_hash_lookahead_tokens
+            engine_cfg.block_size,
+            first.num_hash_lookahead_tokens,
+            unkeyed_unshared=(
+                first.connector is None and first.kv_cache_manager.unkeyed_unshared_ok
+            ),
         )
         self.dp = engine_cfg.data_parallel_size
         # A MoE model's DP ranks step in lockstep, one time line per DP group.

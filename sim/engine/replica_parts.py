@@ -15,16 +15,17 @@ from typing import IO, Any
 
 import simpy
 
-from kvcore.block_hashing import BlockHasher, FastBlockHasher
+from kvcore.block_hashing import FastBlockHasher
 from kvcore.request import LoRARequest, Request
 from kvcore.scheduler import Scheduler
 from sim.records.recorders import StepRecorder
 from sim.records.request_recorder import RequestRecorder
 
 
-def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
+def kvcore_request(sr: Any, now: float, hasher: FastBlockHasher) -> Request:
     """The kvcore ``Request`` of a workload request ``sr`` arriving at ``now`` (s),
-    hashed into blocks by ``hasher``."""
+    hashed into blocks by ``hasher`` (by its ``for_unshared`` when ``sr`` is
+    unshared)."""
     return Request(
         sr.request_id,
         sr.prompt_token_ids,
@@ -33,7 +34,7 @@ def kvcore_request(sr: Any, now: float, hasher: BlockHasher) -> Request:
         priority=sr.priority,
         lora_request=LoRARequest.from_id(sr.lora_id) if sr.lora_id else None,
         cache_salt=sr.cache_salt,
-        block_hasher=hasher,
+        block_hasher=hasher.for_unshared if sr.unshared else hasher,
         block_hashes=sr.prompt_block_hashes or (),
         unshared=sr.unshared,
     )
@@ -61,7 +62,7 @@ class ReplicaParts:
     """The replica's id in steps.csv and requests.csv."""
     scheduler: Scheduler
     latency_model: Any
-    hasher: BlockHasher | FastBlockHasher
+    hasher: FastBlockHasher
     steps: StepRecorder
     requests: RequestRecorder
     workload: Any
