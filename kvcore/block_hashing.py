@@ -306,5 +306,9 @@ class UnkeyedHasher:
         self.num_lookahead_tokens = num_lookahead_tokens
 
     def __call__(self, request: Request) -> list[Any]:
-        full = (len(request.all_token_ids) - self.num_lookahead_tokens) // self.hash_block_size
-        return [UNKEYED] * (full - len(request.block_hashes))
+        return self.hashes(len(request.all_token_ids), len(request.block_hashes))
+
+    def hashes(self, num_tokens: int, num_hashed: int = 0) -> list[Any]:
+        """The hashes of ``num_tokens`` tokens' blocks after the first ``num_hashed``."""
+        full = (num_tokens - self.num_lookahead_tokens) // self.hash_block_size
+        return [UNKEYED] * (full - num_hashed)

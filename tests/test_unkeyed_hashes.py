@@ -37,6 +37,7 @@ from sim.engine.replica_parts import kvcore_request
 from sim.engine.router import make_router
 from sim.records.recorders import StepRecorder
 from sim.records.request_recorder import RequestRecorder
+from workloads.process import draw_prompt
 from workloads.request import SimRequest
 
 BLOCK = 16
@@ -161,10 +162,20 @@ def test_the_engines_hash_unshared_requests_unkeyed_without_a_connector(
         for unshared in (False, True):
             sr = SimRequest("r", 0.0, list(range(40)), 4, unshared=unshared)
             prepared = cluster.prepare_prompt(sr)
-            assert prepared is not None and prepared.hashed_tokens == 32
+            assert prepared is not None
+            assert prepared.unread_tokens == (40 if unshared and unkeyed else 32)
             hashes = kvcore_request(sr, 0.0, cluster.hasher).block_hashes
             assert hashes == prepared.block_hashes and len(hashes) == 2
             assert (hashes == [UNKEYED] * 2) == (unshared and unkeyed)
+        # Drawn ahead: an unkeyed prompt's ids are never read, so never drawn.
+        built: list[int] = []
+        lazy = SimRequest(
+            "l", 0.0, None, 4, num_prompt_tokens=40, unshared=True,
+            build_prompt=lambda: built.append(1) or list(range(40)),
+        )  # fmt: skip
+        num_tokens, tail, hashes = draw_prompt(lazy, cluster.prepare_prompt, "l")
+        assert num_tokens == 40 and len(hashes) == 2
+        assert (len(tail), built) == ((0, []) if unkeyed else (8, [1]))
     finally:
         steps.close()
         requests.close()

@@ -36,12 +36,14 @@ at 512 prompt tokens: their 32 block hashes, no ids; see :class:`Prepared`)."""
 class Prepared(NamedTuple):
     """What the engine made of a prompt where the workload drew it (a helper process):
     the block hashes of its full blocks (the request's ``prompt_block_hashes``) and how
-    many of its leading tokens they cover. The engine reads no token id those hashes
-    cover (it hashes on from the first block they do not), so only the ids after them
-    travel back to the loop (:func:`workloads.trace_rows.prompt_after_hashed`)."""
+    many of its leading tokens' ids the engine never reads: those the hashes cover (it
+    hashes on from the first block they do not), or all of them (an unshared prompt
+    whose blocks are hashed unkeyed, ``kvcore.block_hashing.UnkeyedHasher``). Only the
+    ids after them are drawn and travel back to the loop
+    (:func:`workloads.trace_rows.prompt_after_hashed`)."""
 
     block_hashes: list[Any]
-    hashed_tokens: int
+    unread_tokens: int
 
 
 Prepare = Callable[[SimRequest], "Prepared | None"]
@@ -64,8 +66,10 @@ def draw_prompt(req: SimRequest, prepare: Prepare | None, typecode: str) -> Draw
     prepared = prepare(req)
     if prepared is None:
         return req.num_prompt_tokens, None, None
+    covered = prepared.unread_tokens
+    if covered >= req.num_prompt_tokens:  # no id is read: none is drawn
+        return req.num_prompt_tokens, array(typecode), prepared.block_hashes
     ids = req.prompt_token_ids
-    covered = prepared.hashed_tokens
     tail = ids[covered:] if covered else ids
     return len(ids), token_array(typecode, tail), prepared.block_hashes
 

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import simpy
 
-from kvcore.block_hashing import FastBlockHasher
+from kvcore.block_hashing import FastBlockHasher, UnkeyedHasher
 from sim.engine.input_limits import InputLimits
 from sim.engine.replica import ReplicaEngine
 from sim.engine.replica_build import ReplicaBuilder
@@ -32,11 +32,16 @@ from workloads.process import Prepared, Workload
 def prepare_prompt(sr: Any, max_model_len: int, hasher: FastBlockHasher) -> Prepared | None:
     """A workload request's prompt as engines of ``max_model_len`` tokens hash it with
     ``hasher``, computed where the workload is drawn (:class:`workloads.process.Prepared`:
-    the block hashes, for ``SimRequest.prompt_block_hashes``, and the tokens they
-    cover); None for a prompt the engines will reject (at least ``max_model_len``
-    tokens), whose token ids are then never built."""
-    if sr.num_prompt_tokens >= max_model_len:
+    the block hashes, for ``SimRequest.prompt_block_hashes``, and the tokens whose ids
+    the engines never read); None for a prompt the engines will reject (at least
+    ``max_model_len`` tokens). The token ids of those and of an unshared prompt hashed
+    unkeyed are never built."""
+    num_tokens = sr.num_prompt_tokens
+    if num_tokens >= max_model_len:
         return None
+    unkeyed = hasher.for_unshared
+    if sr.unshared and isinstance(unkeyed, UnkeyedHasher):
+        return Prepared(unkeyed.hashes(num_tokens), num_tokens)
     hashes = kvcore_request(sr, 0.0, hasher).block_hashes
     return Prepared(hashes, len(hashes) * hasher.hash_block_size)
 
