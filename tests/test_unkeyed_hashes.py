@@ -208,4 +208,7 @@ def test_first_prefills_take_unshared_joins() -> None:
     joins = [Join(1, _unshared(rid, list(range(s, s + 40)))) for rid, s in (("x", 500), ("y", 600))]
     plan = plan_async_decode_stretch(queue, 12, True, joins)
     assert plan is not None and len(plan.joins) == 2
-    assert plan.first_prefills() == [40, 40]
+    foreseen = plan.first_prefills()
+    assert foreseen == [40, 40]
+    plan.apply(2, SAMPLE)  # the admissions compute what was foreseen
+    assert [j.request.num_prompt_tokens - j.request.num_cached_tokens for j in joins] == foreseen
