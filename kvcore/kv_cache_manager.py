@@ -131,8 +131,8 @@ class KVCacheManager:
         :data:`kvcore.kv_cache_block.UNKEYED` until a preemption keys them (a kvsim
         shortcut, :class:`kvcore.block_hashing.UnkeyedHasher`): prefix caching on,
         every group keeps them out of the hash map until then (``UNLISTED_OK``), and
-        no KV events publish their hashes. A KV connector, which keys what it stores
-        by block hash, rules it out too; the engine checks that."""
+        no KV events publish their hashes (the scheduler adds its connector's part:
+        :attr:`kvcore.scheduler.Scheduler.unkeyed_unshared_ok`)."""
         managers = self.coordinator.single_type_managers
         return (
             self.enable_caching

@@ -133,7 +133,8 @@ class Request:
         no other request can hit its blocks in the prefix cache, and it can hit them
         only after a preemption. The block pool then keeps them out of its hash map
         until the request is preempted (:meth:`kvcore.block_pool.BlockPool.cache_full_blocks`),
-        with the same counts, evictions and hits as vLLM."""
+        with the same counts, evictions and hits as vLLM; where the scheduler allows it,
+        its blocks are not even hashed (:class:`kvcore.block_hashing.UnkeyedHasher`)."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens} (request {request_id})")
         if len(prompt_token_ids) == 0:

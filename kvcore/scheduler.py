@@ -221,6 +221,14 @@ class Scheduler:
         self.processed_step_seq = 0
         self.deferred_frees: deque[tuple[int, list[KVCacheBlock]]] = deque()
 
+    @property
+    def unkeyed_unshared_ok(self) -> bool:
+        """Whether unshared requests may be hashed unkeyed here (a kvsim shortcut,
+        :class:`kvcore.block_hashing.UnkeyedHasher`): the KV cache allows it
+        (:attr:`kvcore.kv_cache_manager.KVCacheManager.unkeyed_unshared_ok`) and no KV
+        connector keys what it stores by block hash."""
+        return self.connector is None and self.kv_cache_manager.unkeyed_unshared_ok
+
     # -- requests ------------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:

@@ -18,12 +18,6 @@ from kvcore.block_hashing import FastBlockHasher, UnkeyedHasher
 from kvcore.fast_forward_async_plan import plan_async_decode_stretch
 from kvcore.join_foresight import JoinForesight
 from kvcore.kv_cache_block import UNKEYED
-from kvcore.kv_cache_interface import (
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-    SlidingWindowSpec,
-)
 from kvcore.kv_cache_manager import KVCacheManager
 from kvcore.request import Request, RequestStatus
 from kvcore.scheduler import Scheduler
@@ -37,25 +31,11 @@ from sim.engine.replica_parts import kvcore_request
 from sim.engine.router import make_router
 from sim.records.recorders import StepRecorder
 from sim.records.request_recorder import RequestRecorder
+from tests.kv_cache_helpers import BLOCK, kv_config, kv_manager
 from workloads.process import draw_prompt
 from workloads.request import SimRequest
 
-BLOCK = 16
 SAMPLE = 7
-
-
-def _config(groups: tuple[str, ...], num_blocks: int) -> KVCacheConfig:
-    specs = {
-        "full": FullAttentionSpec(block_size=BLOCK),
-        "sliding": SlidingWindowSpec(block_size=BLOCK, sliding_window=32),
-    }
-    return KVCacheConfig(
-        num_blocks, [], [KVCacheGroupSpec([f"l{i}"], specs[g]) for i, g in enumerate(groups)]
-    )
-
-
-def _manager(groups=("full",), num_blocks=64, **kw) -> KVCacheManager:
-    return KVCacheManager(_config(groups, num_blocks), max_model_len=8192, **kw)
 
 
 def _unshared(rid: str, tokens: list[int], max_tokens: int = 16) -> Request:
@@ -88,7 +68,7 @@ def test_unkeyed_hasher_hashes_the_blocks_a_content_hasher_would(lookahead: int)
 
 
 def test_a_preemption_keys_the_blocks_and_only_their_request_finds_them() -> None:
-    kvm = _manager()
+    kvm = kv_manager()
     pool = kvm.block_pool
     # The same ids in both: only a test gives two unshared requests one content.
     a, b = _unshared("a", list(range(48))), _unshared("b", list(range(48)))
@@ -123,7 +103,7 @@ def test_a_preemption_keys_the_blocks_and_only_their_request_finds_them() -> Non
 
 
 def test_two_full_attention_groups_key_a_block_alike() -> None:
-    kvm = _manager(groups=("full", "full"))
+    kvm = kv_manager(groups=("full", "full"))
     a = _unshared("a", list(range(48)))
     assert kvm.allocate_slots(a, 48) is not None
     a.num_computed_tokens = 48
@@ -135,11 +115,11 @@ def test_two_full_attention_groups_key_a_block_alike() -> None:
 
 
 def test_unkeyed_hashes_only_where_no_one_else_reads_them() -> None:
-    assert _manager().unkeyed_unshared_ok
-    assert _manager(groups=("full", "full")).unkeyed_unshared_ok
-    assert not _manager(groups=("full", "sliding")).unkeyed_unshared_ok  # listed at once
-    assert not _manager(enable_kv_cache_events=True).unkeyed_unshared_ok  # published
-    assert not _manager(enable_caching=False).unkeyed_unshared_ok
+    assert kv_manager().unkeyed_unshared_ok
+    assert kv_manager(groups=("full", "full")).unkeyed_unshared_ok
+    assert not kv_manager(groups=("full", "sliding")).unkeyed_unshared_ok  # listed at once
+    assert not kv_manager(enable_kv_cache_events=True).unkeyed_unshared_ok  # published
+    assert not kv_manager(enable_caching=False).unkeyed_unshared_ok
 
 
 @pytest.mark.parametrize("offload", [None, 2.0])
@@ -183,7 +163,7 @@ def test_the_engines_hash_unshared_requests_unkeyed_without_a_connector(
 
 def test_join_foresight_takes_unshared_joins() -> None:
     """No two unshared requests share a first block, though both are UNKEYED."""
-    config = _config(("full",), 200)
+    config = kv_config(("full",), 200)
     sched = Scheduler(
         SchedulerConfig(max_model_len=4096, max_num_batched_tokens=4096, max_num_seqs=64), config
     )
@@ -199,7 +179,7 @@ def test_first_prefills_take_unshared_joins() -> None:
     no join can hit it or each other."""
     sched = AsyncScheduler(
         SchedulerConfig(max_model_len=4096, max_num_batched_tokens=4096, max_num_seqs=64),
-        _config(("full",), 100),
+        kv_config(("full",), 100),
     )
     queue = BatchQueue(sched, sample_fixed_token(SAMPLE))
     sched.add_request(_unshared("a", list(range(31)), max_tokens=40))  # 32nd token: block 2

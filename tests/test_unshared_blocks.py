@@ -16,30 +16,11 @@ import workloads.sessions
 import workloads.synthetic
 import workloads.trace_workload
 from kvcore.block_hashing import FastBlockHasher
-from kvcore.kv_cache_interface import (
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-    SlidingWindowSpec,
-)
-from kvcore.kv_cache_manager import KVCacheManager
 from kvcore.request import Request, RequestStatus
+from tests.kv_cache_helpers import kv_manager
 from tests.sim_run_helpers import run_sim, write_jsonl, write_yaml
 from workloads.request import SimRequest
 from workloads.trace_rows import TraceRows
-
-
-def _manager(groups=("full",), events=False, num_blocks=64) -> KVCacheManager:
-    specs = {
-        "full": FullAttentionSpec(block_size=16),
-        "sliding": SlidingWindowSpec(block_size=16, sliding_window=32),
-    }
-    cfg = KVCacheConfig(
-        num_blocks, [], [KVCacheGroupSpec([f"l{i}"], specs[g]) for i, g in enumerate(groups)]
-    )
-    return KVCacheManager(
-        cfg, enable_caching=True, max_model_len=8192, enable_kv_cache_events=events
-    )
 
 
 def _request(rid: str, tokens: list[int], unshared: bool) -> Request:
@@ -50,7 +31,7 @@ TOKENS = list(range(100, 148))  # three full blocks
 
 
 def test_unshared_blocks_are_cached_but_no_lookup_finds_them() -> None:
-    kvm = _manager()
+    kvm = kv_manager()
     a = _request("a", TOKENS, unshared=True)
     assert kvm.allocate_slots(a, 48) is not None
     pool = kvm.block_pool
@@ -62,7 +43,7 @@ def test_unshared_blocks_are_cached_but_no_lookup_finds_them() -> None:
 
 @pytest.mark.parametrize("unshared", [False, True])
 def test_a_preempted_request_hits_its_own_blocks(unshared: bool) -> None:
-    kvm = _manager()
+    kvm = kv_manager()
     a = _request("a", TOKENS, unshared)
     kvm.allocate_slots(a, 48)
     a.num_computed_tokens = 48
@@ -77,7 +58,7 @@ def test_a_preempted_request_hits_its_own_blocks(unshared: bool) -> None:
 def test_a_finished_request_leaves_them_unlisted_and_eviction_counts_them() -> None:
     counts = {}
     for unshared in (False, True):
-        kvm = _manager(num_blocks=8)
+        kvm = kv_manager(num_blocks=8)
         pool = kvm.block_pool
         a = _request("a", TOKENS, unshared)
         kvm.allocate_slots(a, 48)
@@ -95,14 +76,14 @@ def test_a_finished_request_leaves_them_unlisted_and_eviction_counts_them() -> N
 
 
 def test_sliding_window_groups_and_kv_events_register_at_once() -> None:
-    hybrid = _manager(groups=("full", "sliding"))
+    hybrid = kv_manager(groups=("full", "sliding"))
     a = _request("a", TOKENS, unshared=True)
     hybrid.allocate_slots(a, 48)
     sliding_hashes = [b._hash for b in hybrid.get_blocks("a").blocks[1] if b._hash is not None]
     assert sliding_hashes
     assert all(hybrid.block_pool.get_cached_block(h, [1]) for h in sliding_hashes)
     assert hybrid.block_pool.get_cached_block(a.block_hashes[0], [0]) is None
-    with_events = _manager(events=True)
+    with_events = kv_manager(enable_kv_cache_events=True)
     b = _request("b", TOKENS, unshared=True)
     with_events.allocate_slots(b, 48)
     assert with_events.block_pool.get_cached_block(b.block_hashes[0], [0]) is not None

@@ -48,7 +48,8 @@ class SimRequest:
         unshared: no other request's prompt shares a block with this one (its ids are
             drawn for it alone, from its own stream): the engine may then keep its
             blocks out of the prefix cache's hash map until it is preempted
-            (:attr:`kvcore.request.Request.unshared`), with the same results.
+            (:attr:`kvcore.request.Request.unshared`) and leave their content unhashed
+            (``kvcore.block_hashing.UnkeyedHasher``), with the same results.
     """
 
     FIELDS: ClassVar[tuple[str, ...]] = _FIELDS

@@ -1,7 +1,7 @@
 """A trace read by a helper process while ``kvsim run`` imports the rest of itself.
 
 Reading and validating a trace (``workloads.traces.detect.read_trace``) is on a run's
-critical path before the first simulated event: about 70 ms for 20,000 JSONL lines, at a
+critical path before the first simulated event: about 60 ms for 20,000 JSONL lines, at a
 time the run is still importing its engine, the catalog and the run-directory code
 (about 85 ms). :func:`start`, called once the command line is parsed, forks a helper
 (:class:`sim.offload.ChunkReader`, where :func:`sim.offload.allowed`) that reads the

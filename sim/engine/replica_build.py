@@ -100,9 +100,7 @@ class ReplicaBuilder:
         self.hasher = FastBlockHasher(
             engine_cfg.block_size,
             first.num_hash_lookahead_tokens,
-            unkeyed_unshared=(
-                first.connector is None and first.kv_cache_manager.unkeyed_unshared_ok
-            ),
+            unkeyed_unshared=first.unkeyed_unshared_ok,
         )
         self.dp = engine_cfg.data_parallel_size
         # A MoE model's DP ranks step in lockstep, one time line per DP group.
